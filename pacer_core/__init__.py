@@ -1,0 +1,12 @@
+"""PACER Lab core: real speculative decoders (fixed-length SD, PACER, SMC-SD) on Hugging Face
+causal LMs, emitting typed step events for the explainer UI, the benchmark and trace export."""
+from .api import generate, make_decoder, stream
+from .decoders import Autoregressive, FixedSpeculative, Pacer
+from .events import BlockDecision, Metrics, Result, SMCCycleEvent, StepEvent, TokenRecord
+from .models import ModelLoadError, ModelPair, load_pair, pair_from_env
+from .settings import DecodeSettings, Limits, SettingsError, validate_settings
+
+__all__ = ["generate", "stream", "make_decoder", "Autoregressive", "FixedSpeculative", "Pacer",
+           "BlockDecision", "Metrics", "Result", "SMCCycleEvent", "StepEvent", "TokenRecord",
+           "ModelLoadError", "ModelPair", "load_pair", "pair_from_env", "DecodeSettings", "Limits",
+           "SettingsError", "validate_settings"]

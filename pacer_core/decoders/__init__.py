@@ -1,0 +1,7 @@
+"""One decoder per method; each ``run(pair, prompt_ids, settings, cancel)`` yields step events and
+ends with a Result."""
+from .autoregressive import Autoregressive
+from .fixed import FixedSpeculative
+from .pacer import Pacer
+
+__all__ = ["Autoregressive", "FixedSpeculative", "Pacer"]

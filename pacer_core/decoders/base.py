@@ -1,0 +1,246 @@
+"""What every decoder shares: the decoding state, the draft → verify → accept → commit loop of
+speculative decoding (section 2 of ALGORITHMS.md), and the final Result.
+
+Fixed-length SD and PACER differ only in how they *propose* a draft (``propose``); verification
+and acceptance below are the lossless rule of Leviathan et al. 2023 / Chen et al. 2023."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+
+from .. import sampling
+from ..events import Metrics, Result, StepEvent, TokenRecord
+from ..kvcache import CachedModel
+from ..settings import DecodeSettings
+
+
+@dataclass
+class DecodeState:
+    """The growing sequence (prompt + output) and both models' caches over it."""
+    prompt_len: int
+    sequence: list[int]
+    target: CachedModel
+    draft: CachedModel | None
+    generator: torch.Generator
+    eos_ids: set[int]
+    finish_reason: str | None = None
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.sequence) - self.prompt_len
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.sequence[self.prompt_len:]
+
+
+@dataclass
+class Proposal:
+    """What a proposer drafted this step: ids, their draft distributions, per-token extras."""
+    drafted_ids: list[int]
+    draft_probs: torch.Tensor          # [G, V] the distribution each token was drawn from
+    draft_display_probs: list[float]   # q(x) shown in the UI (temperature-1 softmax when greedy)
+    blocks: list = field(default_factory=list)
+    token_blocks: list = field(default_factory=list)
+    token_preverifier_probs: list = field(default_factory=list)
+    stopped_from: int | None = None    # index of the first token of the failed block
+    discarded: int = 0                 # trailing tokens not sent to the target (discard mode)
+    stop_reason: str | None = None
+    seconds: float = 0.0
+
+
+def new_generator(seed: int) -> torch.Generator:
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(int(seed))
+    return generator
+
+
+def make_state(pair, prompt_ids: list[int], settings: DecodeSettings, with_draft: bool) -> DecodeState:
+    return DecodeState(prompt_len=len(prompt_ids), sequence=list(prompt_ids),
+                       target=CachedModel(pair.target, pair.vocab_size),
+                       draft=CachedModel(pair.draft, pair.vocab_size) if with_draft else None,
+                       generator=new_generator(settings.seed), eos_ids=pair.eos_token_ids)
+
+
+def commit(state: DecodeState, emitted_ids: list[int], settings: DecodeSettings) -> list[int]:
+    """Append tokens, truncating at EOS and at the token budget; sets finish_reason."""
+    room = settings.max_new_tokens - state.new_tokens
+    kept = []
+    for token_id in emitted_ids[:room]:
+        kept.append(token_id)
+        if token_id in state.eos_ids:
+            state.finish_reason = "eos"
+            break
+    state.sequence.extend(kept)
+    if state.finish_reason is None and state.new_tokens >= settings.max_new_tokens:
+        state.finish_reason = "length"
+    return kept
+
+
+def pick_next(target_logits_row: torch.Tensor, settings: DecodeSettings, generator) -> tuple[int, float]:
+    """The target's own next token (argmax or a sample) and its probability for display."""
+    if settings.greedy:
+        token_id = int(torch.argmax(target_logits_row))
+        return token_id, float(sampling.display_probs(target_logits_row)[token_id])
+    target_probs = sampling.logits_to_probs(target_logits_row, settings.temperature, settings.top_k, settings.top_p)
+    token_id = sampling.sample_token(target_probs, generator)
+    return token_id, float(target_probs[token_id])
+
+
+def draft_distribution(draft_logits_row: torch.Tensor, settings: DecodeSettings) -> torch.Tensor:
+    """q at the decoding temperature, with the same top-k/top-p as p (one-hot argmax when greedy)."""
+    if settings.greedy:
+        one_hot = torch.zeros_like(draft_logits_row, dtype=torch.float32)
+        one_hot[int(torch.argmax(draft_logits_row))] = 1.0
+        return one_hot
+    return sampling.logits_to_probs(draft_logits_row, settings.temperature, settings.top_k, settings.top_p)
+
+
+@dataclass
+class Verdict:
+    n_accepted: int
+    next_token: int                 # corrected token, or bonus when all were accepted
+    next_kind: str                  # corrected | bonus
+    next_prob: float
+    target_token_probs: list[float]
+    accept_probs: list[float]
+
+
+def judge(drafted_ids: list[int], draft_probs: torch.Tensor, target_logits: torch.Tensor,
+          settings: DecodeSettings, generator) -> Verdict:
+    """Accept a prefix of the draft. target_logits: [G+1, V], row i scores drafted_ids[i]."""
+    gamma = len(drafted_ids)
+    drafted = torch.tensor(drafted_ids, dtype=torch.long)
+    if settings.greedy:
+        return _judge_greedy(drafted_ids, target_logits)
+    target_probs = sampling.logits_to_probs(target_logits, settings.temperature, settings.top_k, settings.top_p)
+    target_token_probs = target_probs[torch.arange(gamma), drafted] if gamma else torch.zeros(0)
+    draft_token_probs = draft_probs[torch.arange(gamma), drafted] if gamma else torch.zeros(0)
+    accept = sampling.acceptance_probs(target_token_probs, draft_token_probs)
+    for index in range(gamma):
+        if sampling.uniform(generator) >= float(accept[index]):
+            residual = sampling.residual_distribution(target_probs[index], draft_probs[index])
+            corrected = sampling.sample_token(residual, generator)
+            return Verdict(index, corrected, "corrected", float(target_probs[index, corrected]),
+                           target_token_probs.tolist(), accept.tolist())
+    bonus = sampling.sample_token(target_probs[gamma], generator)
+    return Verdict(gamma, bonus, "bonus", float(target_probs[gamma, bonus]),
+                   target_token_probs.tolist(), accept.tolist())
+
+
+def _judge_greedy(drafted_ids: list[int], target_logits: torch.Tensor) -> Verdict:
+    target_argmax = torch.argmax(target_logits, dim=-1).tolist()
+    shown_probs = sampling.display_probs(target_logits)
+    n_accepted = sampling.count_greedy_matches(drafted_ids, target_argmax)
+    next_token = target_argmax[n_accepted]
+    target_token_probs = [float(shown_probs[i, t]) for i, t in enumerate(drafted_ids)]
+    accept = [1.0 if drafted == best else 0.0 for drafted, best in zip(drafted_ids, target_argmax)]
+    kind = "bonus" if n_accepted == len(drafted_ids) else "corrected"
+    return Verdict(n_accepted, next_token, kind, float(shown_probs[n_accepted, next_token]), target_token_probs, accept)
+
+
+class SpeculativeDecoder:
+    """Shared loop; subclasses implement ``propose`` and set ``name``."""
+
+    name = "speculative"
+
+    def propose(self, pair, state: DecodeState, settings: DecodeSettings, budget: int) -> Proposal:
+        raise NotImplementedError
+
+    def info(self) -> dict:
+        return {}
+
+    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel=None) -> Iterator:
+        """Yield a StepEvent per target call, then the Result."""
+        state = make_state(pair, prompt_ids, settings, with_draft=True)
+        events, step = [], 0
+        while state.finish_reason is None:
+            if cancel is not None and cancel.is_set():
+                state.finish_reason = "cancelled"
+                break
+            event = self.step(pair, state, settings, step)
+            events.append(event)
+            yield event
+            step += 1
+        yield finish(self.name, pair, state, events, settings, self.info())
+
+    def step(self, pair, state: DecodeState, settings: DecodeSettings, step: int) -> StepEvent:
+        budget = settings.max_new_tokens - state.new_tokens
+        proposal = self.propose(pair, state, settings, budget)
+        verified_ids = proposal.drafted_ids[: len(proposal.drafted_ids) - proposal.discarded]
+        started = time.perf_counter()
+        target_logits = state.target.feed_sequence(state.sequence, verified_ids)[-(len(verified_ids) + 1):]
+        verdict = judge(verified_ids, proposal.draft_probs[: len(verified_ids)], target_logits,
+                        settings, state.generator)
+        verify_seconds = time.perf_counter() - started
+        old_length = len(state.sequence)
+        emitted = commit(state, verified_ids[: verdict.n_accepted] + [verdict.next_token], settings)
+        state.target.crop(old_length + verdict.n_accepted)
+        state.draft.crop(min(state.draft.length, old_length + verdict.n_accepted))
+        state.drafted_tokens += len(verified_ids)
+        state.accepted_tokens += verdict.n_accepted
+        return self.make_event(pair, state, step, proposal, verdict, emitted, verify_seconds)
+
+    def make_event(self, pair, state, step, proposal, verdict, emitted, verify_seconds) -> StepEvent:
+        texts = pair.token_texts(proposal.drafted_ids + [verdict.next_token])
+        tokens = []
+        verified = len(proposal.drafted_ids) - proposal.discarded
+        for index, token_id in enumerate(proposal.drafted_ids):
+            if index >= verified:
+                state_name, target_prob, accept_prob = "discarded", None, None
+            else:
+                state_name = "accepted" if index < verdict.n_accepted else "rejected"
+                target_prob, accept_prob = verdict.target_token_probs[index], verdict.accept_probs[index]
+            tokens.append(TokenRecord(
+                token_id=token_id, text=texts[index], state=state_name,
+                draft_prob=proposal.draft_display_probs[index], target_prob=target_prob, accept_prob=accept_prob,
+                block=proposal.token_blocks[index] if proposal.token_blocks else None,
+                preverifier_prob=proposal.token_preverifier_probs[index] if proposal.token_preverifier_probs else None,
+                stopped=proposal.stopped_from is not None and index >= proposal.stopped_from))
+        tokens.append(TokenRecord(token_id=verdict.next_token, text=texts[-1], state=verdict.next_kind,
+                                  target_prob=verdict.next_prob))
+        return StepEvent(method=self.name, step=step, tokens=tokens, emitted_ids=emitted,
+                         emitted_text=pair.decode(emitted), n_drafted=verified, n_accepted=verdict.n_accepted,
+                         draft_seconds=proposal.seconds, verify_seconds=verify_seconds,
+                         total_new_tokens=state.new_tokens, blocks=proposal.blocks,
+                         stop_reason=proposal.stop_reason)
+
+
+def draft_one(pair, state: DecodeState, draft_sequence: list[int], settings: DecodeSettings,
+              with_hidden: bool = False):
+    """One draft forward over what the draft cache lacks of ``draft_sequence``; returns the chosen id,
+    its sampling distribution [V], the raw logits row [V] and (optionally) the hidden row [H]."""
+    if with_hidden:
+        logits, hidden = state.draft.feed_sequence(draft_sequence, output_hidden_states=True)
+        logits_row, hidden_row = logits[-1], hidden[-1]
+    else:
+        logits_row, hidden_row = state.draft.feed_sequence(draft_sequence)[-1], None
+    draft_probs = draft_distribution(logits_row, settings)
+    token_id = int(torch.argmax(draft_probs)) if settings.greedy else sampling.sample_token(draft_probs, state.generator)
+    return token_id, draft_probs, logits_row, hidden_row
+
+
+def shown_draft_prob(draft_probs: torch.Tensor, logits_row: torch.Tensor, token_id: int, settings) -> float:
+    source = sampling.display_probs(logits_row) if settings.greedy else draft_probs
+    return float(source[token_id])
+
+
+def finish(method: str, pair, state: DecodeState, events: list, settings: DecodeSettings, info: dict) -> Result:
+    seconds = time.perf_counter() - state.started
+    target_calls = state.target.calls
+    metrics = Metrics(
+        tau=state.new_tokens / target_calls if target_calls else 0.0,
+        alpha=state.accepted_tokens / state.drafted_tokens if state.drafted_tokens else None,
+        target_calls=target_calls, draft_calls=state.draft.calls if state.draft else 0,
+        new_tokens=state.new_tokens, seconds=seconds,
+        tokens_per_s=state.new_tokens / seconds if seconds > 0 else 0.0,
+        drafted_tokens=state.drafted_tokens, accepted_tokens=state.accepted_tokens)
+    return Result(method=method, text=pair.decode(state.output_ids), token_ids=state.output_ids, events=events,
+                  metrics=metrics, settings=settings.to_dict(), info=info,
+                  finish_reason=state.finish_reason or "length")

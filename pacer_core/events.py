@@ -1,0 +1,107 @@
+"""Typed step events: the only contract between the decoders and everything that shows them.
+
+Every event is a dataclass of plain numbers, strings and lists, so ``asdict`` gives JSON.
+Token states (ALGORITHMS.md section 6): drafted, accepted, rejected, stopped (the block the
+pre-verifier failed; its tokens also carry accepted/rejected once verified), discarded (that block
+in "discard" mode, never verified), corrected, bonus, target (a plain AR token)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class TokenRecord:
+    """One token shown in a column, with what the models thought of it."""
+    token_id: int
+    text: str
+    state: str                          # accepted | rejected | discarded | corrected | bonus | target
+    draft_prob: float | None = None     # q(x) at the decoding temperature (T=1 softmax when greedy)
+    target_prob: float | None = None    # p(x) likewise
+    accept_prob: float | None = None    # min(1, p/q); 1/0 under greedy
+    block: int | None = None            # PACER block index of a drafted token
+    preverifier_prob: float | None = None  # PACER per-token acceptance estimate
+    stopped: bool = False               # inside the block the pre-verifier failed
+
+
+@dataclass
+class BlockDecision:
+    """PACER: the pre-verifier's verdict on one drafted block."""
+    index: int
+    size: int
+    score: float
+    threshold: float
+    passed: bool
+
+
+@dataclass
+class StepEvent:
+    """One target forward pass of AR, fixed-length SD or PACER."""
+    method: str
+    step: int
+    tokens: list[TokenRecord]           # drafted tokens in order, then the corrected/bonus token
+    emitted_ids: list[int]              # tokens appended to the output this step
+    emitted_text: str
+    n_drafted: int
+    n_accepted: int
+    draft_seconds: float
+    verify_seconds: float
+    total_new_tokens: int
+    blocks: list[BlockDecision] = field(default_factory=list)
+    stop_reason: str | None = None      # PACER: why drafting stopped (preverifier, max_len, budget, eos)
+    oracle_len: int | None = None       # gamma*: accepted count of a forced long draft (filled by analysis)
+    kind: str = "step"
+
+
+@dataclass
+class SMCCycleEvent:
+    """One SMC-SD cycle: N particles drafted, weighted and possibly resampled."""
+    method: str
+    step: int
+    particle_texts: list[str]           # each particle's new tokens this cycle
+    particle_token_ids: list[list[int]]
+    log_weights: list[float]            # after this cycle's increment, before any reset
+    weights: list[float]                # normalised
+    ess: float
+    ess_threshold: float
+    resampled: bool
+    ancestors: list[int]                # row i now descends from old row ancestors[i]
+    finished: list[bool]
+    draft_seconds: float
+    verify_seconds: float
+    total_new_tokens: int               # length of the longest particle's continuation
+    leader_text: str = ""               # the currently heaviest particle's full continuation
+    kind: str = "smc_cycle"
+
+
+@dataclass
+class Metrics:
+    """Names as in ALGORITHMS.md section 5."""
+    tau: float
+    alpha: float | None
+    target_calls: int
+    draft_calls: int
+    new_tokens: int
+    seconds: float
+    tokens_per_s: float
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+
+
+@dataclass
+class Result:
+    method: str
+    text: str
+    token_ids: list[int]
+    events: list
+    metrics: Metrics
+    settings: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)   # e.g. {"preverifier": "heuristic"}, {"approximate": True}
+    finish_reason: str = "length"              # eos | length | cancelled
+    kind: str = "result"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), **kwargs)

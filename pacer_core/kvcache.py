@@ -1,0 +1,56 @@
+"""A model with its KV cache and the count of tokens the cache holds.
+
+Invariant: the cache holds exactly the first ``length`` tokens of the sequence being decoded.
+Rolling back is ``crop``; SMC copies rows with ``reorder``. Decoders never touch cache internals."""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+class CachedModel:
+    """Runs a causal LM incrementally over one growing (or batched) token sequence."""
+
+    def __init__(self, model, vocab_size: int):
+        self.model = model
+        self.vocab_size = vocab_size
+        self.cache = DynamicCache()
+        self.length = 0
+        self.calls = 0
+        self.device = next(model.parameters()).device
+
+    @torch.inference_mode()
+    def forward(self, new_token_ids, output_hidden_states: bool = False):
+        """Append tokens (list of ids, or [B, T] tensor) and return logits [B, T, vocab] in float32
+        (and the last hidden states [B, T, H] when asked)."""
+        if not torch.is_tensor(new_token_ids):
+            new_token_ids = torch.tensor([list(new_token_ids)], dtype=torch.long)
+        new_token_ids = new_token_ids.to(self.device)
+        outputs = self.model(input_ids=new_token_ids, cache=self.cache, use_cache=True,
+                             output_hidden_states=output_hidden_states)  # the cache grows in place
+        self.length += new_token_ids.shape[1]
+        self.calls += 1
+        logits = outputs.logits[..., : self.vocab_size].float()
+        if output_hidden_states:
+            return logits, outputs.hidden_states[-1].float()
+        return logits
+
+    def crop(self, length: int) -> None:
+        """Roll the cache back to its first ``length`` tokens."""
+        if length < self.length:
+            self.cache.crop(length - self.length)  # negative: tokens to drop
+            self.length = length
+
+    def reorder(self, ancestor_index: torch.Tensor) -> None:
+        """Copy batch rows: row i becomes old row ancestor_index[i] (SMC resampling)."""
+        self.cache.reorder_cache(ancestor_index.to(self.device))
+
+    def feed_sequence(self, sequence: list[int], extra: list[int] = (), output_hidden_states=False):
+        """Crop to what ``sequence`` shares with the cache, then feed the rest of ``sequence`` plus
+        ``extra``. Returns the logits of every fed position, [T, vocab]."""
+        self.crop(min(self.length, len(sequence) - 1 if not extra else len(sequence)))
+        pending = list(sequence[self.length:]) + list(extra)
+        result = self.forward(pending, output_hidden_states)
+        if output_hidden_states:
+            return result[0][0], result[1][0]
+        return result[0]

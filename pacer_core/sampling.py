@@ -1,0 +1,68 @@
+"""Pure math of speculative decoding: logits → probabilities, acceptance, residual, sampling.
+
+Tensors in, tensors out; no model, no cache. Shape letters: V vocabulary, G drafted tokens.
+The acceptance rule and residual follow Leviathan et al. 2023 / Chen et al. 2023."""
+from __future__ import annotations
+
+import torch
+
+
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Mask logits outside top-k and outside the top-p nucleus with -inf. logits: [..., V]."""
+    filtered = logits.float()
+    if top_k and 0 < top_k < filtered.shape[-1]:
+        kth_largest = torch.topk(filtered, top_k, dim=-1).values[..., -1:]
+        filtered = filtered.masked_fill(filtered < kth_largest, float("-inf"))
+    if 0.0 < top_p < 1.0:
+        sorted_logits, sorted_index = torch.sort(filtered, dim=-1, descending=True)
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        sorted_drop = mass_before >= top_p  # keep the smallest prefix whose mass reaches top_p
+        drop = torch.zeros_like(sorted_drop).scatter(-1, sorted_index, sorted_drop)
+        filtered = filtered.masked_fill(drop, float("-inf"))
+    return filtered
+
+
+def logits_to_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Sampling distribution [..., V] at `temperature` (> 0) after top-k/top-p, in float32."""
+    if temperature <= 0:
+        raise ValueError("logits_to_probs needs temperature > 0; greedy decoding uses argmax")
+    return torch.softmax(filter_logits(logits.float() / temperature, top_k, top_p), dim=-1)
+
+
+def display_probs(logits: torch.Tensor) -> torch.Tensor:
+    """Plain softmax at temperature 1, used to report p and q under greedy decoding."""
+    return torch.softmax(logits.float(), dim=-1)
+
+
+def acceptance_probs(target_token_probs: torch.Tensor, draft_token_probs: torch.Tensor) -> torch.Tensor:
+    """min(1, p(x)/q(x)) for each drafted token. Both [G]. q(x) > 0 since x was drawn from q."""
+    return torch.clamp(target_token_probs / draft_token_probs.clamp_min(1e-30), max=1.0)
+
+
+def residual_distribution(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p − q)) over [V]; falls back to p when p ≤ q everywhere (then p == q)."""
+    positive_part = (target_probs - draft_probs).clamp_min(0.0)
+    mass = positive_part.sum(-1, keepdim=True)
+    if float(mass.min()) <= 0.0:
+        return target_probs
+    return positive_part / mass
+
+
+def sample_token(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One id drawn from a [V] distribution."""
+    return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+def uniform(generator: torch.Generator | None) -> float:
+    return float(torch.rand((), generator=generator).item())
+
+
+def count_greedy_matches(drafted_ids: list[int], target_argmax_ids: list[int]) -> int:
+    """Leading drafted tokens equal to the target's argmax at the same position."""
+    matched = 0
+    for drafted_id, target_id in zip(drafted_ids, target_argmax_ids):
+        if drafted_id != target_id:
+            break
+        matched += 1
+    return matched
