@@ -1,0 +1,57 @@
+"""Pure math of SMC-SD's particles: normalised weights, effective sample size, systematic resampling.
+
+No model, no cache; float64 throughout. Shape letter: N particles. Follows section 4 of
+ALGORITHMS.md (Emara et al. 2026, "Faster LLM Inference via Sequential Monte Carlo",
+arXiv 2604.15672). Invariants the tests check:
+
+* ``normalize_log_weights`` returns non-negative weights summing to 1 (uniform when every log-weight
+  is -inf, i.e. no particle carries information).
+* ``1 <= effective_sample_size(w) <= N``; N for equal weights, 1 for a one-hot vector.
+* ``systematic_resample`` returns sorted ancestor indices with E[copies of i] = N * w_i, and every
+  particle gets either floor(N * w_i) or ceil(N * w_i) copies (so one with w_i > 1/N always survives).
+
+Worked example (N = 4): w = [0.1, 0.6, 0.2, 0.1], u = 0.05 → points u + j/N = [0.05, 0.3, 0.55, 0.8],
+cumulative weights [0.1, 0.7, 0.9, 1.0] → ancestors [0, 1, 1, 2]: copies [1, 2, 1, 0] against
+N * w = [0.4, 2.4, 0.8, 0.4].
+"""
+from __future__ import annotations
+
+import torch
+
+
+def normalize_log_weights(log_weights: torch.Tensor) -> torch.Tensor:
+    """w_i = exp(logw_i) / Σ_j exp(logw_j), computed stably in float64. log_weights: [N] → [N]."""
+    log_weights = torch.as_tensor(log_weights, dtype=torch.float64)
+    if log_weights.numel() == 0:
+        return log_weights.clone()
+    if not torch.isfinite(log_weights.max()):
+        # Every particle has probability 0 under the target (or a +inf slipped in): fall back to uniform.
+        if bool(torch.isneginf(log_weights).all()):
+            return torch.full_like(log_weights, 1.0 / log_weights.numel())
+        raise ValueError(f"log-weights must be finite or -inf, got {log_weights.tolist()}")
+    return torch.softmax(log_weights, dim=0)
+
+
+def effective_sample_size(weights: torch.Tensor) -> float:
+    """ESS = 1 / Σ w_i² for normalised weights [N]; 0.0 for no particles."""
+    weights = torch.as_tensor(weights, dtype=torch.float64)
+    if weights.numel() == 0:
+        return 0.0
+    return float(1.0 / torch.sum(weights * weights))
+
+
+def systematic_resample(weights: torch.Tensor, generator: torch.Generator | None = None,
+                        uniform: float | None = None) -> torch.Tensor:
+    """Ancestor index [N] (long): one u ~ U[0, 1/N), points u + j/N, ancestor of j = the first i
+    whose cumulative weight exceeds point j. ``uniform`` in [0, 1) fixes u = uniform / N (tests)."""
+    weights = torch.as_tensor(weights, dtype=torch.float64)
+    n_particles = weights.numel()
+    if n_particles == 0:
+        return torch.zeros(0, dtype=torch.long)
+    if uniform is None:
+        uniform = float(torch.rand((), generator=generator, dtype=torch.float64))
+    points = (uniform + torch.arange(n_particles, dtype=torch.float64)) / n_particles  # [N] in [0, 1)
+    cumulative = torch.cumsum(weights, dim=0)
+    cumulative[-1] = 1.0  # rounding must not push the last point past the end
+    ancestors = torch.searchsorted(cumulative, points, right=True)
+    return ancestors.clamp_(max=n_particles - 1)

@@ -1,0 +1,98 @@
+"""Pure-math tests of pacer_core.particles (no model): normalisation, ESS, systematic resampling."""
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pacer_core.particles import effective_sample_size, normalize_log_weights, systematic_resample
+
+log_weight_lists = st.lists(st.floats(min_value=-50, max_value=50, allow_nan=False), min_size=1, max_size=32)
+
+
+@given(log_weight_lists)
+@settings(max_examples=100, deadline=None)
+def test_normalised_weights_sum_to_one_and_ignore_a_shift(values):
+    weights = normalize_log_weights(torch.tensor(values, dtype=torch.float64))
+    assert weights.dtype == torch.float64
+    assert bool((weights >= 0).all())
+    assert math.isclose(float(weights.sum()), 1.0, abs_tol=1e-12)
+    shifted = normalize_log_weights(torch.tensor(values, dtype=torch.float64) + 123.0)
+    assert torch.allclose(weights, shifted, atol=1e-12)
+
+
+def test_normalise_edge_cases():
+    assert normalize_log_weights(torch.zeros(0)).numel() == 0
+    inf = float("inf")
+    assert normalize_log_weights(torch.tensor([-inf, -inf, -inf])).tolist() == pytest.approx([1 / 3] * 3)
+    assert normalize_log_weights(torch.tensor([-inf, 0.0, -inf])).tolist() == [0.0, 1.0, 0.0]
+    assert normalize_log_weights(torch.tensor([-1000.0, -1000.0])).tolist() == pytest.approx([0.5, 0.5])
+
+
+@given(log_weight_lists)
+@settings(max_examples=100, deadline=None)
+def test_ess_is_between_one_and_n(values):
+    weights = normalize_log_weights(torch.tensor(values, dtype=torch.float64))
+    ess = effective_sample_size(weights)
+    assert 1.0 - 1e-9 <= ess <= len(values) + 1e-9
+
+
+def test_ess_extremes():
+    for n in (1, 4, 16):
+        assert effective_sample_size(torch.full((n,), 1.0 / n)) == pytest.approx(n)
+        one_hot = torch.zeros(n, dtype=torch.float64)
+        one_hot[n // 2] = 1.0
+        assert effective_sample_size(one_hot) == pytest.approx(1.0)
+    assert effective_sample_size(torch.zeros(0)) == 0.0
+    assert effective_sample_size(torch.tensor([0.5, 0.5, 0.0, 0.0])) == pytest.approx(2.0)
+
+
+def test_systematic_resample_worked_example():
+    weights = torch.tensor([0.1, 0.6, 0.2, 0.1], dtype=torch.float64)
+    assert systematic_resample(weights, uniform=0.2).tolist() == [0, 1, 1, 2]   # u = 0.05
+    assert systematic_resample(torch.tensor([1.0]), uniform=0.9).tolist() == [0]
+    assert systematic_resample(torch.zeros(0)).numel() == 0
+
+
+weight_vectors = st.lists(st.floats(min_value=0.0, max_value=1.0, allow_nan=False), min_size=1, max_size=24).filter(
+    lambda values: sum(values) > 1e-6)
+
+
+@given(weight_vectors, st.floats(min_value=0.0, max_value=1.0, exclude_max=True))
+@settings(max_examples=200, deadline=None)
+def test_systematic_copies_are_floor_or_ceil_of_expected(values, uniform):
+    weights = torch.tensor(values, dtype=torch.float64)
+    weights = weights / weights.sum()
+    n = len(values)
+    ancestors = systematic_resample(weights, uniform=uniform)
+    assert ancestors.shape == (n,) and ancestors.dtype == torch.long
+    assert bool((ancestors[1:] >= ancestors[:-1]).all()), "systematic resampling returns sorted ancestors"
+    assert 0 <= int(ancestors.min()) and int(ancestors.max()) < n
+    copies = torch.bincount(ancestors, minlength=n).double()
+    expected = n * weights
+    assert bool((copies >= torch.floor(expected - 1e-9)).all()) and bool((copies <= torch.ceil(expected + 1e-9)).all())
+    assert bool((copies[weights == 0] == 0).all()), "a zero-weight particle is never chosen"
+    heaviest = int(torch.argmax(weights))
+    if float(weights[heaviest]) > 1.0 / n:
+        assert heaviest in ancestors.tolist(), "the max-weight particle (w > 1/N) must survive"
+
+
+def test_systematic_copies_are_unbiased():
+    """E[copies of i] = N * w_i over seeded draws of u (copies is floor or ceil, so std per draw <= 0.5)."""
+    weights = torch.tensor([0.05, 0.3, 0.01, 0.24, 0.4], dtype=torch.float64)
+    n, draws = len(weights), 4000
+    generator = torch.Generator().manual_seed(1234)
+    total = torch.zeros(n, dtype=torch.float64)
+    for _ in range(draws):
+        total += torch.bincount(systematic_resample(weights, generator), minlength=n)
+    mean_copies = total / draws
+    # 5 sigma with sigma <= 0.5 / sqrt(draws) = 0.0079
+    assert torch.allclose(mean_copies, n * weights, atol=0.04), (mean_copies, n * weights)
+
+
+def test_systematic_resample_is_reproducible_with_a_seed():
+    weights = torch.softmax(torch.randn(8, generator=torch.Generator().manual_seed(0), dtype=torch.float64), 0)
+    first = systematic_resample(weights, torch.Generator().manual_seed(7))
+    second = systematic_resample(weights, torch.Generator().manual_seed(7))
+    assert first.tolist() == second.tolist()
