@@ -3,5 +3,6 @@ ends with a Result."""
 from .autoregressive import Autoregressive
 from .fixed import FixedSpeculative
 from .pacer import Pacer
+from .smc import SMC
 
-__all__ = ["Autoregressive", "FixedSpeculative", "Pacer"]
+__all__ = ["Autoregressive", "FixedSpeculative", "Pacer", "SMC"]

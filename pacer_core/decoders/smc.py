@@ -1,0 +1,297 @@
+"""SMC-SD: sequential Monte Carlo speculative decoding (section 4 of ALGORITHMS.md).
+
+Emara, Barba da Costa, Chang, Freer, Vieira, Cotterell, Abdelfattah 2026, "Faster LLM Inference via
+Sequential Monte Carlo" (arXiv 2604.15672); reference engine github.com/abdelfattah-lab/smcsd
+(Apache-2.0; this is an independent implementation, no code copied).
+
+SMC-SD is APPROXIMATE: its output is NOT distributed exactly as the target's. Instead of rejecting
+drafted tokens it keeps N particles (one batch row each) and reweights them; the output distribution
+approaches the target's only as N grows (benchmarks/smc_tv.py measures the gap).
+
+One cycle, batched over the N particles:
+  1. draft:   d_1..d_K ~ q_Td, all N rows as one [N, ·] batch per draft forward, keeping log q_Td(d_k)
+  2. verify:  ONE target forward over the K+1 positions [last token, d_1..d_K] for all N rows
+  3. weight:  logw_i += Σ_k [ a · log p_T(d_k) − log q_Td(d_k) ]   (tokens after an EOS masked)
+  4. bonus:   b ~ p_T at the last position; every live particle grows by exactly K+1 tokens
+  5. resample when ESS = 1 / Σ w² < ess_threshold · N: systematic resampling, copy rows of BOTH KV caches
+     and of the token histories by ancestor index, reset logw = 0
+  6. stop when every particle is finished (EOS or max_new_tokens); output one particle drawn from the
+     final normalised weights (or their argmax)
+Nothing is rejected and nothing is rolled back.
+
+Design decisions (documented here because the UI and the validation layer rely on them):
+* Temperature 0 is refused (``SettingsError``): SMC-SD is a sampling method. At T = 0 p_T is one-hot,
+  every particle would be the same deterministic sequence (N wasted) and its drafted tokens would be the
+  DRAFT's argmax, not the target's greedy output. Use AR / fixed SD / PACER for greedy decoding.
+* p_T and q_Td use the same top-k / top-p filter as the bonus token. A drafted token the target's filter
+  excludes gets log p = -inf, so its particle has weight 0 and dies at the next resampling; if every
+  particle has weight 0 the log-weights restart at 0 (no information left to weigh by).
+* Only drafted tokens are weighted (the bonus is drawn from p_T itself, so at a = 1 its ratio is 1).
+* Prefill: the prompt minus its last token is fed ONCE with batch 1 to each model, then the caches are
+  expanded to N rows (``reorder`` with an all-zero ancestor index, i.e. index_select on the batch
+  dimension). The prompt is computed once instead of N times; the price is one extra forward pass per
+  model, which IS counted in ``target_calls`` / ``draft_calls`` (``info["prefill_calls"]``).
+* The last cycle drafts only K' = min(K, room − 1) tokens so the particles end exactly at
+  ``max_new_tokens``; no drafted token is ever thrown away.
+* Finished particles stay in the batch (their rows are fed padding, their outputs ignored); they add 0
+  to their log-weight and their continuation no longer changes. Resampling may copy them.
+* Metrics: ``tau`` = tokens of the chosen particle / target forward passes (prefill included);
+  ``alpha`` is None (nothing is accepted or rejected); draft tokens of all particles are counted in
+  ``info["drafted_tokens"]``.
+
+Shape letters: N particles, K drafted tokens this cycle, L tokens in every row's history, V vocabulary.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from ..events import Metrics, Result, SMCCycleEvent
+from ..kvcache import CachedModel
+from ..particles import effective_sample_size, normalize_log_weights, systematic_resample
+from ..sampling import filter_logits
+from ..settings import DecodeSettings, SettingsError
+from .base import new_generator
+
+
+def token_log_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """log of the sampling distribution at ``temperature`` (> 0) after top-k/top-p, float64. [..., V]."""
+    filtered = filter_logits(logits.float() / temperature, top_k, top_p)
+    return torch.log_softmax(filtered.double(), dim=-1)
+
+
+def sample_rows(log_probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One id per row of a [N, V] log-distribution → [N] long."""
+    return torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+
+
+@dataclass
+class ParticleState:
+    """N particles decoded in lock-step.
+
+    Invariants: every row of ``histories`` has the same length (prompt + the same number of generated
+    positions); a live particle's continuation is its whole row after the prompt; a finished particle's
+    continuation is the first ``lengths[i]`` positions after the prompt (the rest is padding). Each
+    model's cache holds the first ``model.length`` columns of every row."""
+    prompt_len: int
+    histories: torch.Tensor      # [N, L] long
+    lengths: torch.Tensor        # [N] long: valid continuation tokens
+    finished: torch.Tensor       # [N] bool
+    ended_with_eos: torch.Tensor  # [N] bool
+    log_weights: torch.Tensor    # [N] float64
+    target: CachedModel
+    draft: CachedModel
+
+    @property
+    def n_particles(self) -> int:
+        return self.histories.shape[0]
+
+    @property
+    def generated(self) -> int:
+        """Positions generated so far in every row (live particles' length)."""
+        return self.histories.shape[1] - self.prompt_len
+
+    def continuation(self, index: int) -> list[int]:
+        return self.histories[index, self.prompt_len: self.prompt_len + int(self.lengths[index])].tolist()
+
+    def reorder(self, ancestors: torch.Tensor) -> None:
+        """Row i becomes old row ancestors[i]: both KV caches and all per-particle tensors."""
+        self.target.reorder(ancestors)
+        self.draft.reorder(ancestors)
+        self.histories = self.histories.index_select(0, ancestors)
+        self.lengths = self.lengths.index_select(0, ancestors)
+        self.finished = self.finished.index_select(0, ancestors)
+        self.ended_with_eos = self.ended_with_eos.index_select(0, ancestors)
+        self.log_weights = self.log_weights.index_select(0, ancestors)
+
+
+def start_particles(pair, prompt_ids: list[int], n_particles: int) -> ParticleState:
+    """Prefill prompt[:-1] once with batch 1 in both models, then expand the caches to N rows."""
+    if not prompt_ids:
+        raise ValueError("SMC-SD needs at least one prompt token.")
+    target = CachedModel(pair.target, pair.vocab_size)
+    draft = CachedModel(pair.draft, pair.vocab_size)
+    expand = torch.zeros(n_particles, dtype=torch.long)
+    if len(prompt_ids) > 1:
+        prefix = torch.tensor([list(prompt_ids[:-1])], dtype=torch.long)   # [1, P-1]
+        for model in (target, draft):
+            model.forward(prefix)
+            model.reorder(expand)                                           # [1, ...] → [N, ...]
+    histories = torch.tensor([list(prompt_ids)], dtype=torch.long).expand(n_particles, -1).clone()
+    return ParticleState(prompt_len=len(prompt_ids), histories=histories,
+                         lengths=torch.zeros(n_particles, dtype=torch.long),
+                         finished=torch.zeros(n_particles, dtype=torch.bool),
+                         ended_with_eos=torch.zeros(n_particles, dtype=torch.bool),
+                         log_weights=torch.zeros(n_particles, dtype=torch.float64), target=target, draft=draft)
+
+
+@dataclass
+class CycleOutcome:
+    new_tokens: list[list[int]]        # each particle's valid new tokens (before resampling)
+    draft_seconds: float
+    verify_seconds: float
+
+
+class SMC:
+    """Sequential Monte Carlo speculative decoding (APPROXIMATE). See the module docstring."""
+
+    name = "smc"
+
+    def __init__(self, n_particles: int = 4, draft_len: int = 4, ess_threshold: float = 0.5,
+                 draft_temperature: float | None = None, power: float = 1.0, final: str = "sample"):
+        if int(n_particles) < 1 or int(draft_len) < 1:
+            raise ValueError("SMC-SD needs n_particles >= 1 and draft_len >= 1.")
+        if not 0.0 <= float(ess_threshold) <= 1.0:
+            raise ValueError("ess_threshold must be in [0, 1].")
+        if draft_temperature is not None and float(draft_temperature) <= 0:
+            raise ValueError("draft_temperature must be > 0 (or None: same as temperature).")
+        if float(power) < 0:
+            raise ValueError("power must be >= 0.")
+        if final not in ("sample", "argmax"):
+            raise ValueError("final must be 'sample' or 'argmax'.")
+        self.n_particles = int(n_particles)
+        self.draft_len = int(draft_len)
+        self.ess_threshold = float(ess_threshold)
+        self.draft_temperature = None if draft_temperature is None else float(draft_temperature)
+        self.power = float(power)
+        self.final = final
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel=None) -> Iterator:
+        """Yield one SMCCycleEvent per cycle (= one target forward), then the Result."""
+        if settings.greedy:
+            raise SettingsError("SMC-SD samples, so it needs a temperature above 0 (for example 0.7 or 1.0). "
+                                "For greedy decoding choose AR, fixed SD or PACER.")
+        started = time.perf_counter()
+        generator = new_generator(settings.seed)
+        eos_ids = torch.tensor(sorted(pair.eos_token_ids), dtype=torch.long)
+        pad_id = int(eos_ids[0]) if eos_ids.numel() else 0
+        state = start_particles(pair, prompt_ids, self.n_particles)
+        prefill_calls = {"target": state.target.calls, "draft": state.draft.calls}
+        events, resamples, drafted_tokens, cancelled = [], 0, 0, False
+        while not bool(state.finished.all()):
+            if cancel is not None and cancel.is_set():
+                cancelled = True
+                break
+            n_draft = min(self.draft_len, settings.max_new_tokens - state.generated - 1)
+            log_weights_before = state.log_weights.clone()
+            outcome = self.cycle(state, n_draft, settings, eos_ids, pad_id, generator)
+            drafted_tokens += n_draft * self.n_particles  # every row is drafted, finished ones too
+            event = self.resample_and_report(pair, state, len(events), outcome, log_weights_before, generator)
+            resamples += int(event.resampled)
+            events.append(event)
+            yield event
+        yield self.result(pair, state, events, settings, generator, started, cancelled,
+                          {"prefill_calls": prefill_calls, "resamples": resamples, "drafted_tokens": drafted_tokens})
+
+    # ------------------------------------------------------------------ one cycle
+    def cycle(self, state: ParticleState, n_draft: int, settings: DecodeSettings, eos_ids: torch.Tensor,
+              pad_id: int, generator: torch.Generator) -> CycleOutcome:
+        """Draft K tokens per particle, verify them in one target pass, update log-weights, add the bonus."""
+        temperature = settings.temperature
+        draft_temperature = self.draft_temperature or temperature
+        n_particles = state.n_particles
+
+        # 1. Draft: d_k ~ q_Td(· | row), one [N, ·] draft forward per token.
+        started = time.perf_counter()
+        drafted_ids = torch.zeros(n_particles, n_draft, dtype=torch.long)          # [N, K]
+        draft_log_probs = torch.zeros(n_particles, n_draft, dtype=torch.float64)   # [N, K] log q_Td(d_k)
+        pending = state.histories[:, state.draft.length:]                           # [N, 1 or 2]
+        for k in range(n_draft):
+            draft_logits = state.draft.forward(pending)[:, -1]                      # [N, V]
+            draft_log_dist = token_log_probs(draft_logits, draft_temperature, settings.top_k, settings.top_p)
+            drafted_ids[:, k] = sample_rows(draft_log_dist, generator)
+            draft_log_probs[:, k] = draft_log_dist.gather(-1, drafted_ids[:, k: k + 1]).squeeze(-1)
+            pending = drafted_ids[:, k: k + 1]
+        draft_seconds = time.perf_counter() - started
+
+        # 2. Verify: ONE target forward over [pending, d_1..d_K] for all N rows; the last K+1 positions
+        #    score d_1..d_K and the bonus.
+        started = time.perf_counter()
+        target_input = torch.cat([state.histories[:, state.target.length:], drafted_ids], dim=1)
+        target_logits = state.target.forward(target_input)[:, -(n_draft + 1):]     # [N, K+1, V]
+        target_log_dist = token_log_probs(target_logits, temperature, settings.top_k, settings.top_p)
+        target_log_probs = target_log_dist[:, :n_draft].gather(-1, drafted_ids.unsqueeze(-1)).squeeze(-1)  # [N, K]
+        bonus_ids = sample_rows(target_log_dist[:, n_draft], generator)             # [N]
+        verify_seconds = time.perf_counter() - started
+
+        # 3. Weight: logw_i += Σ_k [a · log p_T(d_k) − log q_Td(d_k)], masked after EOS and for finished rows.
+        new_ids = torch.cat([drafted_ids, bonus_ids.unsqueeze(1)], dim=1)           # [N, K+1]
+        is_eos = torch.isin(new_ids, eos_ids)                                       # [N, K+1]
+        eos_before = (torch.cumsum(is_eos.long(), dim=1) - is_eos.long()) > 0       # an EOS earlier in the cycle
+        live_tokens = ~state.finished.unsqueeze(1) & ~eos_before                    # [N, K+1]
+        scaled_target = self.power * target_log_probs if self.power != 0 else torch.zeros_like(target_log_probs)
+        increments = torch.where(live_tokens[:, :n_draft], scaled_target - draft_log_probs,
+                                 torch.zeros_like(draft_log_probs)).sum(dim=1)      # [N] float64
+        state.log_weights = state.log_weights + increments
+        if bool(torch.isneginf(state.log_weights).all()):
+            state.log_weights = torch.zeros_like(state.log_weights)  # no particle is possible: restart weights
+
+        # 4. Bonus and growth: every live particle grows by K+1 (truncated after its EOS); pad the rest.
+        state.histories = torch.cat([state.histories, new_ids.masked_fill(~live_tokens, pad_id)], dim=1)
+        new_counts = live_tokens.long().sum(dim=1)                                  # [N]
+        state.lengths = state.lengths + new_counts
+        hit_eos = (is_eos & live_tokens).any(dim=1)
+        state.ended_with_eos = state.ended_with_eos | hit_eos
+        state.finished = state.finished | hit_eos | (state.lengths >= settings.max_new_tokens)
+        new_tokens = [new_ids[i, : int(new_counts[i])].tolist() for i in range(n_particles)]
+        return CycleOutcome(new_tokens, draft_seconds, verify_seconds)
+
+    # ------------------------------------------------------------------ 5. resampling
+    def resample_and_report(self, pair, state: ParticleState, step: int, outcome: CycleOutcome,
+                            log_weights_before: torch.Tensor, generator: torch.Generator) -> SMCCycleEvent:
+        """Normalise, compute ESS, resample when ESS < ess_threshold · N; describe the cycle."""
+        weights = normalize_log_weights(state.log_weights)                          # [N] float64
+        ess = effective_sample_size(weights)
+        n_particles = state.n_particles
+        log_weights = state.log_weights.tolist()
+        finished = state.finished.tolist()
+        leader = int(torch.argmax(weights))
+        leader_text = pair.decode(state.continuation(leader))
+        total_new_tokens = int(state.lengths.max())
+        resampled = ess < self.ess_threshold * n_particles
+        if resampled:
+            ancestors = systematic_resample(weights, generator)                     # [N] long
+            state.reorder(ancestors)
+            state.log_weights = torch.zeros(n_particles, dtype=torch.float64)
+        else:
+            ancestors = torch.arange(n_particles)
+        return SMCCycleEvent(
+            method=self.name, step=step, particle_texts=[pair.decode(ids) for ids in outcome.new_tokens],
+            particle_token_ids=outcome.new_tokens, log_weights=log_weights, weights=weights.tolist(), ess=ess,
+            ess_threshold=self.ess_threshold, resampled=resampled, ancestors=ancestors.tolist(), finished=finished,
+            draft_seconds=outcome.draft_seconds, verify_seconds=outcome.verify_seconds,
+            total_new_tokens=total_new_tokens, leader_text=leader_text)
+
+    # ------------------------------------------------------------------ 6. the output particle
+    def choose(self, state: ParticleState, generator: torch.Generator) -> tuple[int, torch.Tensor]:
+        weights = normalize_log_weights(state.log_weights)
+        if self.final == "argmax":
+            return int(torch.argmax(weights)), weights
+        return int(torch.multinomial(weights, 1, generator=generator)), weights
+
+    def result(self, pair, state, events, settings, generator, started, cancelled, extra) -> Result:
+        chosen, weights = self.choose(state, generator)
+        token_ids = state.continuation(chosen)
+        seconds = time.perf_counter() - started
+        target_calls = state.target.calls
+        metrics = Metrics(tau=len(token_ids) / target_calls if target_calls else 0.0, alpha=None,
+                          target_calls=target_calls, draft_calls=state.draft.calls, new_tokens=len(token_ids),
+                          seconds=seconds, tokens_per_s=len(token_ids) / seconds if seconds > 0 else 0.0)
+        if cancelled:
+            finish_reason = "cancelled"
+        else:
+            finish_reason = "eos" if bool(state.ended_with_eos[chosen]) else "length"
+        info = {"approximate": True,
+                "note": "SMC-SD is approximate: its output only approaches the target's distribution as the "
+                        "number of particles grows (Emara et al. 2026, arXiv 2604.15672).",
+                "n_particles": self.n_particles, "draft_len": self.draft_len, "ess_threshold": self.ess_threshold,
+                "draft_temperature": self.draft_temperature or settings.temperature, "power": self.power,
+                "final": self.final, "cycles": len(events), "chosen_particle": chosen,
+                "final_weights": weights.tolist(),
+                "particle_texts": [pair.decode(state.continuation(i)) for i in range(state.n_particles)]} | extra
+        return Result(method=self.name, text=pair.decode(token_ids), token_ids=token_ids, events=events,
+                      metrics=metrics, settings=settings.to_dict(), info=info, finish_reason=finish_reason)
