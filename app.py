@@ -1,0 +1,53 @@
+"""PACER Lab: the live speculative-decoding explainer (Gradio).
+
+    python app.py                                   # embedded pair on 127.0.0.1:7860
+    python app.py --target HuggingFaceTB/SmolLM2-360M-Instruct --draft embedded --port 8000
+    PACER_TARGET=... PACER_DRAFT=... python app.py  # the same through the environment
+
+The model pair is loaded once per process; every browser session keeps its own run state."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="PACER Lab: fixed-length SD, PACER and SMC-SD side by side, live.")
+    parser.add_argument("--target", default=None, help="target model: hub id, local dir or 'embedded' "
+                        "(default: $PACER_TARGET or embedded)")
+    parser.add_argument("--draft", default=None, help="draft model: hub id, local dir or 'embedded' "
+                        "(default: $PACER_DRAFT or embedded)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: $PACER_DEVICE or auto)")
+    parser.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default: $PACER_DTYPE)")
+    parser.add_argument("--host", default=os.environ.get("PACER_HOST", os.environ.get("GRADIO_SERVER_NAME",
+                                                                                      "127.0.0.1")),
+                        help="interface to listen on (0.0.0.0 to serve a network; default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PACER_PORT", os.environ.get(
+        "GRADIO_SERVER_PORT", "7860"))), help="port (default 7860)")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="runs decoding at the same time (default: $PACER_CONCURRENCY or 1)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from pacer_core.models import ModelLoadError, pair_from_env
+    from pacer_core.ui.layout import build_ui, serve
+
+    print("[pacer] loading the model pair (once per process)…", file=sys.stderr, flush=True)
+    try:
+        pair = pair_from_env(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
+    except ModelLoadError as error:
+        print(f"[pacer] {error}", file=sys.stderr)
+        return 2
+    info = pair.describe()
+    print(f"[pacer] target {info['target']} | draft {info['draft']} | {info['device']} {info['dtype']}",
+          file=sys.stderr, flush=True)
+    demo = build_ui(pair)
+    serve(demo, host=args.host, port=args.port, concurrency=args.concurrency)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

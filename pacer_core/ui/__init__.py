@@ -1,0 +1,23 @@
+"""The live explainer: pure renderers (events → escaped HTML, plotly figures, metrics tables), the
+per-session run state, and ``build_ui(pair)`` that lays out the Gradio app and wires its events.
+
+Data flows one way: decoders yield events → ``session`` collects them → ``render``/``plots``/``tables``
+turn them into what the browser shows. Nothing here touches a KV cache."""
+
+METHOD_LABELS = {
+    "ar": "Autoregressive (AR)",
+    "fixed": "Fixed-length SD",
+    "pacer": "PACER",
+    "smc": "SMC-SD (approximate)",
+}
+COLUMN_METHODS = ("fixed", "pacer", "smc")
+
+
+def build_ui(pair, **kwargs):
+    """The gr.Blocks app for one loaded ModelPair (imported lazily: gradio is heavy)."""
+    from .layout import build_ui as _build
+
+    return _build(pair, **kwargs)
+
+
+__all__ = ["METHOD_LABELS", "COLUMN_METHODS", "build_ui"]

@@ -1,0 +1,343 @@
+"""``build_ui(pair)``: the Gradio Blocks app. It lays out components and wires events; everything
+it shows comes from the pure renderers (render, plots, tables) over a per-session ``RunSession``.
+
+Handlers take one dict of input values (a set of components as ``inputs``) and return dicts keyed
+by component, never positional tuples. Bad settings become a warning toast plus an error line in
+the page (SettingsError's own message), never a stack trace; the app keeps serving."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import gradio as gr
+
+from ..models import ModelLoadError
+from ..settings import DecodeSettings, Limits, SettingsError
+from . import COLUMN_METHODS, METHOD_LABELS, plots, render, tables
+from .session import RunSession, preverifier_kind, smc_available, user_message
+
+ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
+CSS_PATH = ASSETS / "style.css"
+EXAMPLES_PATH = ASSETS / "examples.json"
+EXPLAIN_PATH = Path(__file__).resolve().parent / "explain.md"
+PLOT_INTERVAL_S = 1.0          # redraw plots at most this often while streaming (they are heavy)
+
+try:  # On a Hugging Face ZeroGPU Space, decorate the model-running handlers; unchanged elsewhere.
+    import spaces  # type: ignore
+
+    _gpu = spaces.GPU
+except ImportError:  # pragma: no cover - the usual case off Spaces
+    def _gpu(function):
+        return function
+
+
+def load_examples(path: Path = EXAMPLES_PATH) -> list[dict]:
+    try:
+        return [item for item in json.loads(path.read_text(encoding="utf-8")) if item.get("prompt")]
+    except (OSError, ValueError):
+        return [{"label": "Counting", "prompt": "Count from 1 to 20, separated by commas."}]
+
+
+def launch_options() -> dict:
+    """Arguments for ``demo.launch`` that Gradio 6 takes there rather than in ``gr.Blocks``."""
+    return {"css": CSS_PATH.read_text(encoding="utf-8") if CSS_PATH.exists() else "",
+            "theme": gr.themes.Soft(primary_hue="blue"), "footer_links": ["api"]}
+
+
+def default_threshold(preverifier, temperature: float) -> float:
+    if preverifier is None:
+        return 0.3
+    if hasattr(preverifier, "threshold_for"):
+        try:
+            return float(preverifier.threshold_for(temperature))
+        except Exception:  # noqa: BLE001
+            pass
+    return float(getattr(preverifier, "default_threshold", 0.3))
+
+
+def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: str | None = None,
+             title: str = "PACER Lab") -> gr.Blocks:
+    """The whole app for one ModelPair loaded once per process."""
+    limits = limits or Limits.from_env()
+    if preverifier is None:
+        try:
+            from ..preverifier import default_preverifier
+
+            preverifier = default_preverifier(pair)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc(file=sys.stderr)
+            preverifier = None
+    pv_kind = getattr(preverifier, "kind", None) or preverifier_kind(pair)
+    has_smc = smc_available()
+    defaults = DecodeSettings()
+    examples = load_examples()
+    explain_text = EXPLAIN_PATH.read_text(encoding="utf-8") if EXPLAIN_PATH.exists() else ""
+
+    with gr.Blocks(title=title, fill_width=True) as demo:
+        session_state = gr.State(None)
+        with gr.Tabs():
+            with gr.Tab("Live demo", id="live"):
+                gr.Markdown(
+                    "# PACER Lab: speculative decoding, live\n"
+                    "A small **draft** model guesses the next tokens; the big **target** model checks them all in "
+                    "one forward pass. Three ways to use the guesses run side by side on the same prompt, seed and "
+                    "temperature: **fixed-length SD**, **PACER** (adaptive length, pre-verification) and "
+                    "**SMC-SD** (particles, approximate).", elem_id="pacer-title")
+                gr.HTML(render.pair_status_html(pair.describe(), pv_kind, has_smc, pair_note), elem_id="pair-status")
+                with gr.Row(equal_height=False):
+                    with gr.Column(scale=4):
+                        prompt = gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",
+                                            value=examples[0]["prompt"] if examples else "",
+                                            placeholder="Type a prompt, or pick an example below")
+                    with gr.Column(scale=1, min_width=200):
+                        run_button = gr.Button("▶ Run", variant="primary", elem_id="run-button")
+                        step_button = gr.Button("⏭ Step", variant="secondary", elem_id="step-button")
+                        stop_button = gr.Button("■ Stop", variant="stop", elem_id="stop-button")
+                        measure_ar = gr.Checkbox(value=True, label="Measure AR baseline after the run",
+                                                 elem_id="measure-ar")
+                gr.Examples(examples=[[item["prompt"]] for item in examples], inputs=[prompt],
+                            example_labels=[item.get("label", item["prompt"][:30]) for item in examples],
+                            label="Workshop examples")
+                with gr.Accordion("Settings", open=False, elem_id="settings"):
+                    with gr.Row():
+                        with gr.Column(min_width=220):
+                            gr.Markdown("**Shared**")
+                            temperature = gr.Slider(0.0, 2.0, value=0.7, step=0.05, label="Temperature (0 = greedy)",
+                                                    info="SMC-SD needs a temperature above 0.")
+                            seed = gr.Number(value=defaults.seed, precision=0, label="Seed")
+                            max_new_tokens = gr.Slider(1, limits.max_new_tokens, step=1, label="Max new tokens",
+                                                       value=min(48, limits.max_new_tokens), elem_id="max-new-tokens")
+                            top_k = gr.Number(value=defaults.top_k, precision=0, label="Top-k (0 = off)")
+                            top_p = gr.Slider(0.01, 1.0, value=defaults.top_p, step=0.01, label="Top-p")
+                            chat = gr.Checkbox(value=bool(pair.use_chat_template), label="Use the chat template")
+                        with gr.Column(min_width=200):
+                            gr.Markdown(f"**{METHOD_LABELS['fixed']}**")
+                            gamma = gr.Slider(1, 16, value=defaults.gamma, step=1, label="Draft length γ")
+                        with gr.Column(min_width=220):
+                            gr.Markdown(f"**{METHOD_LABELS['pacer']}**")
+                            block_size = gr.Slider(1, 8, value=defaults.block_size, step=1, label="Block size")
+                            max_draft_len = gr.Slider(1, 32, value=defaults.max_draft_len, step=1,
+                                                      label="Max draft length")
+                            own_threshold = gr.Checkbox(value=True, label="Use the pre-verifier's own threshold")
+                            threshold = gr.Slider(0.0, 1.0, value=round(default_threshold(preverifier, 0.7), 2),
+                                                  step=0.01, label="Threshold (when not using its own)")
+                            on_fail = gr.Radio([("submit failing block (lossless)", "submit"),
+                                                ("discard it (exact only when greedy)", "discard")],
+                                               value=defaults.on_fail, label="On a failed block")
+                        with gr.Column(min_width=200):
+                            gr.Markdown(f"**{METHOD_LABELS['smc']}**")
+                            n_particles = gr.Slider(1, limits.max_particles, value=min(4, limits.max_particles),
+                                                    step=1, label="Particles N")
+                            draft_len = gr.Slider(1, 16, value=defaults.draft_len, step=1, label="Draft length K")
+                            ess_threshold = gr.Slider(0.0, 1.0, value=defaults.ess_threshold, step=0.05,
+                                                      label="ESS threshold (fraction of N)")
+                legend = gr.HTML(render.legend_html(), elem_id="legend")
+                status = gr.HTML(render.run_status_html("Ready."), elem_id="run-status")
+                narration = gr.HTML(render.narration_html({}), elem_id="narration")
+                columns = {}
+                with gr.Row(elem_id="pacer-columns", equal_height=False):
+                    for method in COLUMN_METHODS:
+                        with gr.Column(min_width=280):
+                            columns[method] = gr.HTML(render.column_html(method, []), elem_id=f"col-{method}",
+                                                      elem_classes=["pacer-col-box"], max_height=520,
+                                                      autoscroll=True, container=True, padding=True)
+                with gr.Row():
+                    plot_lengths = gr.Plot(plots.draft_length_figure([], []), elem_id="plot-lengths", show_label=False)
+                    plot_accept = gr.Plot(plots.acceptance_figure({}), elem_id="plot-accept", show_label=False)
+                    plot_blocks = gr.Plot(plots.block_scores_figure([]), elem_id="plot-blocks", show_label=False)
+                with gr.Row():
+                    plot_weights = gr.Plot(plots.smc_weights_figure([]), elem_id="plot-weights", show_label=False)
+                    plot_ess = gr.Plot(plots.smc_ess_figure([]), elem_id="plot-ess", show_label=False)
+                    plot_genealogy = gr.Plot(plots.smc_genealogy_figure([]), elem_id="plot-genealogy",
+                                             show_label=False)
+                table = gr.Dataframe(tables.empty_frame(), label="Metrics (speedup = tokens/s ÷ AR tokens/s)",
+                                     interactive=False, elem_id="metrics-table", wrap=True)
+                with gr.Row():
+                    download_json = gr.DownloadButton("⬇ JSON trace", value=None, elem_id="download-json")
+                    download_csv = gr.DownloadButton("⬇ CSV metrics", value=None, elem_id="download-csv")
+            with gr.Tab("Explain", id="explain"):
+                gr.HTML(render.legend_html())
+                gr.Markdown(explain_text or "See the README.", elem_id="explain-text")
+
+        setting_inputs = {"temperature": temperature, "seed": seed, "max_new_tokens": max_new_tokens,
+                          "top_k": top_k, "top_p": top_p, "gamma": gamma, "block_size": block_size,
+                          "max_draft_len": max_draft_len, "threshold": threshold, "on_fail": on_fail,
+                          "n_particles": n_particles, "draft_len": draft_len, "ess_threshold": ess_threshold}
+        inputs = set(setting_inputs.values()) | {prompt, chat, own_threshold, measure_ar, session_state}
+        plot_components = {"lengths": plot_lengths, "accept": plot_accept, "blocks": plot_blocks,
+                           "weights": plot_weights, "ess": plot_ess, "genealogy": plot_genealogy}
+        outputs = ([columns[m] for m in COLUMN_METHODS] + list(plot_components.values())
+                   + [status, narration, table, download_json, download_csv, session_state])
+
+        def read_settings(values: dict) -> dict:
+            raw = {name: values[component] for name, component in setting_inputs.items()}
+            if values[own_threshold]:
+                raw["threshold"] = None
+            return raw
+
+        def new_session(values: dict) -> RunSession:
+            return RunSession(pair, values[prompt], read_settings(values), chat=bool(values[chat]),
+                              preverifier=preverifier)
+
+        def render_columns(session: RunSession, running: bool) -> dict:
+            out = {}
+            for method in COLUMN_METHODS:
+                run = session.runs[method]
+                note = None
+                if method == "pacer" and pv_kind != "trained":
+                    note = "Pre-verifier: heuristic confidence rule (no trained layer for this pair)."
+                if method == "smc" and not run.error:
+                    note = "SMC-SD is approximate: its output follows the target's distribution only approximately."
+                if method == "pacer" and session.settings.get("on_fail") == "discard" and session.settings.get(
+                        "temperature", 0) > 0:
+                    note = "Discard mode under sampling is approximate (not lossless)."
+                out[columns[method]] = render.column_html(method, run.events, run.result, run.error,
+                                                          running=running and not run.done, note=note,
+                                                          smc_texts=run.token_texts)
+            return out
+
+        def render_plots(session: RunSession) -> dict:
+            runs = session.runs
+            pacer_events = runs["pacer"].events if "pacer" in runs else []
+            fixed_events = runs["fixed"].events if "fixed" in runs else []
+            smc_events = runs["smc"].events if "smc" in runs else []
+            threshold_value = None
+            return {
+                plot_lengths: plots.draft_length_figure(fixed_events, pacer_events, session.oracle,
+                                                        session.oracle_steps),
+                plot_accept: plots.acceptance_figure({"fixed": fixed_events, "pacer": pacer_events}),
+                plot_blocks: plots.block_scores_figure(pacer_events, threshold_value),
+                plot_weights: plots.smc_weights_figure(smc_events),
+                plot_ess: plots.smc_ess_figure(smc_events),
+                plot_genealogy: plots.smc_genealogy_figure(smc_events),
+            }
+
+        def render_table(session: RunSession):
+            return tables.metrics_frame(session.results(), session.busy_seconds(), session.statuses())
+
+        def export_files(session: RunSession) -> dict:
+            folder = Path(tempfile.mkdtemp(prefix="pacer-run-"))
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            trace_path = folder / f"pacer-trace-{stamp}.json"
+            trace_path.write_text(json.dumps(session.trace(), indent=1, ensure_ascii=False), encoding="utf-8")
+            csv_path = folder / f"pacer-metrics-{stamp}.csv"
+            render_table(session).to_csv(csv_path, index=False)
+            return {download_json: gr.DownloadButton(value=str(trace_path)),
+                    download_csv: gr.DownloadButton(value=str(csv_path))}
+
+        def settings_failure(error: Exception, session) -> dict:
+            message = user_message(error)
+            gr.Warning(message)
+            return {status: render.run_status_html(message, "error"), session_state: session}
+
+        def finish_run(session: RunSession, want_ar: bool, started: float):
+            """After the three columns: the AR baseline (if asked), the oracle, table and exports."""
+            if want_ar and not session.cancel.is_set():
+                yield {status: render.run_status_html("Measuring the AR baseline (target alone)…", "busy"),
+                       table: render_table(session)}
+                for _ in session.ar_steps():
+                    pass
+            if not session.cancel.is_set():
+                session.compute_oracle()
+            message = f"Done in {time.perf_counter() - started:.1f} s."
+            if session.cancel.is_set():
+                message = "Stopped."
+            if session.oracle_note:
+                message += " " + session.oracle_note
+            if session.prompt_note:
+                message += " " + session.prompt_note
+            update = {status: render.run_status_html(message, "done"), table: render_table(session),
+                      session_state: session}
+            update.update(render_columns(session, running=False))
+            update.update(render_plots(session))
+            update.update(export_files(session))
+            yield update
+
+        @_gpu
+        def run_all(values: dict):
+            """Run all three methods interleaved, streaming each step to the page."""
+            try:
+                session = new_session(values)
+            except (SettingsError, ModelLoadError) as error:
+                yield settings_failure(error, values[session_state])
+                return
+            started = time.perf_counter()
+            update = {session_state: session, narration: render.narration_html({}),
+                      status: render.run_status_html("Running…", "busy"), table: render_table(session)}
+            update.update(render_columns(session, running=True))
+            yield update
+            last_plot = 0.0
+            while not session.finished:
+                session.advance()
+                update = render_columns(session, running=True)
+                steps = max(len(run.events) for run in session.runs.values())
+                update[status] = render.run_status_html(f"Running… step {steps}", "busy")
+                if time.perf_counter() - last_plot > PLOT_INTERVAL_S:
+                    update.update(render_plots(session))
+                    last_plot = time.perf_counter()
+                yield update
+            yield from finish_run(session, bool(values[measure_ar]), started)
+
+        @_gpu
+        def step_once(values: dict):
+            """Advance every method by one target forward pass and say what happened."""
+            session = values[session_state]
+            try:
+                candidate_key = (values[prompt], tuple(sorted(read_settings(values).items())), bool(values[chat]))
+                if session is None or session.finished or session.cancel.is_set() or session.key() != candidate_key:
+                    session = new_session(values)
+            except (SettingsError, ModelLoadError) as error:
+                yield settings_failure(error, values[session_state])
+                return
+            started = time.perf_counter()
+            new_events = session.advance_until_event()
+            lines = {}
+            for method, event in new_events.items():
+                run = session.runs[method]
+                if event is not None:
+                    lines[method] = render.explain_step(event)
+                elif run.error:
+                    lines[method] = run.error
+                else:
+                    lines[method] = "finished."
+            update = {session_state: session, narration: render.narration_html(lines)}
+            update.update(render_columns(session, running=not session.finished))
+            update.update(render_plots(session))
+            if session.finished:
+                yield from finish_run(session, bool(values[measure_ar]), started)
+                return
+            steps = max(len(run.events) for run in session.runs.values())
+            update[status] = render.run_status_html(f"Step-through: step {steps} shown. Press Step again.", "info")
+            update[table] = render_table(session)
+            yield update
+
+        def stop(session):
+            if session is not None:
+                session.stop()
+            return render.run_status_html("Stopping after the current step…", "busy")
+
+        run_event = run_button.click(run_all, inputs=inputs, outputs=outputs, concurrency_id="decode",
+                                     api_name="run")
+        prompt.submit(run_all, inputs=inputs, outputs=outputs, concurrency_id="decode", api_visibility="private")
+        step_button.click(step_once, inputs=inputs, outputs=outputs, concurrency_id="decode", api_name="step")
+        stop_button.click(stop, inputs=session_state, outputs=status, concurrency_limit=None, api_name="stop")
+        del run_event
+    return demo
+
+
+def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, concurrency: int | None = None,
+          **launch_kwargs):
+    """Queue with a concurrency limit and launch (what app.py calls)."""
+    if concurrency is None:
+        try:
+            concurrency = max(1, int(os.environ.get("PACER_CONCURRENCY", "1")))
+        except ValueError:
+            concurrency = 1
+    demo.queue(default_concurrency_limit=concurrency, max_size=int(os.environ.get("PACER_QUEUE_SIZE", "32")))
+    options = launch_options() | {"server_name": host, "server_port": port} | launch_kwargs
+    return demo.launch(**options)

@@ -1,0 +1,233 @@
+"""Pure plotly figure builders: events in, ``go.Figure`` out. No model, no Gradio.
+
+Any token text shown in a hover label is escaped first (plotly renders a subset of HTML in
+labels), and labels use ``hovertext`` rather than ``hovertemplate`` so ``%{...}`` in a token is
+never interpreted."""
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+
+from ..events import SMCCycleEvent, StepEvent
+from .render import plain_visible
+
+METHOD_COLOURS = {"ar": "#000000", "fixed": "#56B4E9", "pacer": "#0072B2", "smc": "#CC79A7", "oracle": "#000000"}
+ACCEPTED, REJECTED, STOPPED, DUPLICATED = "#009E73", "#D55E00", "#E69F00", "#CC79A7"
+PARTICLE_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+
+
+def hover_escape(text: str) -> str:
+    """Untrusted text for a plotly hover label: invisible characters made visible, markup escaped,
+    and ``%`` doubled-free (we never use hovertemplate)."""
+    return html.escape(plain_visible(text), quote=True)
+
+
+def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int = 300) -> go.Figure:
+    fig.update_layout(title={"text": title, "font": {"size": 15}}, template="plotly_white", height=height,
+                      margin={"l": 50, "r": 15, "t": 45, "b": 45}, xaxis_title=x_title, yaxis_title=y_title,
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0, "font": {"size": 11}},
+                      hoverlabel={"font": {"size": 12}}, font={"size": 12})
+    return fig
+
+
+def empty_figure(title: str, message: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=html.escape(message), showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+                       font={"size": 13, "color": "#777"})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _layout(fig, title, "", "")
+
+
+def _steps(events) -> list[StepEvent]:
+    return [event for event in events or [] if isinstance(event, StepEvent)]
+
+
+def _draft_tokens_hover(event: StepEvent) -> str:
+    drafted = [t for t in event.tokens if t.state in ("accepted", "rejected", "discarded")]
+    text = "".join(t.text for t in drafted)
+    return (f"step {event.step + 1}<br>drafted {event.n_drafted}, accepted {event.n_accepted}<br>"
+            f"draft: {hover_escape(text[:80])}")
+
+
+def draft_length_figure(fixed_events, pacer_events, oracle: list | None = None,
+                        oracle_steps: list | None = None) -> go.Figure:
+    """Draft length per step: fixed γ, PACER's chosen length, and the oracle γ* when known."""
+    title = "Draft length per step"
+    fixed, pacer = _steps(fixed_events), _steps(pacer_events)
+    if not fixed and not pacer:
+        return empty_figure(title, "Run to see how many tokens each method drafts per step.")
+    fig = go.Figure()
+    for name, label, events, dash in (("fixed", "fixed γ", fixed, "solid"), ("pacer", "PACER", pacer, "solid")):
+        if events:
+            fig.add_trace(go.Scatter(
+                x=[e.step + 1 for e in events], y=[len([t for t in e.tokens if t.state != "corrected"
+                                                       and t.state != "bonus"]) for e in events],
+                mode="lines+markers", name=f"{label} (drafted)", line={"color": METHOD_COLOURS[name], "shape": "hv",
+                                                                      "dash": dash},
+                hovertext=[_draft_tokens_hover(e) for e in events], hoverinfo="text"))
+            fig.add_trace(go.Scatter(
+                x=[e.step + 1 for e in events], y=[e.n_accepted for e in events], mode="markers",
+                name=f"{label} (accepted)", marker={"color": METHOD_COLOURS[name], "symbol": "circle-open",
+                                                    "size": 9},
+                hovertext=[f"step {e.step + 1}: {e.n_accepted} accepted" for e in events], hoverinfo="text"))
+    if oracle:
+        steps = oracle_steps or list(range(1, len(oracle) + 1))
+        fig.add_trace(go.Scatter(x=steps, y=oracle, mode="lines+markers", name="oracle γ*",
+                                 line={"color": METHOD_COLOURS["oracle"], "dash": "dot", "shape": "hv"},
+                                 marker={"symbol": "x", "size": 7},
+                                 hovertext=[f"step {s}: γ* = {g}" for s, g in zip(steps, oracle)], hoverinfo="text"))
+    return _layout(fig, title, "step (target forward pass)", "tokens")
+
+
+def acceptance_by_position(events) -> tuple[list[int], list[float], list[int]]:
+    """For draft positions 1..G: fraction of verified drafted tokens at that position accepted."""
+    totals, accepted = {}, {}
+    for event in _steps(events):
+        position = 0
+        for token in event.tokens:
+            if token.state not in ("accepted", "rejected"):
+                continue
+            position += 1
+            totals[position] = totals.get(position, 0) + 1
+            accepted[position] = accepted.get(position, 0) + (token.state == "accepted")
+    positions = sorted(totals)
+    return positions, [accepted[p] / totals[p] for p in positions], [totals[p] for p in positions]
+
+
+def acceptance_figure(runs: dict) -> go.Figure:
+    """Acceptance rate by draft position, one bar group per method."""
+    title = "Acceptance rate by draft position"
+    fig = go.Figure()
+    for method, events in runs.items():
+        positions, rates, counts = acceptance_by_position(events)
+        if not positions:
+            continue
+        label = {"fixed": "fixed γ", "pacer": "PACER"}.get(method, method)
+        fig.add_trace(go.Bar(x=positions, y=rates, name=label, marker_color=METHOD_COLOURS.get(method, "#777"),
+                             hovertext=[f"{label}, position {p}: {r:.0%} of {c} drafted tokens accepted"
+                                        for p, r, c in zip(positions, rates, counts)], hoverinfo="text"))
+    if not fig.data:
+        return empty_figure(title, "No drafted tokens yet.")
+    fig.update_yaxes(range=[0, 1.05], tickformat=".0%")
+    fig.update_layout(barmode="group")
+    return _layout(fig, title, "position in the draft", "accepted")
+
+
+def block_scores_figure(pacer_events, threshold: float | None = None) -> go.Figure:
+    """Every PACER block's pre-verifier score against the threshold (passed green, failed amber)."""
+    title = "PACER pre-verifier block scores"
+    points = []
+    for event in _steps(pacer_events):
+        for block in event.blocks:
+            tokens = [t for t in event.tokens if t.block == block.index]
+            points.append((event.step + 1, block, "".join(t.text for t in tokens)))
+    if not points:
+        return empty_figure(title, "PACER's blocks appear here as it drafts.")
+    fig = go.Figure()
+    for passed, colour, name, symbol in ((True, ACCEPTED, "block passed", "circle"),
+                                         (False, STOPPED, "block failed → stop", "x")):
+        chosen = [(s, b, t) for s, b, t in points if b.passed == passed]
+        if chosen:
+            fig.add_trace(go.Scatter(
+                x=[s + 0.12 * b.index for s, b, _ in chosen], y=[b.score for _, b, _ in chosen], mode="markers",
+                name=name, marker={"color": colour, "size": 9, "symbol": symbol, "line": {"width": 1}},
+                hovertext=[f"step {s}, block {b.index + 1} ({b.size} tokens)<br>score {b.score:.3f} vs "
+                           f"threshold {b.threshold:.3f}<br>{hover_escape(t[:80])}" for s, b, t in chosen],
+                hoverinfo="text"))
+    thresholds = sorted({b.threshold for _, b, _ in points})
+    line = threshold if threshold is not None else thresholds[-1]
+    fig.add_hline(y=line, line={"color": STOPPED, "dash": "dash"}, annotation_text=f"threshold {line:.2f}",
+                  annotation_position="top left")
+    fig.update_yaxes(range=[-0.02, 1.05])
+    return _layout(fig, title, "step (blocks of one step side by side)", "block score")
+
+
+def _cycles(events) -> list[SMCCycleEvent]:
+    return [event for event in events or [] if isinstance(event, SMCCycleEvent)]
+
+
+def smc_weights_figure(smc_events) -> go.Figure:
+    """Normalised particle weights per cycle as stacked bars (each particle one colour)."""
+    title = "SMC-SD particle weights per cycle"
+    cycles = _cycles(smc_events)
+    if not cycles:
+        return empty_figure(title, "SMC-SD's particle weights appear here.")
+    n = max(len(c.weights) for c in cycles)
+    fig = go.Figure()
+    for row in range(n):
+        fig.add_trace(go.Bar(
+            x=[c.step + 1 for c in cycles], y=[c.weights[row] if row < len(c.weights) else 0 for c in cycles],
+            name=f"#{row + 1}", marker_color=PARTICLE_COLOURS[row % len(PARTICLE_COLOURS)],
+            hovertext=[f"cycle {c.step + 1}, particle {row + 1}: weight {c.weights[row]:.3f}<br>"
+                       f"new text: {hover_escape(c.particle_texts[row][:60] if row < len(c.particle_texts) else '')}"
+                       for c in cycles if row < len(c.weights)], hoverinfo="text"))
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(range=[0, 1.0])
+    return _layout(fig, title, "cycle", "weight")
+
+
+def smc_ess_figure(smc_events) -> go.Figure:
+    """Effective sample size per cycle against the resampling threshold; resampled cycles marked."""
+    title = "SMC-SD effective sample size"
+    cycles = _cycles(smc_events)
+    if not cycles:
+        return empty_figure(title, "ESS per cycle appears here.")
+    x = [c.step + 1 for c in cycles]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=x, y=[c.ess for c in cycles], mode="lines+markers", name="ESS",
+                             line={"color": METHOD_COLOURS["smc"]},
+                             hovertext=[f"cycle {c.step + 1}: ESS {c.ess:.2f} of {len(c.weights)}" for c in cycles],
+                             hoverinfo="text"))
+    fig.add_trace(go.Scatter(x=x, y=[c.ess_threshold * len(c.weights) for c in cycles], mode="lines",
+                             name="threshold", line={"color": STOPPED, "dash": "dash"}, hoverinfo="skip"))
+    resampled = [c for c in cycles if c.resampled]
+    if resampled:
+        fig.add_trace(go.Scatter(x=[c.step + 1 for c in resampled], y=[c.ess for c in resampled], mode="markers",
+                                 name="resampled", marker={"symbol": "star", "size": 12, "color": DUPLICATED},
+                                 hovertext=[f"cycle {c.step + 1}: resampled" for c in resampled], hoverinfo="text"))
+    fig.update_yaxes(range=[0, max(len(c.weights) for c in cycles) + 0.3])
+    return _layout(fig, title, "cycle", "ESS")
+
+
+def smc_genealogy_figure(smc_events) -> go.Figure:
+    """Genealogy: a node per (cycle, particle) sized by weight; an edge from each particle to the one it
+    descends from in the previous cycle. Duplicated parents purple, dropped ones faded."""
+    title = "SMC-SD genealogy"
+    cycles = _cycles(smc_events)
+    if not cycles:
+        return empty_figure(title, "Which particle descends from which appears here.")
+    edge_x, edge_y = [], []
+    for index, cycle in enumerate(cycles[1:], start=1):
+        previous = cycles[index - 1]
+        parents = previous.ancestors if previous.resampled else list(range(len(cycle.weights)))
+        for row, parent in enumerate(parents[:len(cycle.weights)]):
+            edge_x += [previous.step + 1, cycle.step + 1, None]
+            edge_y += [parent + 1, row + 1, None]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=edge_x, y=edge_y, mode="lines", line={"color": "#9a9a9a", "width": 1.5},
+                             hoverinfo="skip", showlegend=False))
+    for kind, colour, opacity in (("kept", "#0072B2", 1.0), ("duplicated", DUPLICATED, 1.0),
+                                  ("resampled away", "#bbbbbb", 0.6)):
+        xs, ys, sizes, texts = [], [], [], []
+        for cycle in cycles:
+            counts = [cycle.ancestors.count(i) for i in range(len(cycle.weights))] if cycle.resampled else None
+            for row, weight in enumerate(cycle.weights):
+                state = "kept"
+                if counts is not None:
+                    state = "resampled away" if counts[row] == 0 else "duplicated" if counts[row] > 1 else "kept"
+                if state != kind:
+                    continue
+                xs.append(cycle.step + 1)
+                ys.append(row + 1)
+                sizes.append(6 + 22 * weight)
+                texts.append(f"cycle {cycle.step + 1}, particle {row + 1}<br>weight {weight:.3f} ({state})<br>"
+                             f"{hover_escape(cycle.particle_texts[row][:60] if row < len(cycle.particle_texts) else '')}")
+        if xs:
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=kind, opacity=opacity,
+                                     marker={"color": colour, "size": sizes, "line": {"width": 1, "color": "#333"}},
+                                     hovertext=texts, hoverinfo="text"))
+    n = max(len(c.weights) for c in cycles)
+    fig.update_yaxes(range=[0.5, n + 0.5], dtick=1)
+    return _layout(fig, title, "cycle", "particle")

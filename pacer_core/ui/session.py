@@ -1,0 +1,223 @@
+"""Per-browser-session run state: the three decoders' generators advanced one step in turn
+(interleaved, so they progress together on the same prompt, seed and temperature), the events
+they yielded, their Results, and each method's own busy time.
+
+One ``RunSession`` lives in a ``gr.State`` per browser session (never a global). It holds no
+HTML: the renderers turn its events into what is shown."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from ..api import prepare_prompt, stream
+from ..events import Result, SMCCycleEvent
+from ..models import ModelLoadError
+from ..settings import SettingsError, validate_prompt, validate_settings
+from . import COLUMN_METHODS
+
+
+def smc_available() -> bool:
+    """Whether this build ships the SMC-SD decoder (pacer_core/decoders/smc.py)."""
+    try:
+        return importlib.util.find_spec("pacer_core.decoders.smc") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def preverifier_kind(pair) -> str:
+    """"trained" when a trained pre-verifier layer exists for this pair, else "heuristic"."""
+    try:
+        from ..preverifier import default_preverifier
+
+        return getattr(default_preverifier(pair), "kind", "heuristic")
+    except Exception:  # noqa: BLE001 - a broken optional layer must not stop the app
+        return "heuristic"
+
+
+def user_message(error: BaseException) -> str:
+    """A one-line message for the UI (never a stack trace)."""
+    if isinstance(error, (SettingsError, ModelLoadError)):
+        return str(error)
+    if isinstance(error, ImportError):
+        return f"This decoder is not available in this build ({error})."
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+@dataclass
+class MethodRun:
+    """One method's generator and what it produced so far."""
+    method: str
+    generator: object = None
+    events: list = field(default_factory=list)
+    token_texts: list = field(default_factory=list)   # SMC: per cycle, per particle, token texts
+    result: Result | None = None
+    error: str | None = None
+    busy_seconds: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.error is not None
+
+
+class RunSession:
+    """The three methods on one prompt and one set of settings, advanced together.
+
+    ``advance()`` moves every unfinished method forward by one step (one target forward pass) and
+    returns the methods that moved. Settings are validated in the constructor, so a bad value
+    raises ``SettingsError`` before any model runs."""
+
+    def __init__(self, pair, prompt: str, settings: dict, chat: bool | None = None,
+                 methods=COLUMN_METHODS, preverifier=None):
+        self.pair = pair
+        self.prompt = validate_prompt(prompt)
+        self.settings = validate_settings(**settings).to_dict()
+        self.raw_settings = dict(settings)
+        self.chat = chat
+        self.preverifier = preverifier
+        self.cancel = threading.Event()
+        self.prompt_ids, self.prompt_note = prepare_prompt(pair, self.prompt, chat)
+        self.runs = {method: MethodRun(method) for method in methods}
+        self.ar: MethodRun | None = None
+        self.oracle: list | None = None
+        self.oracle_steps: list | None = None
+        self.oracle_note: str | None = None
+        self.created = time.time()
+
+    def key(self) -> tuple:
+        return (self.prompt, tuple(sorted(self.raw_settings.items())), self.chat)
+
+    # ------------------------------------------------------------ stepping
+
+    def _start(self, run: MethodRun) -> None:
+        run.generator = stream(self.pair, run.method, self.prompt, cancel=self.cancel,
+                               preverifier=self.preverifier if run.method == "pacer" else None,
+                               chat=self.chat, **self.settings)
+
+    def advance_one(self, run: MethodRun) -> bool:
+        """Pull one item from a method's generator; record events, the Result or an error."""
+        if run.done:
+            return False
+        started = time.perf_counter()
+        try:
+            if run.generator is None:
+                self._start(run)
+            item = next(run.generator)
+        except StopIteration:
+            run.error = run.error or "The decoder ended without a result."
+            return True
+        except Exception as error:  # noqa: BLE001 - shown in the column; the app keeps serving
+            run.error = user_message(error)
+            if not isinstance(error, (SettingsError, ImportError)):
+                traceback.print_exc(file=sys.stderr)
+            return True
+        finally:
+            run.busy_seconds += time.perf_counter() - started
+        if isinstance(item, Result):
+            run.result = item
+        else:
+            run.events.append(item)
+            if isinstance(item, SMCCycleEvent):
+                run.token_texts.append(self._particle_texts(item))
+        return True
+
+    def _particle_texts(self, event: SMCCycleEvent) -> list[list[str]]:
+        try:
+            return [self.pair.token_texts(ids) for ids in event.particle_token_ids]
+        except Exception:  # noqa: BLE001
+            return [[text] for text in event.particle_texts]
+
+    def advance(self) -> list[str]:
+        """One step of every unfinished method, in column order."""
+        moved = []
+        for run in self.runs.values():
+            if self.advance_one(run):
+                moved.append(run.method)
+        return moved
+
+    def advance_until_event(self) -> dict:
+        """Step-through: every unfinished method moves until it yields one event (or finishes).
+        Returns {method: the new event or None}."""
+        new = {}
+        for run in self.runs.values():
+            before = len(run.events)
+            while not run.done and len(run.events) == before:
+                self.advance_one(run)
+            # Pull the Result right away when the generator has nothing more to show.
+            new[run.method] = run.events[-1] if len(run.events) > before else None
+        return new
+
+    @property
+    def finished(self) -> bool:
+        return all(run.done for run in self.runs.values())
+
+    def stop(self) -> None:
+        self.cancel.set()
+
+    # ------------------------------------------------------------ after the run
+
+    def ar_steps(self):
+        """Generator: run the AR baseline step by step (so Stop works); yields after every step."""
+        self.ar = MethodRun("ar")
+        while not self.ar.done:
+            self.advance_one(self.ar)
+            yield self.ar
+
+    def compute_oracle(self) -> None:
+        """γ* per PACER step (greedy only), from pacer_core.analysis.oracle_lengths when it exists."""
+        pacer = self.runs.get("pacer")
+        if pacer is None or pacer.result is None or not pacer.events:
+            return
+        if self.settings["temperature"] != 0:
+            self.oracle_note = "Oracle γ* is shown for greedy runs (temperature 0) only."
+            return
+        try:
+            from ..analysis import oracle_lengths
+        except ImportError:
+            self.oracle_note = "Oracle γ* is not available in this build."
+            return
+        step_starts = [event.total_new_tokens - len(event.emitted_ids) for event in pacer.events]
+        try:
+            lengths = oracle_lengths(self.pair, self.prompt_ids, pacer.result.token_ids, step_starts)
+            self.oracle = [int(value) for value in lengths]
+            self.oracle_steps = [event.step + 1 for event in pacer.events][: len(self.oracle)]
+        except Exception as error:  # noqa: BLE001
+            self.oracle_note = f"Oracle γ* could not be computed: {user_message(error)}"
+            traceback.print_exc(file=sys.stderr)
+
+    def results(self) -> dict:
+        out = {method: run.result for method, run in self.runs.items() if run.result is not None}
+        if self.ar is not None and self.ar.result is not None:
+            out["ar"] = self.ar.result
+        return out
+
+    def busy_seconds(self) -> dict:
+        out = {method: run.busy_seconds for method, run in self.runs.items()}
+        if self.ar is not None:
+            out["ar"] = self.ar.busy_seconds
+        return out
+
+    def statuses(self) -> dict:
+        out = {}
+        for method, run in list(self.runs.items()) + ([("ar", self.ar)] if self.ar else []):
+            if run.error:
+                out[method] = "error"
+            elif run.result is None:
+                out[method] = "running" if run.events else "waiting"
+        return out
+
+    def trace(self) -> dict:
+        """Everything needed to replay the run offline: settings, pair, each Result (events included)."""
+        results = self.results()
+        return {
+            "prompt": self.prompt, "chat_template": self.chat, "settings": self.settings,
+            "pair": self.pair.describe(), "prompt_tokens": len(self.prompt_ids), "prompt_note": self.prompt_note,
+            "busy_seconds": self.busy_seconds(),
+            "oracle_lengths": self.oracle, "oracle_steps": self.oracle_steps,
+            "errors": {m: r.error for m, r in self.runs.items() if r.error},
+            "results": {method: result.to_dict() for method, result in results.items()},
+        }

@@ -1,0 +1,54 @@
+"""Pure metrics table: Results (plus each method's own busy time) in, a pandas DataFrame out.
+
+Names follow ALGORITHMS.md section 5. The three columns run interleaved, so a decoder's own
+wall-clock (``Metrics.seconds``) would include its neighbours' steps; the session therefore times
+each method's own steps and passes that in as ``seconds``. ``speedup`` is the ratio of tokens per
+second to AR's, measured in the same session on the same prompt and settings."""
+from __future__ import annotations
+
+import pandas as pd
+
+from . import METHOD_LABELS
+
+COLUMNS = ["method", "tau", "alpha", "target_calls", "draft_calls", "new_tokens", "seconds", "tokens_per_s",
+           "speedup"]
+ORDER = ("ar", "fixed", "pacer", "smc")
+
+
+def metrics_row(method: str, result, seconds: float | None = None, status: str | None = None) -> dict:
+    """One table row; ``seconds`` overrides the decoder's own wall time (see module doc)."""
+    row = {"method": METHOD_LABELS.get(method, method)}
+    if result is None:
+        row.update({name: None for name in COLUMNS[1:]})
+        if status:
+            row["method"] += f" ({status})"
+        return row
+    metrics = result.metrics
+    seconds = metrics.seconds if seconds is None else seconds
+    row.update({"tau": round(metrics.tau, 3), "alpha": None if metrics.alpha is None else round(metrics.alpha, 3),
+                "target_calls": metrics.target_calls, "draft_calls": metrics.draft_calls,
+                "new_tokens": metrics.new_tokens, "seconds": round(seconds, 3),
+                "tokens_per_s": round(metrics.new_tokens / seconds, 2) if seconds > 0 else None, "speedup": None})
+    if result.finish_reason == "cancelled":
+        row["method"] += " (stopped)"
+    return row
+
+
+def metrics_frame(results: dict, seconds: dict | None = None, statuses: dict | None = None) -> pd.DataFrame:
+    """Rows AR, fixed, PACER, SMC (those present), with speedup = tokens_per_s / AR tokens_per_s."""
+    seconds, statuses = seconds or {}, statuses or {}
+    rows = []
+    for method in ORDER:
+        if method not in results and method not in statuses:
+            continue
+        rows.append((method, metrics_row(method, results.get(method), seconds.get(method), statuses.get(method))))
+    ar_speed = dict(rows).get("ar", {}).get("tokens_per_s") if rows else None
+    for method, row in rows:
+        if ar_speed and row.get("tokens_per_s"):
+            row["speedup"] = round(row["tokens_per_s"] / ar_speed, 2)
+    frame = pd.DataFrame([row for _, row in rows], columns=COLUMNS)
+    return frame
+
+
+def empty_frame() -> pd.DataFrame:
+    return pd.DataFrame([], columns=COLUMNS)
