@@ -177,10 +177,9 @@ class SMC:
                 cancelled = True
                 break
             n_draft = min(self.draft_len, settings.max_new_tokens - state.generated - 1)
-            log_weights_before = state.log_weights.clone()
             outcome = self.cycle(state, n_draft, settings, eos_ids, pad_id, generator)
             drafted_tokens += n_draft * self.n_particles  # every row is drafted, finished ones too
-            event = self.resample_and_report(pair, state, len(events), outcome, log_weights_before, generator)
+            event = self.resample_and_report(pair, state, len(events), outcome, generator)
             resamples += int(event.resampled)
             events.append(event)
             yield event
@@ -242,7 +241,7 @@ class SMC:
 
     # ------------------------------------------------------------------ 5. resampling
     def resample_and_report(self, pair, state: ParticleState, step: int, outcome: CycleOutcome,
-                            log_weights_before: torch.Tensor, generator: torch.Generator) -> SMCCycleEvent:
+                            generator: torch.Generator) -> SMCCycleEvent:
         """Normalise, compute ESS, resample when ESS < ess_threshold · N; describe the cycle."""
         weights = normalize_log_weights(state.log_weights)                          # [N] float64
         ess = effective_sample_size(weights)
