@@ -96,7 +96,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                                             placeholder="Type a prompt, or pick an example below")
                     with gr.Column(scale=1, min_width=200):
                         run_button = gr.Button("▶ Run", variant="primary", elem_id="run-button")
-                        step_button = gr.Button("⏭ Step", variant="secondary", elem_id="step-button")
+                        step_button = gr.Button("Step ▸ one pass", variant="secondary", elem_id="step-button")
                         stop_button = gr.Button("■ Stop", variant="stop", elem_id="stop-button")
                         measure_ar = gr.Checkbox(value=True, label="Measure AR baseline after the run",
                                                  elem_id="measure-ar")

@@ -23,10 +23,12 @@ def hover_escape(text: str) -> str:
     return html.escape(plain_visible(text), quote=True)
 
 
-def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int = 300) -> go.Figure:
-    fig.update_layout(title={"text": title, "font": {"size": 15}}, template="plotly_white", height=height,
-                      margin={"l": 50, "r": 15, "t": 45, "b": 45}, xaxis_title=x_title, yaxis_title=y_title,
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0, "font": {"size": 11}},
+def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int = 340) -> go.Figure:
+    fig.update_layout(title={"text": title, "font": {"size": 16}, "x": 0.01, "xanchor": "left", "y": 0.985,
+                             "yanchor": "top"},
+                      template="plotly_white", height=height,
+                      margin={"l": 55, "r": 15, "t": 88, "b": 45}, xaxis_title=x_title, yaxis_title=y_title,
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0, "font": {"size": 12}},
                       hoverlabel={"font": {"size": 12}}, font={"size": 12})
     return fig
 

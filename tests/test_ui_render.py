@@ -1,0 +1,269 @@
+"""Pure renderer tests: untrusted token and error text must come out as characters, never markup,
+and invisible characters must become visible. Plus the narration and the metrics table."""
+from __future__ import annotations
+
+import html
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pacer_core.events import BlockDecision, Metrics, Result, SMCCycleEvent, StepEvent, TokenRecord
+from pacer_core.ui import render, tables
+
+ALLOWED_TAGS = {"span", "br", "div", "b", "p"}
+ALLOWED_ATTRS = {"class", "title", "style", "role"}
+HIDDEN = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u200e", "\u200f", "\u202a", "\u202b", "\u202c",
+          "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069", "\u2028", "\u2029", "\x00", "\x07", "\x1b",
+          "\x7f", "\x85", "\ud800"]
+NASTY = ["<script>alert(1)</script>", "<b>bold</b>", '" onmouseover="alert(1)', "' onerror='alert(1)",
+         "<img src=x onerror=alert(1)>", "&amp;", "&lt;b&gt;", "&#60;script&#62;", "${value}", "{{x}}", "`cmd`",
+         "</span></div><script>", "\u202eevil", "a\u200bb", "\x00\x1b[31m", "\ufffd", "<!--", "]]>"]
+
+
+class Collector(HTMLParser):
+    """Records every tag and attribute, and the text as a browser would show it."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags, self.attrs, self.text, self.titles = [], [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        for name, value in attrs:
+            self.attrs.append(name)
+            if name == "title":
+                self.titles.append(value)
+
+    handle_startendtag = handle_starttag
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+    def handle_comment(self, data):  # a comment would mean "<!--" got through unescaped
+        self.tags.append("!--")
+
+
+def parse(markup: str) -> Collector:
+    collector = Collector()
+    collector.feed(markup)
+    collector.close()
+    return collector
+
+
+def assert_safe(markup: str) -> Collector:
+    parsed = parse(markup)
+    assert set(parsed.tags) <= ALLOWED_TAGS, parsed.tags
+    for name in parsed.attrs:
+        assert name in ALLOWED_ATTRS or name.startswith("data-"), name
+        assert not name.startswith("on"), name
+    for char in HIDDEN:
+        assert char not in markup, repr(char)
+    for char in "$`{}":
+        # Template engines (Gradio's HTML component renders through one) must find nothing to act on.
+        assert char not in markup, char
+    return parsed
+
+
+def token(text, state="accepted", **extra):
+    return TokenRecord(token_id=7, text=text, state=state, draft_prob=0.5, target_prob=0.25, accept_prob=0.5, **extra)
+
+
+def step_event(texts, method="fixed", step=0, states=None, blocks=None, stop_reason=None):
+    states = states or ["accepted"] * (len(texts) - 1) + ["bonus"]
+    tokens = [token(text, state) for text, state in zip(texts, states)]
+    n_accepted = sum(state == "accepted" for state in states)
+    n_drafted = sum(state in ("accepted", "rejected") for state in states)
+    return StepEvent(method=method, step=step, tokens=tokens, emitted_ids=[1] * (n_accepted + 1),
+                     emitted_text="".join(texts), n_drafted=n_drafted, n_accepted=n_accepted, draft_seconds=0.01,
+                     verify_seconds=0.02, total_new_tokens=(step + 1) * (n_accepted + 1), blocks=blocks or [],
+                     stop_reason=stop_reason)
+
+
+def smc_event(texts, step=0, resampled=False, ancestors=None, weights=None):
+    n = len(texts)
+    weights = weights or [1.0 / n] * n
+    return SMCCycleEvent(method="smc", step=step, particle_texts=texts, particle_token_ids=[[1, 2] for _ in texts],
+                         log_weights=[0.0] * n, weights=weights, ess=1.5, ess_threshold=0.5, resampled=resampled,
+                         ancestors=ancestors or list(range(n)), finished=[False] * n, draft_seconds=0.0,
+                         verify_seconds=0.0, total_new_tokens=2 * (step + 1), leader_text="".join(texts))
+
+
+# ------------------------------------------------------------------ escaping
+
+@pytest.mark.parametrize("text", NASTY)
+def test_escape_text_shows_markup_as_characters(text):
+    out = render.escape_text(text)
+    assert_safe(out)
+    assert "<script" not in out and "<b>" not in out and "<img" not in out
+
+
+def test_script_and_bold_tags_become_visible_characters():
+    parsed = assert_safe(render.escape_text("<b>hi</b><script>x</script>"))
+    assert "".join(parsed.text) == "<b>hi</b><script>x</script>"
+
+
+def test_entities_are_shown_literally_not_decoded():
+    parsed = assert_safe(render.escape_text("&amp; &lt;b&gt; &#60;"))
+    assert "".join(parsed.text) == "&amp; &lt;b&gt; &#60;"
+
+
+@pytest.mark.parametrize("char", HIDDEN)
+def test_invisible_and_bidi_characters_become_visible_markers(char):
+    out = render.escape_text(f"a{char}b")
+    assert char not in out
+    visible = "".join(parse(out).text)
+    assert visible.startswith("a") and visible.endswith("b") and len(visible) > 2
+
+
+def test_specific_markers():
+    assert "\u27e8U+200B\u27e9" in render.escape_text("\u200b")
+    assert "\u27e8U+202E\u27e9" in render.escape_text("\u202e")
+    assert "\u2400" in render.escape_text("\x00")       # ␀
+    assert "\u241b" in render.escape_text("\x1b")       # ␛
+    out = render.escape_text("line1\nline2\ttab")
+    assert "\u21b5" in out and "<br>" in out and "\u2192" in out
+
+
+def test_byte_fallback_replacement_char_is_marked():
+    out = render.escape_text("\ufffd")
+    assert 'class="bytefrag"' in out and "\ufffd" in out
+    assert_safe(out)
+
+
+def test_template_characters_are_entities():
+    out = render.escape_text("${value} `x` {{y}}")
+    assert "$" not in out and "{" not in out and "}" not in out and "`" not in out
+    assert "".join(parse(out).text) == "${value} `x` {{y}}"
+
+
+@pytest.mark.parametrize("text", NASTY + HIDDEN)
+def test_escape_attr_is_safe_inside_double_quotes(text):
+    markup = f'<span title="{render.escape_attr(text)}">x</span>'
+    parsed = assert_safe(markup)
+    assert parsed.tags == ["span"] and parsed.attrs == ["title"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=40))
+def test_any_text_renders_safely(text):
+    out = render.escape_text(text)
+    assert_safe(out)
+    attr = render.escape_attr(text)
+    assert '"' not in attr and "<" not in attr and ">" not in attr
+
+
+# ------------------------------------------------------------------ columns and boxes
+
+@pytest.mark.parametrize("text", NASTY + HIDDEN)
+def test_column_with_hostile_tokens_is_safe(text):
+    event = step_event(["ok", text, "<b>fix</b>"], states=["accepted", "rejected", "corrected"])
+    markup = render.column_html("fixed", [event])
+    parsed = assert_safe(markup)
+    states = {value for value in parse(markup).attrs}
+    assert "data-state" in states
+    assert "<b>fix</b>" in "".join(parsed.text)
+
+
+def test_token_states_and_tooltips():
+    blocks = [BlockDecision(0, 2, 0.9, 0.5, True), BlockDecision(1, 2, 0.31, 0.5, False)]
+    tokens = [TokenRecord(1, "a", "accepted", 0.9, 0.8, 1.0, block=0, preverifier_prob=0.95),
+              TokenRecord(2, "b", "accepted", 0.9, 0.8, 1.0, block=0, preverifier_prob=0.95),
+              TokenRecord(3, "c", "accepted", 0.4, 0.8, 1.0, block=1, preverifier_prob=0.5, stopped=True),
+              TokenRecord(4, "d", "rejected", 0.4, 0.1, 0.25, block=1, preverifier_prob=0.6, stopped=True),
+              TokenRecord(5, "e", "corrected", target_prob=0.7)]
+    event = StepEvent("pacer", 1, tokens, [1, 2, 3, 5], "abce", 4, 3, 0.0, 0.0, 8, blocks, "preverifier")
+    markup = render.column_html("pacer", [event])
+    assert markup.count('data-state="accepted"') == 3
+    assert 'data-state="rejected"' in markup and 'data-state="corrected"' in markup
+    assert markup.count('data-stopped="1"') == 2 and "tok-stopped" in markup
+    titles = "\n".join(parse(markup).titles)
+    assert "q (draft) = 0.400" in titles and "p (target) = 0.100" in titles
+    assert "min(1, p/q) = 0.250" in titles and "score 0.310 vs threshold 0.500" in titles
+
+
+def test_smc_column_marks_duplicated_and_resampled_away_and_escapes():
+    first = smc_event(["<b>x", "y\u202e", "z", "&amp;"], step=0)
+    second = smc_event(["<script>", "q", "r", "s"], step=1, resampled=True, ancestors=[0, 0, 2, 3],
+                       weights=[0.7, 0.1, 0.1, 0.1])
+    markup = render.column_html("smc", [first, second])
+    assert_safe(markup)
+    assert 'data-particle-state="duplicated"' in markup
+    assert 'data-particle-state="resampled-away"' in markup
+    assert "&lt;script&gt;" in markup and "&lt;b&gt;x" in markup
+
+
+def test_smc_histories_follow_the_genealogy():
+    first = smc_event(["a", "b", "c"], step=0, resampled=True, ancestors=[1, 1, 2])
+    second = smc_event(["d", "e", "f"], step=1)
+    texts = [[["a"], ["b"], ["c"]], [["d"], ["e"], ["f"]]]
+    histories = render.smc_histories([first, second], texts)
+    assert ["".join(p for p, _, _ in h) for h in histories] == ["bd", "be", "cf"]
+
+
+def test_error_box_and_status_and_narration_escape():
+    for markup in (render.error_html("<script>alert(1)</script> & more"),
+                   render.column_html("smc", [], error="bad <img src=x onerror=alert(1)>"),
+                   render.run_status_html("<b>no</b>", "error"),
+                   render.narration_html({"fixed": "chose <b>x</b>\u202e"}),
+                   render.pair_status_html({"target": "<script>t</script>", "draft": "d\u200b", "device": "cpu",
+                                            "dtype": "bfloat16"}, "heuristic", False)):
+        assert_safe(markup)
+        assert "<script" not in markup and "<img" not in markup
+
+
+def test_pair_status_names_preverifier_kind():
+    info = {"target": "T", "draft": "D", "device": "cpu", "dtype": "float32"}
+    assert "heuristic" in render.pair_status_html(info, "heuristic", True)
+    assert "trained pre-verifier" in render.pair_status_html(info, "trained", True)
+
+
+def test_explain_step_sentences():
+    blocks = [BlockDecision(0, 3, 0.8, 0.5, True), BlockDecision(1, 3, 0.31, 0.5, False)]
+    event = step_event(["a", "b", "c", "d", "e", "f", "g"], method="pacer", blocks=blocks, stop_reason="preverifier",
+                       states=["accepted"] * 4 + ["rejected", "rejected", "corrected"])
+    text = render.explain_step(event)
+    assert "scored block 2 at 0.31 < 0.50, so drafting stopped" in text
+    assert "accepted 4 of 6" in text
+    assert "accepted all 2" in render.explain_step(step_event(["a", "b", "c"]))
+    smc = render.explain_step(smc_event(["a", "b"], resampled=True, ancestors=[0, 0], weights=[0.9, 0.1]))
+    assert "resampled" in smc and "dropped: 2" in smc
+
+
+def test_legend_and_css_use_the_okabe_ito_colours():
+    css = (Path(__file__).resolve().parent.parent / "assets" / "style.css").read_text()
+    for colour in ("#009E73", "#D55E00", "#E69F00", "#0072B2", "#CC79A7"):
+        assert colour in css
+    assert "line-through" in css and "dashed" in css
+    legend = render.legend_html()
+    for cls in ("tok-accepted", "tok-rejected", "tok-stopped", "tok-corrected", "particle-duplicated"):
+        assert cls in legend
+
+
+# ------------------------------------------------------------------ metrics table
+
+def make_result(method, tokens, seconds, target_calls, alpha=0.5, reason="length"):
+    metrics = Metrics(tau=tokens / target_calls, alpha=alpha, target_calls=target_calls, draft_calls=10,
+                      new_tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds)
+    return Result(method=method, text="x", token_ids=[1] * tokens, events=[], metrics=metrics, finish_reason=reason)
+
+
+def test_metrics_frame_speedup_against_ar():
+    results = {"ar": make_result("ar", 20, 2.0, 20, None), "fixed": make_result("fixed", 20, 1.0, 8),
+               "pacer": make_result("pacer", 20, 0.5, 5, reason="cancelled")}
+    frame = tables.metrics_frame(results, seconds={"fixed": 1.0, "pacer": 0.5, "ar": 2.0}, statuses={"smc": "error"})
+    assert list(frame.columns) == tables.COLUMNS
+    assert list(frame["method"])[:2] == ["Autoregressive (AR)", "Fixed-length SD"]
+    speed = dict(zip(frame["method"], frame["speedup"]))
+    assert speed["Autoregressive (AR)"] == 1.0 and speed["Fixed-length SD"] == 2.0
+    assert speed["PACER (stopped)"] == 4.0
+    assert "SMC-SD (approximate) (error)" in list(frame["method"])
+    assert frame.to_csv(index=False).startswith("method,tau,alpha,target_calls")
+
+
+def test_metrics_frame_without_ar_has_no_speedup():
+    frame = tables.metrics_frame({"fixed": make_result("fixed", 10, 1.0, 4)})
+    assert frame["speedup"].isna().all()
+    assert html.escape("x") == "x"
