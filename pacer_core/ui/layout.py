@@ -137,24 +137,29 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                             ess_threshold = gr.Slider(0.0, 1.0, value=defaults.ess_threshold, step=0.05,
                                                       label="ESS threshold (fraction of N)")
                 legend = gr.HTML(render.legend_html(), elem_id="legend")
-                status = gr.HTML(render.run_status_html("Ready."), elem_id="run-status")
-                narration = gr.HTML(render.narration_html({}), elem_id="narration")
+                status = gr.HTML(render.run_status_html("Ready."), elem_id="run-status", label="Run status")
+                narration = gr.HTML(render.narration_html({}), elem_id="narration", label="Step-through narration")
                 columns = {}
                 with gr.Row(elem_id="pacer-columns", equal_height=False):
                     for method in COLUMN_METHODS:
                         with gr.Column(min_width=280):
                             columns[method] = gr.HTML(render.column_html(method, []), elem_id=f"col-{method}",
+                                                      label=METHOD_LABELS[method],
                                                       elem_classes=["pacer-col-box"], max_height=520,
                                                       autoscroll=True, container=True, padding=True)
                 with gr.Row():
-                    plot_lengths = gr.Plot(plots.draft_length_figure([], []), elem_id="plot-lengths", show_label=False)
-                    plot_accept = gr.Plot(plots.acceptance_figure({}), elem_id="plot-accept", show_label=False)
-                    plot_blocks = gr.Plot(plots.block_scores_figure([]), elem_id="plot-blocks", show_label=False)
+                    plot_lengths = gr.Plot(plots.draft_length_figure([], []), elem_id="plot-lengths", show_label=False,
+                                           label="Draft length per step")
+                    plot_accept = gr.Plot(plots.acceptance_figure({}), elem_id="plot-accept", show_label=False,
+                                          label="Acceptance by position")
+                    plot_blocks = gr.Plot(plots.block_scores_figure([]), elem_id="plot-blocks", show_label=False,
+                                          label="PACER block scores")
                 with gr.Row():
-                    plot_weights = gr.Plot(plots.smc_weights_figure([]), elem_id="plot-weights", show_label=False)
-                    plot_ess = gr.Plot(plots.smc_ess_figure([]), elem_id="plot-ess", show_label=False)
+                    plot_weights = gr.Plot(plots.smc_weights_figure([]), elem_id="plot-weights", show_label=False,
+                                           label="SMC particle weights")
+                    plot_ess = gr.Plot(plots.smc_ess_figure([]), elem_id="plot-ess", show_label=False, label="SMC ESS")
                     plot_genealogy = gr.Plot(plots.smc_genealogy_figure([]), elem_id="plot-genealogy",
-                                             show_label=False)
+                                             show_label=False, label="SMC genealogy")
                 table = gr.Dataframe(tables.empty_frame(), label="Metrics (speedup = tokens/s ÷ AR tokens/s)",
                                      interactive=False, elem_id="metrics-table", wrap=True)
                 with gr.Row():
@@ -227,8 +232,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             trace_path.write_text(json.dumps(session.trace(), indent=1, ensure_ascii=False), encoding="utf-8")
             csv_path = folder / f"pacer-metrics-{stamp}.csv"
             render_table(session).to_csv(csv_path, index=False)
-            return {download_json: gr.DownloadButton(value=str(trace_path)),
-                    download_csv: gr.DownloadButton(value=str(csv_path))}
+            return {download_json: str(trace_path), download_csv: str(csv_path)}
 
         def settings_failure(error: Exception, session) -> dict:
             message = user_message(error)

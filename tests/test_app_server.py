@@ -1,0 +1,129 @@
+"""The Gradio app served on 127.0.0.1 (free port) over a tiny in-process pair, driven through
+gradio_client like any API user: a full run, step-through, bad settings, exports, app.py --help."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiny import tiny_pair
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ui_server_url():
+    """The explainer app on the tiny pair, served in this process on a free 127.0.0.1 port."""
+    from pacer_core.ui.layout import build_ui, serve
+
+    demo = build_ui(tiny_pair())
+    port = free_port()
+    serve(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def client(ui_server_url):
+    from gradio_client import Client
+
+    return Client(ui_server_url, verbose=False)
+
+
+class Api:
+    """Call an endpoint with settings named by their UI labels; outputs come back keyed by label."""
+
+    def __init__(self, client, endpoint):
+        info = client.view_api(return_format="dict", print_info=False)["named_endpoints"][endpoint]
+        self.client, self.endpoint = client, endpoint
+        self.params = {p["label"]: p["parameter_name"] for p in info["parameters"]}
+        self.returns = [r["label"] for r in info["returns"]]
+
+    def __call__(self, **by_label):
+        kwargs = {self.params[label]: value for label, value in by_label.items()}
+        values = self.client.predict(api_name=self.endpoint, **kwargs)
+        return dict(zip(self.returns, values))
+
+
+def test_full_run_streams_three_columns_metrics_and_exports(client):
+    run = Api(client, "/run")
+    out = run(**{"Prompt": "t1 t2 t3", "Max new tokens": 8, "Temperature (0 = greedy)": 0.8, "Seed": 3})
+    for label in ("Fixed-length SD", "PACER", "SMC-SD (approximate)"):
+        assert 'data-state="' in out[label], label
+        assert "badge-done" in out[label]
+    assert "run-done" in out["Run status"]
+    table = out["Metrics (speedup = tokens/s ÷ AR tokens/s)"]
+    methods = [row[0] for row in table["data"]]
+    assert methods == ["Autoregressive (AR)", "Fixed-length SD", "PACER", "SMC-SD (approximate)"]
+    assert all(row[5] == 8 for row in table["data"])          # new_tokens
+    trace = json.loads(Path(out["⬇ JSON trace"]).read_text())
+    assert set(trace["results"]) == {"ar", "fixed", "pacer", "smc"}
+    assert trace["settings"]["max_new_tokens"] == 8 and trace["settings"]["seed"] == 3
+    assert trace["results"]["pacer"]["events"][0]["tokens"]
+    csv = Path(out["⬇ CSV metrics"]).read_text()
+    assert csv.startswith("method,tau,alpha,target_calls,draft_calls")
+    assert json.loads(out["Draft length per step"]["plot"])["data"]
+
+
+def test_greedy_run_reports_smc_needs_sampling_and_keeps_serving(client):
+    run = Api(client, "/run")
+    out = run(**{"Prompt": "t4 t5", "Max new tokens": 4, "Temperature (0 = greedy)": 0.0,
+                 "Measure AR baseline after the run": False})
+    assert "pacer-error" in out["SMC-SD (approximate)"] and "temperature" in out["SMC-SD (approximate)"]
+    assert 'data-state="' in out["PACER"]
+    assert "Traceback" not in json.dumps(out, default=str)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"Prompt": "   "}, "Please type a prompt"),
+    ({"Prompt": "t1", "Top-k (0 = off)": -3}, "Top-k"),
+    ({"Prompt": "t1", "Seed": -1}, "Seed"),
+])
+def test_bad_settings_show_a_message_not_a_stack_trace(client, bad, message):
+    out = Api(client, "/run")(**bad)
+    assert message in out["Run status"] and "run-error" in out["Run status"]
+    assert "Traceback" not in out["Run status"]
+    out = Api(client, "/run")(**{"Prompt": "t1 t2", "Max new tokens": 2, "Measure AR baseline after the run": False})
+    assert "run-done" in out["Run status"]
+
+
+def test_step_through_advances_one_pass_and_explains(ui_server_url):
+    from gradio_client import Client
+
+    own = Client(ui_server_url, verbose=False)       # its own session: step state is per session
+    step = Api(own, "/step")
+    settings = {"Prompt": "t7 t8", "Max new tokens": 6, "Temperature (0 = greedy)": 0.8,
+                "Measure AR baseline after the run": False}
+    first = step(**settings)
+    assert "Step 1" in first["Step-through narration"] and "Cycle 1" in first["Step-through narration"]
+    assert first["PACER"].count('class="step"') == 1
+    second = step(**settings)
+    assert "Step 2" in second["Step-through narration"]
+    assert second["PACER"].count('class="step"') == 2 or "badge-done" in second["PACER"]
+
+
+def test_app_help_lists_the_flags():
+    completed = subprocess.run([sys.executable, str(ROOT / "app.py"), "--help"], capture_output=True, text=True,
+                               timeout=60, cwd=ROOT)
+    assert completed.returncode == 0
+    for flag in ("--target", "--draft", "--device", "--dtype", "--host", "--port"):
+        assert flag in completed.stdout
+
+
+def test_app_reports_a_missing_model_in_one_line(tmp_path):
+    missing = tmp_path / "no-such-model"
+    completed = subprocess.run([sys.executable, str(ROOT / "app.py"), "--target", str(missing), "--draft",
+                                str(missing), "--port", str(free_port())], capture_output=True, text=True,
+                               timeout=120, cwd=ROOT)
+    assert completed.returncode == 2
+    assert "does not exist" in completed.stderr and "Traceback" not in completed.stderr
