@@ -32,6 +32,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")   # works offline; sends nothing anywhere
     from pacer_core.models import ModelLoadError, pair_from_env
     from pacer_core.ui.layout import build_ui, serve
 

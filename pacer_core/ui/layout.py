@@ -46,7 +46,12 @@ def load_examples(path: Path = EXAMPLES_PATH) -> list[dict]:
 def launch_options() -> dict:
     """Arguments for ``demo.launch`` that Gradio 6 takes there rather than in ``gr.Blocks``."""
     return {"css": CSS_PATH.read_text(encoding="utf-8") if CSS_PATH.exists() else "",
-            "theme": gr.themes.Soft(primary_hue="blue"), "footer_links": ["api"]}
+            # System fonts only: a workshop room may have no internet (no web-font downloads).
+            "theme": gr.themes.Soft(primary_hue="blue", font=["ui-sans-serif", "system-ui", "Segoe UI", "Roboto",
+                                                              "Helvetica", "Arial", "sans-serif"],
+                                    font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "Consolas",
+                                               "DejaVu Sans Mono", "monospace"]),
+            "footer_links": ["api"]}
 
 
 def default_threshold(preverifier, temperature: float) -> float:

@@ -1,0 +1,150 @@
+"""End to end in a real browser: app.py on the EMBEDDED pair served on 127.0.0.1, driven by
+Playwright for Python through Debian's chromium. Type a prompt, Run, wait for the end; every column
+shows tokens in at least two states, the plots and the metrics table are there, Step advances one
+target pass at a time. Screenshots go to pytest's tmp dir (PACER_SCREENSHOT=path also copies the
+full-page one there, e.g. docs/screenshot.png).
+
+Needs: apt-get install -y chromium  (skipped, with that reason, when /usr/bin/chromium is missing).
+The pair can be overridden with PACER_TARGET / PACER_DRAFT like app.py itself."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("PACER_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+START_TIMEOUT_S = 300
+RUN_TIMEOUT_S = 420
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                reason=f"chromium not found at {CHROMIUM}: install it with "
+                                       "'apt-get update && apt-get install -y chromium'")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def browser_app_url(tmp_path_factory):
+    """app.py in a subprocess on the embedded pair (or PACER_TARGET/PACER_DRAFT), on a free port."""
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("app") / "app.log"
+    env = dict(os.environ, PYTHONUNBUFFERED="1", GRADIO_ANALYTICS_ENABLED="False")
+    with open(log_path, "w") as log:
+        process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port)],
+                                   cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + START_TIMEOUT_S
+    try:
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"app.py exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                pytest.fail(f"app.py did not start within {START_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(1.0)
+        yield url
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def page(browser_app_url):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1600, "height": 1000})
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(browser_app_url)
+        page.wait_for_selector("#run-button")
+        yield page
+        context.close()
+        browser.close()
+
+
+def set_max_new_tokens(page, value: int) -> None:
+    page.click("#settings")      # open the accordion
+    box = page.locator("#max-new-tokens input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+    page.click("#settings")      # close it again
+
+
+def token_states(page, method: str) -> set[str]:
+    return set(page.eval_on_selector_all(f"#col-{method} .tok", "els => els.map(e => e.dataset.state)"))
+
+
+def test_run_shows_three_live_columns_plots_and_metrics(page, tmp_path):
+    page.fill("#prompt textarea", "List the first five planets of the solar system.")
+    set_max_new_tokens(page, 8)
+    started = time.time()
+    page.click("#run-button")
+    page.wait_for_selector("#run-status .run-busy", timeout=60_000)
+    page.wait_for_selector("#run-status .run-done", timeout=RUN_TIMEOUT_S * 1000)
+    print(f"run (three methods + AR baseline, 8 tokens) took {time.time() - started:.1f} s")
+    for method in ("fixed", "pacer", "smc"):
+        states = token_states(page, method)
+        assert len(states) >= 2, (method, states)
+        assert page.locator(f"#col-{method} .badge-done").count() == 1
+    assert page.locator(".js-plotly-plot").count() >= 6
+    assert page.locator("#plot-lengths .js-plotly-plot .scatterlayer .trace").count() >= 2
+    table = page.inner_text("#metrics-table")
+    for label in ("Autoregressive (AR)", "Fixed-length SD", "PACER", "SMC-SD"):
+        assert label in table
+    assert "tau" in table and "speedup" in table
+    shot = tmp_path / "run.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 20_000
+    target = os.environ.get("PACER_SCREENSHOT")
+    if target:
+        shutil.copy(shot, target)
+
+
+def test_step_through_advances_one_pass_at_a_time(page, tmp_path):
+    page.fill("#prompt textarea", "Count from 1 to 10.")
+    page.click("#step-button")
+    page.wait_for_function("document.querySelector('#narration').innerText.includes('Step 1')",
+                           timeout=RUN_TIMEOUT_S * 1000)
+    assert page.locator("#col-pacer .step").count() == 1
+    assert page.locator("#col-fixed .step").count() == 1
+    page.click("#step-button")
+    page.wait_for_function("document.querySelector('#narration').innerText.includes('Step 2')",
+                           timeout=RUN_TIMEOUT_S * 1000)
+    assert page.locator("#col-pacer .step").count() == 2
+    narration = page.inner_text("#narration")
+    assert "PACER" in narration and "the draft proposed" in narration
+    page.screenshot(path=str(tmp_path / "step.png"), full_page=True)
+
+
+def test_empty_prompt_shows_a_message_and_the_app_keeps_serving(page):
+    page.fill("#prompt textarea", "")
+    page.click("#run-button")
+    page.wait_for_selector("#run-status .run-error", timeout=60_000)
+    assert "Please type a prompt" in page.inner_text("#run-status")
+    assert page.evaluate("typeof window.__pacer_pwned") == "undefined"
