@@ -89,11 +89,12 @@ def page(browser_app_url):
 
 
 def set_max_new_tokens(page, value: int) -> None:
-    page.click("#settings")      # open the accordion
+    header = page.locator("#settings button.label-wrap")
+    header.click()               # open the accordion
     box = page.locator("#max-new-tokens input[type=number]")
     box.fill(str(value))
     box.press("Enter")
-    page.click("#settings")      # close it again
+    header.click()               # close it again
 
 
 def token_states(page, method: str) -> set[str]:
@@ -140,6 +141,21 @@ def test_step_through_advances_one_pass_at_a_time(page, tmp_path):
     narration = page.inner_text("#narration")
     assert "PACER" in narration and "the draft proposed" in narration
     page.screenshot(path=str(tmp_path / "step.png"), full_page=True)
+
+
+def test_stop_ends_a_long_run_and_keeps_partial_metrics(page):
+    page.fill("#prompt textarea", "Tell me a long story about a dragon.")
+    set_max_new_tokens(page, 200)
+    page.click("#run-button")
+    page.wait_for_function("document.querySelector('#run-status').innerText.includes('step 2')",
+                           timeout=RUN_TIMEOUT_S * 1000)
+    page.click("#stop-button")
+    page.wait_for_selector("#run-status .run-done", timeout=120_000)
+    assert "Stopped" in page.inner_text("#run-status")
+    for method in ("fixed", "pacer", "smc"):
+        assert page.inner_text(f"#col-{method} .badge") == "stopped"
+    assert "(stopped)" in page.inner_text("#metrics-table")
+    set_max_new_tokens(page, 8)
 
 
 def test_empty_prompt_shows_a_message_and_the_app_keeps_serving(page):

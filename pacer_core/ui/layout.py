@@ -84,7 +84,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
     explain_text = EXPLAIN_PATH.read_text(encoding="utf-8") if EXPLAIN_PATH.exists() else ""
 
     with gr.Blocks(title=title, fill_width=True) as demo:
-        session_state = gr.State(None)
+        session_state = gr.State(None, time_to_live=3600)   # per browser session, dropped after an hour idle
         with gr.Tabs():
             with gr.Tab("Live demo", id="live"):
                 gr.Markdown(

@@ -108,10 +108,10 @@ class RunSession:
                 self._start(run)
             item = next(run.generator)
         except StopIteration:
-            run.error = run.error or "The decoder ended without a result."
+            run.error, run.generator = run.error or "The decoder ended without a result.", None
             return True
         except Exception as error:  # noqa: BLE001 - shown in the column; the app keeps serving
-            run.error = user_message(error)
+            run.error, run.generator = user_message(error), None
             if not isinstance(error, (SettingsError, ImportError)):
                 traceback.print_exc(file=sys.stderr)
             return True
@@ -119,6 +119,7 @@ class RunSession:
             run.busy_seconds += time.perf_counter() - started
         if isinstance(item, Result):
             run.result = item
+            run.generator = None          # frees the decoder's KV caches now, not when the session ends
         else:
             run.events.append(item)
             if isinstance(item, SMCCycleEvent):
