@@ -127,3 +127,53 @@ def test_app_reports_a_missing_model_in_one_line(tmp_path):
                                timeout=120, cwd=ROOT)
     assert completed.returncode == 2
     assert "does not exist" in completed.stderr and "Traceback" not in completed.stderr
+
+
+def test_sessions_advance_interleaved_and_independently():
+    from pacer_core.ui.session import RunSession
+
+    pair = tiny_pair()
+    first = RunSession(pair, "t1 t2", {"max_new_tokens": 6, "temperature": 0.8, "seed": 1})
+    second = RunSession(pair, "t3 t4", {"max_new_tokens": 6, "temperature": 0.8, "seed": 2})
+    assert first.advance() == ["fixed", "pacer", "smc"]
+    assert [len(run.events) for run in first.runs.values()] == [1, 1, 1]
+    assert all(not run.events for run in second.runs.values())
+    while not first.finished:
+        first.advance()
+    assert all(run.result is not None and run.generator is None for run in first.runs.values())
+    assert first.busy_seconds()["fixed"] > 0 and second.busy_seconds()["fixed"] == 0
+
+
+def test_oracle_lengths_used_when_the_engine_provides_them(monkeypatch):
+    import types
+
+    from pacer_core.ui.session import RunSession
+
+    calls = []
+
+    def oracle_lengths(pair, prompt_ids, output_ids, step_starts):
+        calls.append((list(prompt_ids), list(output_ids), list(step_starts)))
+        return [len(output_ids) - start for start in step_starts]
+
+    monkeypatch.setitem(sys.modules, "pacer_core.analysis", types.SimpleNamespace(oracle_lengths=oracle_lengths))
+    session = RunSession(tiny_pair(), "t1 t2", {"max_new_tokens": 6, "temperature": 0.0})
+    while not session.finished:
+        session.advance()
+    session.compute_oracle()
+    assert calls and calls[0][2][0] == 0
+    assert session.oracle[0] == 6 and len(session.oracle_steps) == len(session.oracle)
+    sampled = RunSession(tiny_pair(), "t1 t2", {"max_new_tokens": 4, "temperature": 0.8})
+    while not sampled.finished:
+        sampled.advance()
+    sampled.compute_oracle()
+    assert sampled.oracle is None and "greedy" in sampled.oracle_note
+
+
+def test_oracle_absent_is_graceful():
+    from pacer_core.ui.session import RunSession
+
+    session = RunSession(tiny_pair(), "t1 t2", {"max_new_tokens": 3, "temperature": 0.0})
+    while not session.finished:
+        session.advance()
+    session.compute_oracle()
+    assert session.oracle is None or len(session.oracle) >= 1

@@ -331,9 +331,11 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             return render.run_status_html("Stopping after the current step…", "busy")
 
         run_event = run_button.click(run_all, inputs=inputs, outputs=outputs, concurrency_id="decode",
-                                     api_name="run")
-        prompt.submit(run_all, inputs=inputs, outputs=outputs, concurrency_id="decode", api_visibility="private")
-        step_button.click(step_once, inputs=inputs, outputs=outputs, concurrency_id="decode", api_name="step")
+                                     api_name="run", show_progress="minimal")
+        prompt.submit(run_all, inputs=inputs, outputs=outputs, concurrency_id="decode", api_visibility="private",
+                      show_progress="minimal")
+        step_button.click(step_once, inputs=inputs, outputs=outputs, concurrency_id="decode", api_name="step",
+                          show_progress="minimal")
         stop_button.click(stop, inputs=session_state, outputs=status, concurrency_limit=None, api_name="stop")
         del run_event
     return demo
