@@ -218,8 +218,9 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             smc_events = runs["smc"].events if "smc" in runs else []
             threshold_value = None
             return {
-                plot_lengths: plots.draft_length_figure(fixed_events, pacer_events, session.oracle,
-                                                        session.oracle_steps),
+                plot_lengths: plots.draft_length_figure(
+                    fixed_events, pacer_events, session.oracle, session.oracle_steps,
+                    "oracle γ*" if session.oracle_greedy else "oracle E[γ*] (sampling)"),
                 plot_accept: plots.acceptance_figure({"fixed": fixed_events, "pacer": pacer_events}),
                 plot_blocks: plots.block_scores_figure(pacer_events, threshold_value),
                 plot_weights: plots.smc_weights_figure(smc_events),

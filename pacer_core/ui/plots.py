@@ -54,7 +54,7 @@ def _draft_tokens_hover(event: StepEvent) -> str:
 
 
 def draft_length_figure(fixed_events, pacer_events, oracle: list | None = None,
-                        oracle_steps: list | None = None) -> go.Figure:
+                        oracle_steps: list | None = None, oracle_label: str = "oracle γ*") -> go.Figure:
     """Draft length per step: fixed γ, PACER's chosen length, and the oracle γ* when known."""
     title = "Draft length per step"
     fixed, pacer = _steps(fixed_events), _steps(pacer_events)
@@ -76,10 +76,11 @@ def draft_length_figure(fixed_events, pacer_events, oracle: list | None = None,
                 hovertext=[f"step {e.step + 1}: {e.n_accepted} accepted" for e in events], hoverinfo="text"))
     if oracle:
         steps = oracle_steps or list(range(1, len(oracle) + 1))
-        fig.add_trace(go.Scatter(x=steps, y=oracle, mode="lines+markers", name="oracle γ*",
+        fig.add_trace(go.Scatter(x=steps, y=oracle, mode="lines+markers", name=html.escape(oracle_label),
                                  line={"color": METHOD_COLOURS["oracle"], "dash": "dot", "shape": "hv"},
                                  marker={"symbol": "x", "size": 7},
-                                 hovertext=[f"step {s}: γ* = {g}" for s, g in zip(steps, oracle)], hoverinfo="text"))
+                                 hovertext=[f"step {s}: {html.escape(oracle_label)} = {g:g}"
+                                            for s, g in zip(steps, oracle)], hoverinfo="text"))
     return _layout(fig, title, "step (target forward pass)", "tokens")
 
 

@@ -86,6 +86,7 @@ class RunSession:
         self.oracle: list | None = None
         self.oracle_steps: list | None = None
         self.oracle_note: str | None = None
+        self.oracle_greedy = True
         self.created = time.time()
 
     def key(self) -> tuple:
@@ -169,12 +170,11 @@ class RunSession:
             yield self.ar
 
     def compute_oracle(self) -> None:
-        """γ* per PACER step (greedy only), from pacer_core.analysis.oracle_lengths when it exists."""
+        """γ* per PACER step from pacer_core.analysis.oracle_lengths when this build has it: the
+        accepted length of a forced long draft (greedy), or its expectation along the emitted path
+        (sampling). Absent or failing, the plot simply leaves the oracle out."""
         pacer = self.runs.get("pacer")
         if pacer is None or pacer.result is None or not pacer.events:
-            return
-        if self.settings["temperature"] != 0:
-            self.oracle_note = "Oracle γ* is shown for greedy runs (temperature 0) only."
             return
         try:
             from ..analysis import oracle_lengths
@@ -182,10 +182,21 @@ class RunSession:
             self.oracle_note = "Oracle γ* is not available in this build."
             return
         step_starts = [event.total_new_tokens - len(event.emitted_ids) for event in pacer.events]
+        settings = self.settings
+        max_len = max(16, int(settings.get("max_draft_len", 16)))
         try:
-            lengths = oracle_lengths(self.pair, self.prompt_ids, pacer.result.token_ids, step_starts)
-            self.oracle = [int(value) for value in lengths]
+            try:
+                lengths = oracle_lengths(self.pair, self.prompt_ids, pacer.result.token_ids, step_starts,
+                                         temperature=settings["temperature"], top_k=settings["top_k"],
+                                         top_p=settings["top_p"], max_len=max_len)
+            except TypeError:   # an engine whose oracle takes only the four positional arguments
+                if settings["temperature"] != 0:
+                    self.oracle_note = "Oracle γ* is shown for greedy runs (temperature 0) only."
+                    return
+                lengths = oracle_lengths(self.pair, self.prompt_ids, pacer.result.token_ids, step_starts)
+            self.oracle = [round(float(value), 3) for value in lengths]
             self.oracle_steps = [event.step + 1 for event in pacer.events][: len(self.oracle)]
+            self.oracle_greedy = settings["temperature"] == 0
         except Exception as error:  # noqa: BLE001
             self.oracle_note = f"Oracle γ* could not be computed: {user_message(error)}"
             traceback.print_exc(file=sys.stderr)
