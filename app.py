@@ -20,6 +20,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(default: $PACER_DRAFT or embedded)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: $PACER_DEVICE or auto)")
     parser.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default: $PACER_DTYPE)")
+    parser.add_argument("--device-map", default=None, dest="device_map",
+                        help="'auto' spreads a target too large for one GPU over all visible GPUs (accelerate)")
     parser.add_argument("--host", default=os.environ.get("PACER_HOST", os.environ.get("GRADIO_SERVER_NAME",
                                                                                       "127.0.0.1")),
                         help="interface to listen on (0.0.0.0 to serve a network; default 127.0.0.1)")
@@ -38,7 +40,8 @@ def main(argv=None) -> int:
 
     print("[pacer] loading the model pair (once per process)…", file=sys.stderr, flush=True)
     try:
-        pair = pair_from_env(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
+        pair = pair_from_env(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
+                             device_map=args.device_map)
     except ModelLoadError as error:
         print(f"[pacer] {error}", file=sys.stderr)
         return 2
