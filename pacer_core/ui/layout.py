@@ -30,7 +30,7 @@ PLOT_INTERVAL_S = 1.0          # redraw plots at most this often while streaming
 try:  # On a Hugging Face ZeroGPU Space, decorate the model-running handlers; unchanged elsewhere.
     import spaces  # type: ignore
 
-    _gpu = spaces.GPU
+    _gpu = spaces.GPU(duration=int(os.environ.get("PACER_GPU_DURATION", "120")))
 except ImportError:  # pragma: no cover - the usual case off Spaces
     def _gpu(function):
         return function
