@@ -242,7 +242,10 @@ class SMC:
     # ------------------------------------------------------------------ 5. resampling
     def resample_and_report(self, pair, state: ParticleState, step: int, outcome: CycleOutcome,
                             generator: torch.Generator) -> SMCCycleEvent:
-        """Normalise, compute ESS, resample when ESS < ess_threshold · N; describe the cycle."""
+        """Normalise, compute ESS, resample when ESS < ess_threshold · N; describe the cycle.
+
+        The event's per-particle lists (tokens, log-weights, weights, finished) describe the rows BEFORE
+        resampling; ``ancestors[i]`` is the old row that new row i copies (identity when not resampled)."""
         weights = normalize_log_weights(state.log_weights)                          # [N] float64
         ess = effective_sample_size(weights)
         n_particles = state.n_particles
