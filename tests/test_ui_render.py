@@ -267,3 +267,15 @@ def test_metrics_frame_without_ar_has_no_speedup():
     frame = tables.metrics_frame({"fixed": make_result("fixed", 10, 1.0, 4)})
     assert frame["speedup"].isna().all()
     assert html.escape("x") == "x"
+
+
+def test_summarize_run_sentence():
+    blocks = [BlockDecision(0, 3, 0.2, 0.5, False)]
+    events = [step_event(["a", "b", "c", "d"], method="pacer", blocks=blocks, stop_reason="preverifier")]
+    result = make_result("pacer", 8, 1.0, 2, alpha=0.75, reason="eos")
+    text = render.summarize_run(result, events)
+    assert "8 tokens in 2 target forward passes" in text and "α = 0.75" in text
+    assert "cut the draft short in 1 of 1 steps" in text
+    smc = render.summarize_run(make_result("smc", 6, 1.0, 3, alpha=None),
+                               [smc_event(["a", "b"], resampled=True, ancestors=[0, 0])])
+    assert "resampled in 1 of 1 cycles" in smc

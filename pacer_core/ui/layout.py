@@ -240,6 +240,25 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             render_table(session).to_csv(csv_path, index=False)
             return {download_json: str(trace_path), download_csv: str(csv_path)}
 
+        def latest_lines(session: RunSession) -> dict:
+            """The narration of each method's most recent step (what the columns just did)."""
+            lines = {}
+            for method, run in session.runs.items():
+                if run.error:
+                    lines[method] = run.error
+                elif run.events:
+                    lines[method] = render.explain_step(run.events[-1])
+            return lines
+
+        def summary_lines(session: RunSession) -> dict:
+            lines = {}
+            for method, run in session.runs.items():
+                if run.error:
+                    lines[method] = run.error
+                elif run.result is not None:
+                    lines[method] = render.summarize_run(run.result, run.events)
+            return lines
+
         def settings_failure(error: Exception, session) -> dict:
             message = user_message(error)
             gr.Warning(message)
@@ -262,7 +281,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             if session.prompt_note:
                 message += " " + session.prompt_note
             update = {status: render.run_status_html(message, "done"), table: render_table(session),
-                      session_state: session}
+                      session_state: session, narration: render.narration_html(summary_lines(session))}
             update.update(render_columns(session, running=False))
             update.update(render_plots(session))
             update.update(export_files(session))
@@ -289,6 +308,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 update[status] = render.run_status_html(f"Running… step {steps}", "busy")
                 if time.perf_counter() - last_plot > PLOT_INTERVAL_S:
                     update.update(render_plots(session))
+                    update[narration] = render.narration_html(latest_lines(session))
                     last_plot = time.perf_counter()
                 yield update
             yield from finish_run(session, bool(values[measure_ar]), started)

@@ -429,6 +429,28 @@ def explain_step(event) -> str:
     return " ".join(parts)
 
 
+def summarize_run(result: Result, events: list) -> str:
+    """One sentence on a finished method (plain text; escape before showing)."""
+    metrics = result.metrics
+    reason = {"eos": "reached the end of its answer", "length": "reached the token limit",
+              "cancelled": "was stopped"}.get(result.finish_reason, str(result.finish_reason))
+    text = (f"{reason.capitalize()}: {metrics.new_tokens} tokens in {metrics.target_calls} target forward passes "
+            f"(τ = {metrics.tau:.2f}")
+    text += f", α = {metrics.alpha:.2f})." if metrics.alpha is not None else ")."
+    steps = [event for event in events if isinstance(event, StepEvent)]
+    if steps:
+        mean_draft = sum(event.n_drafted for event in steps) / len(steps)
+        text += f" It drafted {mean_draft:.1f} tokens per step on average"
+        stopped = sum(1 for event in steps if event.stop_reason == "preverifier")
+        text += f"; the pre-verifier cut the draft short in {stopped} of {len(steps)} steps." if any(
+            event.blocks for event in steps) else "."
+    cycles = [event for event in events if isinstance(event, SMCCycleEvent)]
+    if cycles:
+        resampled = sum(1 for event in cycles if event.resampled)
+        text += f" The particles were resampled in {resampled} of {len(cycles)} cycles."
+    return text
+
+
 def narration_html(lines: dict[str, str]) -> str:
     """The step-through narration box: one escaped paragraph per method."""
     if not lines:
