@@ -6,6 +6,7 @@ by component, never positional tuples. Bad settings become a warning toast plus 
 the page (SettingsError's own message), never a stack trace; the app keeps serving."""
 from __future__ import annotations
 
+import html
 import json
 import os
 import sys
@@ -261,7 +262,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
 
         def settings_failure(error: Exception, session) -> dict:
             message = user_message(error)
-            gr.Warning(message)
+            gr.Warning(html.escape(message))      # the toast renders HTML: show any <...> as characters
             return {status: render.run_status_html(message, "error"), session_state: session}
 
         def finish_run(session: RunSession, want_ar: bool, started: float):
