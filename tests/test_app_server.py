@@ -182,3 +182,17 @@ def test_oracle_from_this_build_or_gracefully_absent(temperature):
     else:
         assert len(session.oracle) == len(session.runs["pacer"].events)
         assert all(0 <= value <= 16 for value in session.oracle)
+
+
+def test_unexpected_failure_becomes_one_error_line(monkeypatch, client):
+    from pacer_core.ui import render
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("renderer exploded <b>")
+
+    monkeypatch.setattr(render, "explain_step", broken)
+    out = Api(client, "/step")(**{"Prompt": "t1 t2", "Max new tokens": 3, "Temperature (0 = greedy)": 0.8})
+    assert "run-error" in out["Run status"] and "renderer exploded &lt;b&gt;" in out["Run status"]
+    monkeypatch.undo()
+    out = Api(client, "/run")(**{"Prompt": "t1 t2", "Max new tokens": 2, "Measure AR baseline after the run": False})
+    assert "run-done" in out["Run status"]

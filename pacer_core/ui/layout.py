@@ -288,7 +288,24 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             update.update(export_files(session))
             yield update
 
+        def guarded(handler):
+            """Any unexpected failure becomes one error line in the page (and a log entry), never a
+            stack trace in the browser; the app keeps serving."""
+            import functools
+
+            @functools.wraps(handler)
+            def wrapper(values: dict):
+                try:
+                    yield from handler(values)
+                except Exception as error:  # noqa: BLE001
+                    traceback.print_exc(file=sys.stderr)
+                    message = f"Something went wrong: {user_message(error)}"
+                    gr.Warning(html.escape(message))
+                    yield {status: render.run_status_html(message, "error")}
+            return wrapper
+
         @_gpu
+        @guarded
         def run_all(values: dict):
             """Run all three methods interleaved, streaming each step to the page."""
             try:
@@ -315,6 +332,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             yield from finish_run(session, bool(values[measure_ar]), started)
 
         @_gpu
+        @guarded
         def step_once(values: dict):
             """Advance every method by one target forward pass and say what happened."""
             session = values[session_state]
