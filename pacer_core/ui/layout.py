@@ -97,7 +97,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 gr.HTML(render.pair_status_html(pair.describe(), pv_kind, has_smc, pair_note), elem_id="pair-status")
                 with gr.Row(equal_height=False):
                     with gr.Column(scale=4):
-                        prompt = gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",
+                        prompt = gr.Textbox(label="Prompt", lines=2, max_lines=8, elem_id="prompt",
                                             value=examples[0]["prompt"] if examples else "",
                                             placeholder="Type a prompt, or pick an example below")
                     with gr.Column(scale=1, min_width=200):
