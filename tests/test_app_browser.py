@@ -10,12 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,7 +19,6 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("PACER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
-START_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 420
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
@@ -32,44 +26,16 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                        "'apt-get update && apt-get install -y chromium'")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def browser_app_url(tmp_path_factory):
     """app.py in a subprocess on the embedded pair (or PACER_TARGET/PACER_DRAFT), on a free port."""
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("app") / "app.log"
-    env = dict(os.environ, PYTHONUNBUFFERED="1", GRADIO_ANALYTICS_ENABLED="False")
-    with open(log_path, "w") as log:
-        process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port)],
-                                   cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + START_TIMEOUT_S
+    from app_process import AppStartError, running_app
+
     try:
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"app.py exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                pytest.fail(f"app.py did not start within {START_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(1.0)
-        yield url
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+        with running_app(tmp_path_factory.mktemp("app") / "app.log") as url:
+            yield url
+    except AppStartError as failure:
+        pytest.fail(str(failure))
 
 
 @pytest.fixture(scope="module")

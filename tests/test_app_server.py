@@ -196,3 +196,21 @@ def test_unexpected_failure_becomes_one_error_line(monkeypatch, client):
     monkeypatch.undo()
     out = Api(client, "/run")(**{"Prompt": "t1 t2", "Max new tokens": 2, "Measure AR baseline after the run": False})
     assert "run-done" in out["Run status"]
+
+
+def test_app_py_serves_the_pair_from_the_environment(tmp_path):
+    """python app.py (embedded pair, or PACER_TARGET / PACER_DRAFT) answers a gradio_client run."""
+    from gradio_client import Client
+
+    from app_process import embedded_pair_missing, running_app
+
+    reason = embedded_pair_missing()
+    if reason:
+        pytest.skip(reason)
+    with running_app(tmp_path / "app.log") as url:
+        run = Api(Client(url, verbose=False), "/run")
+        out = run(**{"Prompt": "Count from 1 to 5.", "Max new tokens": 4, "Temperature (0 = greedy)": 0.7,
+                     "Measure AR baseline after the run": False})
+    assert "run-done" in out["Run status"]
+    for label in ("Fixed-length SD", "PACER", "SMC-SD (approximate)"):
+        assert 'data-state="' in out[label] and "pacer-error" not in out[label], out[label][-500:]
