@@ -279,3 +279,16 @@ def test_summarize_run_sentence():
     smc = render.summarize_run(make_result("smc", 6, 1.0, 3, alpha=None),
                                [smc_event(["a", "b"], resampled=True, ancestors=[0, 0])])
     assert "resampled in 1 of 1 cycles" in smc
+
+
+def test_pacer_block_boundaries_are_marked():
+    blocks = [BlockDecision(0, 2, 0.9, 0.5, True), BlockDecision(1, 2, 0.31, 0.5, False)]
+    tokens = [TokenRecord(1, "a", "accepted", block=0), TokenRecord(2, "b", "accepted", block=0),
+              TokenRecord(3, "c", "accepted", block=1, stopped=True), TokenRecord(4, "d", "rejected", block=1,
+                                                                                  stopped=True),
+              TokenRecord(5, "e", "corrected")]
+    event = StepEvent("pacer", 0, tokens, [1, 2, 3, 5], "abce", 4, 3, 0.0, 0.0, 4, blocks, "preverifier")
+    markup = render.step_html(event)
+    assert markup.count('class="block-sep"') == 1
+    assert "PACER block 2: score 0.310 vs threshold 0.500" in markup
+    assert_safe(markup)

@@ -156,7 +156,16 @@ def token_span(token: TokenRecord, block_scores: dict | None = None, step: int |
 def step_html(event: StepEvent) -> str:
     """All tokens of one step (drafted ones with their verdicts, then the corrected/bonus token)."""
     scores = {block.index: (block.score, block.threshold) for block in event.blocks}
-    tokens = "".join(token_span(token, scores, event.step) for token in event.tokens)
+    parts, previous_block = [], None
+    for token in event.tokens:
+        if token.block is not None and previous_block is not None and token.block != previous_block:
+            score = scores.get(token.block)
+            hint = f"PACER block {token.block + 1}" + (f": score {score[0]:.3f} vs threshold {score[1]:.3f}"
+                                                       if score else "")
+            parts.append(f'<span class="block-sep" title="{escape_attr(hint)}"></span>')
+        previous_block = token.block if token.block is not None else previous_block
+        parts.append(token_span(token, scores, event.step))
+    tokens = "".join(parts)
     return (f'<span class="step" data-step="{event.step + 1}">'
             f'<span class="step-sep" title="step {event.step + 1}: one target forward pass"></span>{tokens}</span>')
 
