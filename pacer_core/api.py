@@ -5,7 +5,8 @@ from typing import Iterator
 
 from .decoders import Autoregressive, FixedSpeculative, Pacer
 from .events import Result
-from .settings import DecodeSettings, Limits, SettingsError, validate_method, validate_prompt, validate_settings
+from .settings import (DecodeSettings, Limits, SettingsError, check_method_settings, validate_method, validate_prompt,
+                       validate_settings)
 
 
 def make_decoder(method: str, settings: DecodeSettings, pair=None, preverifier=None):
@@ -44,6 +45,7 @@ def stream(pair, method: str, prompt: str, cancel=None, preverifier=None, chat: 
     """Validate everything, then yield the decoder's events and finally its Result."""
     method = validate_method(method)
     settings = validate_settings(**raw_settings)
+    check_method_settings(method, settings)
     prompt_ids, note = prepare_prompt(pair, prompt, chat)
     room = pair.max_context - len(prompt_ids)
     if settings.max_new_tokens > room:

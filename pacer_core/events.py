@@ -49,7 +49,7 @@ class StepEvent:
     total_new_tokens: int
     blocks: list[BlockDecision] = field(default_factory=list)
     stop_reason: str | None = None      # PACER: why drafting stopped (preverifier, max_len, budget, eos)
-    oracle_len: int | None = None       # gamma*: accepted count of a forced long draft (filled by analysis)
+    oracle_len: float | None = None     # gamma*: accepted count of a forced long draft (pacer_core.analysis)
     kind: str = "step"
 
 

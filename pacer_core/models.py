@@ -193,8 +193,8 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("A CUDA device was requested but no GPU is visible.")
     target_location, target_name = resolve_source(target, "target")
-    draft_location, draft_name = resolve_source(draft, "draft")
     target_model, target_tokenizer = _load_one(target_location, target_name, "target", device, dtype, device_map)
+    draft_location, draft_name = resolve_source(draft, "draft")
     draft_model, draft_tokenizer = _load_one(draft_location, draft_name, "draft", device, dtype)
     check_tokenizers_match(target_tokenizer, draft_tokenizer, target_name, draft_name)
     if _parameter_count(draft_model) > _parameter_count(target_model):

@@ -149,6 +149,13 @@ def validate_prompt(prompt, limits: Limits | None = None) -> str:
     return prompt
 
 
+def check_method_settings(method: str, settings: DecodeSettings) -> None:
+    """Rules that depend on the method as well as the values."""
+    if method == "smc" and settings.greedy:
+        raise SettingsError("SMC-SD samples particles, so it needs a temperature above 0 (try 0.7). "
+                            "For greedy decoding choose AR, fixed-length SD or PACER.")
+
+
 def validate_method(method) -> str:
     name = str(method).strip().lower() if isinstance(method, str) else method
     if name not in METHODS:

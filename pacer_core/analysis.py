@@ -1,0 +1,87 @@
+"""Analysis after a run: the oracle draft length γ* of every step, for the timeline plot.
+
+γ*_t is how many leading tokens of a forced long draft the target would accept at step t.
+Greedy: the draft's greedy continuation from the true prefix matches the target's output exactly
+as long as its teacher-forced argmax does, so ONE draft forward over prompt + output gives every
+γ*_t. Sampling: we report the expected accepted length along the emitted path,
+Σ_k Π_{j<k} a_j with a_j = Σ_x min(p_j(x), q_j(x)) (one forward of each model)."""
+from __future__ import annotations
+
+import torch
+
+from .events import StepEvent
+from .sampling import logits_to_probs
+
+
+def step_starts(events) -> list[int]:
+    """Output position (0-based, in generated tokens) at which each step began."""
+    starts, emitted = [], 0
+    for event in events:
+        if isinstance(event, StepEvent):
+            starts.append(emitted)
+            emitted = event.total_new_tokens
+    return starts
+
+
+@torch.inference_mode()
+def _teacher_forced_logits(model, prompt_ids, output_ids, vocab_size) -> torch.Tensor:
+    """Logits predicting each output token: [len(output), V]."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(prompt_ids) + list(output_ids)], device=device)
+    logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1: -1, :vocab_size]
+    return logits.float().cpu()
+
+
+def greedy_match_flags(pair, prompt_ids, output_ids) -> list[bool]:
+    """flags[j]: the draft's argmax given the true prefix equals output token j."""
+    if not output_ids:
+        return []
+    draft_logits = _teacher_forced_logits(pair.draft, prompt_ids, output_ids, pair.vocab_size)
+    return (draft_logits.argmax(-1) == torch.tensor(list(output_ids))).tolist()
+
+
+def run_lengths(flags: list[bool], starts: list[int], max_len: int) -> list[int]:
+    """For each start, the number of consecutive True flags from there, capped at max_len."""
+    lengths = []
+    for start in starts:
+        length = 0
+        while start + length < len(flags) and flags[start + length] and length < max_len:
+            length += 1
+        lengths.append(length)
+    return lengths
+
+
+def expected_run_lengths(accept_rates: list[float], starts: list[int], max_len: int) -> list[float]:
+    """E[accepted] from each start when position j is accepted with probability accept_rates[j]."""
+    expected = []
+    for start in starts:
+        survival, total = 1.0, 0.0
+        for j in range(start, min(start + max_len, len(accept_rates))):
+            survival *= accept_rates[j]
+            total += survival
+        expected.append(total)
+    return expected
+
+
+def oracle_lengths(pair, prompt_ids, output_ids, starts, temperature: float = 0.0, top_k: int = 0,
+                   top_p: float = 1.0, max_len: int = 16) -> list[float]:
+    """γ*_t for every step start (see module docstring for the sampling definition)."""
+    if temperature <= 0:
+        return [float(n) for n in run_lengths(greedy_match_flags(pair, prompt_ids, output_ids), starts, max_len)]
+    draft_probs = logits_to_probs(_teacher_forced_logits(pair.draft, prompt_ids, output_ids, pair.vocab_size),
+                                  temperature, top_k, top_p)
+    target_probs = logits_to_probs(_teacher_forced_logits(pair.target, prompt_ids, output_ids, pair.vocab_size),
+                                   temperature, top_k, top_p)
+    accept_rates = torch.minimum(draft_probs, target_probs).sum(-1).tolist()
+    return expected_run_lengths(accept_rates, starts, max_len)
+
+
+def attach_oracle(pair, prompt_ids, result, max_len: int = 16) -> list[float]:
+    """Fill ``oracle_len`` of every StepEvent of a finished Result; returns the lengths."""
+    settings = result.settings
+    steps = [event for event in result.events if isinstance(event, StepEvent)]
+    lengths = oracle_lengths(pair, prompt_ids, result.token_ids, step_starts(steps), settings.get("temperature", 0.0),
+                             settings.get("top_k", 0), settings.get("top_p", 1.0), max_len)
+    for event, length in zip(steps, lengths):
+        event.oracle_len = length
+    return lengths

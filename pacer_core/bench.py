@@ -1,0 +1,325 @@
+"""Benchmark CLI: the one place speed is measured. Methods run interleaved per repeat on the same
+prompts after one warm-up; medians over repeats are reported side by side in one run.
+
+    python -m pacer_core.bench --methods ar,hf,hf-assisted,hf-assisted-dynamic,fixed:2,fixed:4,pacer \\
+        --prompts assets/prompts/bench.jsonl --max-new-tokens 64 --temperature 0 --repeats 3 --out DIR
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .api import make_decoder, prepare_prompt
+from .decoders.oracle import OracleLength
+from .models import ModelLoadError, load_pair
+from .settings import SettingsError, validate_settings
+
+HF_METHODS = ("hf", "hf-assisted", "hf-assisted-dynamic")
+
+
+@dataclass
+class MethodSpec:
+    label: str
+    kind: str                 # ar | fixed | pacer | smc | oracle | hf | hf-assisted | hf-assisted-dynamic
+    overrides: dict = field(default_factory=dict)
+
+
+def parse_method(text: str) -> MethodSpec:
+    """ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K, oracle."""
+    parts = text.strip().split(":")
+    name, numbers = parts[0], parts[1:]
+    try:
+        if name in ("ar", "hf", "hf-assisted-dynamic", "oracle") and not numbers:
+            return MethodSpec(text, name)
+        if name in ("fixed", "hf-assisted") and len(numbers) <= 1:
+            return MethodSpec(text, name, {"gamma": int(numbers[0])} if numbers else {})
+        if name == "pacer" and len(numbers) in (0, 2, 3):
+            keys = ("block_size", "max_draft_len", "threshold")
+            return MethodSpec(text, name, {k: float(v) if k == "threshold" else int(v) for k, v in zip(keys, numbers)})
+        if name == "smc" and len(numbers) == 2:
+            return MethodSpec(text, name, {"n_particles": int(numbers[0]), "draft_len": int(numbers[1])})
+    except ValueError:
+        pass
+    raise SettingsError(f"Unknown benchmark method {text!r}. Use ar, hf, hf-assisted[:G], hf-assisted-dynamic, "
+                        "fixed:G, pacer[:B:L[:T]], smc:N:K or oracle.")
+
+
+def load_prompts(path: str) -> list[dict]:
+    prompts = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as bad:
+            raise SettingsError(f"{path}:{number}: not valid JSON ({bad.msg}).") from None
+        if not isinstance(record, dict) or not {"id", "category", "prompt"} <= set(record):
+            raise SettingsError(f"{path}:{number}: each line needs id, category and prompt.")
+        prompts.append(record)
+    if not prompts:
+        raise SettingsError(f"{path} holds no prompts.")
+    return prompts
+
+
+class CallCounter:
+    """Counts forward calls of a module (used for transformers' own generate())."""
+
+    def __init__(self, module):
+        self.calls = 0
+        self.handle = module.register_forward_hook(self._count)
+
+    def _count(self, *_):
+        self.calls += 1
+
+    def close(self):
+        self.handle.remove()
+
+
+@dataclass
+class RunRecord:
+    seconds: float
+    new_tokens: int
+    target_calls: int
+    draft_calls: int
+    drafted: int
+    accepted: int
+    draft_seconds: float
+    verify_seconds: float
+    token_ids: list
+    text: str
+
+
+def run_hf(pair, spec: MethodSpec, prompt_ids, settings) -> RunRecord:
+    kwargs = {"max_new_tokens": settings.max_new_tokens, "pad_token_id": pair.tokenizer.eos_token_id}
+    if settings.greedy:
+        kwargs["do_sample"] = False
+    else:
+        torch.manual_seed(settings.seed)
+        kwargs.update(do_sample=True, temperature=settings.temperature, top_k=settings.top_k or None,
+                      top_p=settings.top_p)
+    if spec.kind == "hf-assisted":
+        kwargs.update(assistant_model=pair.draft, num_assistant_tokens=spec.overrides.get("gamma", settings.gamma),
+                      num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+    elif spec.kind == "hf-assisted-dynamic":
+        kwargs["assistant_model"] = pair.draft  # transformers' defaults: confidence threshold + schedule
+    target_counter, draft_counter = CallCounter(pair.target), CallCounter(pair.draft)
+    input_ids = torch.tensor([prompt_ids], device=pair.device)
+    started = time.perf_counter()
+    try:
+        with torch.inference_mode():
+            output = pair.target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+    finally:
+        target_counter.close()
+        draft_counter.close()
+    seconds = time.perf_counter() - started
+    new_ids = output[0, len(prompt_ids):].tolist()
+    return RunRecord(seconds, len(new_ids), target_counter.calls, draft_counter.calls, 0, 0, 0.0, 0.0,
+                     new_ids, pair.decode(new_ids))
+
+
+def run_ours(pair, spec: MethodSpec, prompt_ids, settings, preverifier, reference) -> RunRecord:
+    if spec.kind == "oracle":
+        decoder = OracleLength(reference, settings.max_draft_len)
+    else:
+        decoder = make_decoder(spec.kind, settings, pair, preverifier)
+    started = time.perf_counter()
+    *events, result = decoder.run(pair, prompt_ids, settings)
+    seconds = time.perf_counter() - started
+    metrics = result.metrics
+    return RunRecord(seconds, metrics.new_tokens, metrics.target_calls, metrics.draft_calls, metrics.drafted_tokens,
+                     metrics.accepted_tokens, sum(e.draft_seconds for e in events),
+                     sum(e.verify_seconds for e in events), result.token_ids, result.text)
+
+
+def summarise(label: str, runs_by_repeat: list[list[RunRecord]]) -> dict:
+    """runs_by_repeat[r][i]: repeat r, prompt i. Counts come from the first repeat."""
+    first = runs_by_repeat[0]
+    seconds = [sum(run.seconds for run in runs) for runs in runs_by_repeat]
+    new_tokens = sum(run.new_tokens for run in first)
+    target_calls = sum(run.target_calls for run in first)
+    drafted = sum(run.drafted for run in first)
+    median_seconds = statistics.median(seconds)
+    repeat_index = seconds.index(sorted(seconds)[len(seconds) // 2])
+    chosen = runs_by_repeat[repeat_index]
+    return {
+        "method": label, "tau": new_tokens / target_calls if target_calls else None,
+        "alpha": sum(run.accepted for run in first) / drafted if drafted else None,
+        "target_calls": target_calls, "draft_calls": sum(run.draft_calls for run in first),
+        "new_tokens": new_tokens, "seconds_median": median_seconds, "seconds_all": seconds,
+        "tokens_per_s": new_tokens / median_seconds if median_seconds else None,
+        "profile": {"draft_s": sum(r.draft_seconds for r in chosen), "verify_s": sum(r.verify_seconds for r in chosen),
+                    "other_s": sum(r.seconds - r.draft_seconds - r.verify_seconds for r in chosen)},
+        "texts": [run.text for run in first],
+    }
+
+
+def machine_info(pair) -> dict:
+    import transformers
+
+    return {"platform": platform.platform(), "processor": platform.processor(), "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__, "threads": torch.get_num_threads(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), **pair.describe()}
+
+
+def write_outputs(out_dir: Path, report: dict) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(report, indent=2))
+    columns = ["method", "tau", "alpha", "target_calls", "draft_calls", "new_tokens", "seconds_median",
+               "tokens_per_s", "speedup_vs_ar"]
+    with open(out_dir / "results.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(report["methods"])
+    (out_dir / "report.md").write_text(markdown_report(report, columns))
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def markdown_report(report: dict, columns: list[str]) -> str:
+    settings = report["settings"]
+    lines = [f"# Benchmark {report['machine']['date']}", "",
+             f"Pair: {report['machine']['target']} ← {report['machine']['draft']} on "
+             f"{report['machine']['device']} ({report['machine']['dtype']}), torch {report['machine']['torch']}, "
+             f"transformers {report['machine']['transformers']}, {report['machine']['threads']} threads.",
+             f"{settings['prompt_count']} prompts from {settings['prompts']}, max_new_tokens={settings['max_new_tokens']}, "
+             f"temperature={settings['temperature']}, repeats={settings['repeats']} (medians), seed={settings['seed']}.",
+             "", "| " + " | ".join(columns + ["draft s", "verify s", "other s"]) + " |",
+             "|" + "---|" * (len(columns) + 3)]
+    for row in report["methods"]:
+        profile = row["profile"]
+        cells = [_fmt(row.get(c)) for c in columns] + [_fmt(profile["draft_s"]), _fmt(profile["verify_s"]),
+                                                       _fmt(profile["other_s"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "speedup_vs_ar = tokens_per_s / AR tokens_per_s, both measured in this run. "
+              "Profile columns: time inside draft forwards, inside target verification, and the rest "
+              "(sampling, bookkeeping, detokenisation) for the median repeat."]
+    return "\n".join(lines) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m pacer_core.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--methods", default="ar,hf,hf-assisted,hf-assisted-dynamic,fixed:2,fixed:4,fixed:8,pacer")
+    parser.add_argument("--prompts", default="assets/prompts/bench.jsonl", help="JSONL with id, category, prompt")
+    parser.add_argument("--limit", type=int, default=0, help="use only the first N prompts (0 = all)")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="benchmarks/results/latest")
+    parser.add_argument("--target", default="embedded")
+    parser.add_argument("--draft", default="embedded")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--dtype", default=None)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="any decode setting, e.g. --setting threshold=0.4 (repeatable)")
+    return parser
+
+
+def parse_settings(args) -> dict:
+    extra = {}
+    for item in args.setting:
+        if "=" not in item:
+            raise SettingsError(f"--setting needs NAME=VALUE (got {item!r}).")
+        name, value = item.split("=", 1)
+        extra[name.strip()] = value.strip()
+    return extra
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run_benchmark(args)
+    except (SettingsError, ModelLoadError, FileNotFoundError) as problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+
+
+def run_benchmark(args) -> int:
+    from tqdm import tqdm
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    specs = [parse_method(text) for text in args.methods.split(",") if text.strip()]
+    if not any(spec.kind == "ar" for spec in specs):
+        specs.insert(0, parse_method("ar"))
+    base = validate_settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
+                             **coerce_numbers(parse_settings(args)))
+    if any(spec.kind == "oracle" for spec in specs) and not base.greedy:
+        raise SettingsError("The oracle method needs --temperature 0.")
+    prompts = load_prompts(args.prompts)[: args.limit or None]
+    pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
+    from .preverifier import default_preverifier
+
+    preverifier = default_preverifier(pair)
+    prompt_ids = [prepare_prompt(pair, record["prompt"])[0] for record in prompts]
+    settings_for = {spec.label: validate_settings(**(base.to_dict() | spec.overrides)) for spec in specs}
+    references = {}
+
+    def run_one(spec, index):
+        settings = settings_for[spec.label]
+        if spec.kind in HF_METHODS:
+            return run_hf(pair, spec, prompt_ids[index], settings)
+        record = run_ours(pair, spec, prompt_ids[index], settings, preverifier, references.get(index, []))
+        if spec.kind == "ar":
+            references[index] = record.token_ids
+        return record
+
+    ordered = sorted(specs, key=lambda spec: spec.kind != "ar")  # AR first: the oracle needs its output
+    for spec in tqdm(ordered, desc="warm-up", file=sys.stderr):
+        run_one(spec, 0)
+    runs = {spec.label: [] for spec in specs}
+    progress = tqdm(total=args.repeats * len(specs) * len(prompts), desc="benchmark", file=sys.stderr)
+    for repeat in range(args.repeats):
+        batch = {spec.label: [] for spec in specs}
+        for index in range(len(prompts)):
+            for spec in ordered:
+                batch[spec.label].append(run_one(spec, index))
+                progress.update()
+        for label, records in batch.items():
+            runs[label].append(records)
+    progress.close()
+    rows = [summarise(spec.label, runs[spec.label]) for spec in specs]
+    ar_rate = next(row["tokens_per_s"] for row, spec in zip(rows, specs) if spec.kind == "ar")
+    for row in rows:
+        row["speedup_vs_ar"] = row["tokens_per_s"] / ar_rate if ar_rate else None
+    report = {"machine": machine_info(pair), "preverifier": getattr(preverifier, "kind", "custom"),
+              "settings": {"prompts": args.prompts, "prompt_count": len(prompts), "max_new_tokens": args.max_new_tokens,
+                           "temperature": args.temperature, "repeats": args.repeats, "seed": args.seed,
+                           "decode": base.to_dict()},
+              "prompt_ids": [record["id"] for record in prompts], "methods": rows}
+    write_outputs(Path(args.out), report)
+    print((Path(args.out) / "report.md").read_text())
+    return 0
+
+
+def coerce_numbers(raw: dict) -> dict:
+    """--setting values arrive as text; numbers become numbers, the rest stays text."""
+    converted = {}
+    for name, value in raw.items():
+        for cast in (int, float):
+            try:
+                converted[name] = cast(value)
+                break
+            except ValueError:
+                continue
+        else:
+            converted[name] = value
+    return converted
+
+
+if __name__ == "__main__":
+    sys.exit(main())

