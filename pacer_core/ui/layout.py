@@ -142,7 +142,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                             draft_len = gr.Slider(1, 16, value=defaults.draft_len, step=1, label="Draft length K")
                             ess_threshold = gr.Slider(0.0, 1.0, value=defaults.ess_threshold, step=0.05,
                                                       label="ESS threshold (fraction of N)")
-                legend = gr.HTML(render.legend_html(), elem_id="legend")
+                gr.HTML(render.legend_html(), elem_id="legend")
                 status = gr.HTML(render.run_status_html("Ready."), elem_id="run-status", label="Run status")
                 narration = gr.HTML(render.narration_html({}), elem_id="narration", label="Step-through narration")
                 columns = {}
@@ -370,14 +370,13 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 session.stop()
             return render.run_status_html("Stopping after the current step…", "busy")
 
-        run_event = run_button.click(run_all, inputs=inputs, outputs=outputs, concurrency_id="decode",
-                                     api_name="run", show_progress="minimal")
+        run_button.click(run_all, inputs=inputs, outputs=outputs, concurrency_id="decode", api_name="run",
+                         show_progress="minimal")
         prompt.submit(run_all, inputs=inputs, outputs=outputs, concurrency_id="decode", api_visibility="private",
                       show_progress="minimal")
         step_button.click(step_once, inputs=inputs, outputs=outputs, concurrency_id="decode", api_name="step",
                           show_progress="minimal")
         stop_button.click(stop, inputs=session_state, outputs=status, concurrency_limit=None, api_name="stop")
-        del run_event
     return demo
 
 
