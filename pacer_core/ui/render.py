@@ -143,13 +143,14 @@ def token_tooltip(token: TokenRecord, block_scores: dict | None = None, step: in
 
 def token_span(token: TokenRecord, block_scores: dict | None = None, step: int | None = None) -> str:
     """One token as a coloured span; data-state carries the state for tests and CSS."""
-    classes = ["tok", f"tok-{token.state}"]
+    state = escape_attr(token.state)
+    classes = ["tok", f"tok-{state}"]
     if token.stopped:
         classes.append("tok-stopped")
     text = escape_text(token.text) if token.text != "" else '<span class="cc">\u2205</span>'
     title = escape_attr(token_tooltip(token, block_scores, step))
     stopped = ' data-stopped="1"' if token.stopped else ""
-    return (f'<span class="{" ".join(classes)}" data-state="{token.state}"'
+    return (f'<span class="{" ".join(classes)}" data-state="{state}"'
             f'{stopped} title="{title}">{text}</span>')
 
 
