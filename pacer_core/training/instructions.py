@@ -158,7 +158,7 @@ def _open_questions() -> list[str]:
 def training_instructions(seed: int = 0) -> list[str]:
     """Distinct training prompts (deterministic order, shuffled with `seed`)."""
     rng = random.Random(seed)
-    prompts = _simple_templates() + _open_questions() + _math_problems(rng, 160)
+    prompts = _simple_templates() + _open_questions() + _math_problems(rng, 300)
     unique = sorted(set(prompts) - set(heldout_instructions()))
     rng.shuffle(unique)
     return unique

@@ -1,0 +1,1 @@
+"""Training utilities (the embedded draft model distillation pipeline)."""

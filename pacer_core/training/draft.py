@@ -1,0 +1,637 @@
+"""Train the embedded draft model for SmolLM2-135M-Instruct by knowledge distillation (CPU).
+
+Stages (each resumable: results and checkpoints live in work/draft/, re-running continues):
+  generate  batched target replies to the training instructions (greedy + sampled), recording the
+            target's top-k next-token probabilities at every reply position (free teacher data)
+  teacher   top-k target probabilities on corpus text chunks (supplementary data)
+  train     distil a small Llama draft (PCA-initialised tied embeddings) on the cached top-k
+  eval      held-out greedy agreement, tau for greedy gamma=4 speculative decoding, step times
+  export    save the draft (bfloat16 safetensors + tokenizer) to assets/draft-smollm2/
+
+Example:  python -m pacer_core.training.draft generate && python -m pacer_core.training.draft train \
+          && python -m pacer_core.training.draft export && python -m pacer_core.training.draft eval
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from .instructions import heldout_instructions, training_instructions
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WORK_DIR = REPO_ROOT / "work" / "draft"
+CORPUS_DIR = Path("/work/shared/corpus")
+TRAIN_CORPUS_FILES = {"tinystories_train_lowercase.txt": 0.6, "austen/emma.txt": 0.1, "austen/prideprejudice.txt": 0.1,
+                      "austen/persuasion.txt": 0.05, "tinyshakespeare.txt": 0.15}  # file: share of chunks
+EVAL_STORY_FILE = "tinystories_valid_head.txt"
+EXPORT_DIR = REPO_ROOT / "assets" / "draft-smollm2"
+TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
+                   "generation_config.json"]
+EOS_ID = 2
+PAD_ID = 2
+
+
+# ----------------------------------------------------------------------------- shared helpers
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def target_dir() -> Path:
+    from pacer_core.embedded import ensure_embedded_target
+    return ensure_embedded_target()
+
+
+def load_tokenizer():
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(target_dir())
+
+
+def load_target(dtype=torch.float32):
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(target_dir(), dtype=dtype).eval()
+
+
+def chat_prompt_ids(tokenizer, instruction: str) -> list[int]:
+    encoded = tokenizer.apply_chat_template([{"role": "user", "content": instruction}],
+                                            add_generation_prompt=True, tokenize=True)
+    ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+    return list(ids)
+
+
+def story_openings(count: int) -> list[str]:
+    """First two sentences of stories from the held-out TinyStories validation file (eval only)."""
+    text = (CORPUS_DIR / EVAL_STORY_FILE).read_text(encoding="utf-8")
+    openings = []
+    for paragraph in text.split("\n"):
+        paragraph = paragraph.strip()
+        if paragraph.startswith("Once upon a time") and paragraph.count(". ") >= 2:
+            openings.append(". ".join(paragraph.split(". ")[:2]) + ".")
+        if len(openings) == count:
+            break
+    return openings
+
+
+# ----------------------------------------------------------------------------- batched target generation
+def left_pad(sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(sequence) for sequence in sequences)
+    input_ids = torch.full((len(sequences), width), PAD_ID, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        input_ids[row, width - len(sequence):] = torch.tensor(sequence)
+        attention_mask[row, width - len(sequence):] = 1
+    return input_ids, attention_mask
+
+
+def choose_next_tokens(next_logits: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:
+    if temperature <= 0:
+        return next_logits.argmax(-1)
+    sampling_probs = torch.softmax(next_logits / temperature, dim=-1)
+    return torch.multinomial(sampling_probs, 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def generate_batch(target, prompts: list[list[int]], max_new_tokens: int, temperature: float,
+                   top_k: int, generator: torch.Generator) -> list[dict]:
+    """Left-padded batched decoding; records each reply token and the target's top-k (T=1) distribution
+    that predicted it."""
+    input_ids, attention_mask = left_pad(prompts)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    output = target(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
+    cache, next_logits = output.cache, output.logits[:, -1].float()
+    next_positions = position_ids[:, -1] + 1
+    finished = torch.zeros(len(prompts), dtype=torch.bool)
+    tokens, top_ids, top_probs = [], [], []
+    for _ in range(max_new_tokens):
+        target_probs = torch.softmax(next_logits, dim=-1)
+        top = target_probs.topk(top_k, dim=-1)
+        next_tokens = choose_next_tokens(next_logits, temperature, generator)
+        next_tokens = torch.where(finished, torch.full_like(next_tokens, PAD_ID), next_tokens)
+        tokens.append(next_tokens.masked_fill(finished, -1))
+        top_ids.append(top.indices.to(torch.int32))
+        top_probs.append(top.values.to(torch.float16))
+        finished |= next_tokens == EOS_ID
+        if finished.all():
+            break
+        attention_mask = torch.cat([attention_mask, torch.ones((len(prompts), 1), dtype=torch.long)], dim=1)
+        output = target(input_ids=next_tokens[:, None], attention_mask=attention_mask,
+                        position_ids=next_positions[:, None], cache=cache, use_cache=True)
+        cache, next_logits = output.cache, output.logits[:, -1].float()
+        next_positions = next_positions + 1
+    return unpack_replies(prompts, torch.stack(tokens, 1), torch.stack(top_ids, 1), torch.stack(top_probs, 1))
+
+
+def unpack_replies(prompts, tokens, top_ids, top_probs) -> list[dict]:
+    samples = []
+    for row, prompt in enumerate(prompts):
+        length = int((tokens[row] >= 0).sum())
+        samples.append({"prompt": torch.tensor(prompt, dtype=torch.int32),
+                        "reply": tokens[row, :length].to(torch.int32),
+                        "top_ids": top_ids[row, :length].clone(), "top_probs": top_probs[row, :length].clone()})
+    return samples
+
+
+def generation_jobs(args) -> list[tuple[str, float, list[str]]]:
+    """(shard name, temperature, instructions) for every shard: all greedy shards first, then sampled."""
+    instructions = training_instructions(args.seed)
+    if args.limit:
+        instructions = instructions[:args.limit]
+    sampled = instructions[: int(len(instructions) * args.sampled_fraction)]
+    jobs = []
+    for mode, temperature, subset in [("greedy", 0.0, instructions), ("sampled", args.temperature, sampled)]:
+        for start in range(0, len(subset), args.batch_size):
+            jobs.append((f"{mode}_{start // args.batch_size:04d}", temperature, subset[start:start + args.batch_size]))
+    return jobs
+
+
+def stage_generate(args) -> None:
+    torch.set_num_threads(args.threads)
+    out_dir = WORK_DIR / "replies"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer, target = load_tokenizer(), load_target(torch.float32)
+    jobs = [job for job in generation_jobs(args) if not (out_dir / f"{job[0]}.pt").exists()]
+    log(f"generate: {len(jobs)} shards to do (batch {args.batch_size}, max {args.max_new_tokens} new tokens)")
+    for index, (name, temperature, instructions) in enumerate(tqdm(jobs, desc="generate shards")):
+        generator = torch.Generator().manual_seed(args.seed * 100003 + zlib.crc32(name.encode()) % 100003)
+        prompts = [chat_prompt_ids(tokenizer, instruction) for instruction in instructions]
+        started = time.time()
+        samples = generate_batch(target, prompts, args.max_new_tokens, temperature, args.top_k, generator)
+        for sample, instruction in zip(samples, instructions):
+            sample.update(instruction=instruction, temperature=temperature)
+        torch.save(samples, out_dir / f"{name}.tmp")
+        (out_dir / f"{name}.tmp").rename(out_dir / f"{name}.pt")
+        reply_tokens = sum(len(sample["reply"]) for sample in samples)
+        log(f"{name}: {reply_tokens} reply tokens in {time.time() - started:.0f} s")
+
+
+# ----------------------------------------------------------------------------- corpus teacher cache
+def corpus_chunks(tokenizer, chunk_tokens: int, count: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    chunks = []
+    for name, share in TRAIN_CORPUS_FILES.items():
+        text = (CORPUS_DIR / name).read_text(encoding="utf-8", errors="ignore")
+        for _ in range(math.ceil(count * share)):
+            start = rng.randrange(0, len(text) - chunk_tokens * 8)
+            ids = tokenizer(text[start:start + chunk_tokens * 8])["input_ids"]
+            chunks.append(ids[1:chunk_tokens + 1])
+    rng.shuffle(chunks)
+    return chunks[:count]
+
+
+@torch.no_grad()
+def teacher_topk(target, chunks: list[list[int]], top_k: int) -> list[dict]:
+    input_ids = torch.tensor(chunks)
+    target_logits = target(input_ids=input_ids).logits.float()
+    target_probs = torch.softmax(target_logits[:, :-1], dim=-1)
+    top = target_probs.topk(top_k, dim=-1)
+    return [{"prompt": input_ids[row, :1].to(torch.int32), "reply": input_ids[row, 1:].to(torch.int32),
+             "top_ids": top.indices[row].to(torch.int32), "top_probs": top.values[row].to(torch.float16),
+             "instruction": None, "temperature": None} for row in range(len(chunks))]
+
+
+def stage_teacher(args) -> None:
+    torch.set_num_threads(args.threads)
+    out_dir = WORK_DIR / "corpus"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer, target = load_tokenizer(), load_target(torch.float32)
+    chunks = corpus_chunks(tokenizer, args.chunk_tokens, args.chunks, args.seed)
+    batches = [chunks[start:start + args.batch_size] for start in range(0, len(chunks), args.batch_size)]
+    for index, batch in enumerate(tqdm(batches, desc="teacher batches")):
+        path = out_dir / f"corpus_{index:04d}.pt"
+        if not path.exists():
+            torch.save(teacher_topk(target, batch, args.top_k), path.with_suffix(".tmp"))
+            path.with_suffix(".tmp").rename(path)
+
+
+# ----------------------------------------------------------------------------- draft model
+def draft_config(args):
+    from transformers import LlamaConfig
+    return LlamaConfig(vocab_size=49152, hidden_size=args.hidden, intermediate_size=args.ffn,
+                       num_hidden_layers=args.layers, num_attention_heads=args.hidden // 64,
+                       num_key_value_heads=max(1, args.hidden // 128), head_dim=64, hidden_act="silu",
+                       max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0,
+                       tie_word_embeddings=True, bos_token_id=1, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
+
+
+@torch.no_grad()
+def pca_embeddings(target_embeddings: torch.Tensor, width: int) -> torch.Tensor:
+    """Project the target's (vocab x 576) embedding matrix onto its top `width` principal directions.
+    Uncentred: with tied embeddings, logits h.e stay approximately preserved under the projection."""
+    _, _, right_vectors = torch.linalg.svd(target_embeddings.float(), full_matrices=False)
+    return target_embeddings.float() @ right_vectors[:width].T
+
+
+def build_draft(args):
+    from transformers import LlamaForCausalLM
+    draft = LlamaForCausalLM(draft_config(args))
+    target = load_target(torch.float32)
+    with torch.no_grad():
+        draft.model.embed_tokens.weight.copy_(pca_embeddings(target.model.embed_tokens.weight, args.hidden))
+        # small output scale: with the copied embeddings a large one makes the fresh draft
+        # confidently predict its input token (initial loss ~50 instead of ~10)
+        draft.model.norm.weight.fill_(0.25)
+    draft.tie_weights()
+    return draft
+
+
+# ----------------------------------------------------------------------------- training data
+def load_samples(include_corpus: bool) -> list[dict]:
+    paths = sorted((WORK_DIR / "replies").glob("*.pt"))
+    if include_corpus:
+        paths += sorted((WORK_DIR / "corpus").glob("*.pt"))
+    samples = []
+    for path in paths:
+        samples += torch.load(path)
+    return [sample for sample in samples if len(sample["reply"]) > 0]
+
+
+def sample_inputs(sample: dict) -> tuple[torch.Tensor, int]:
+    """Input ids = prompt + reply[:-1]; the logits at positions start..end predict the reply tokens."""
+    input_ids = torch.cat([sample["prompt"], sample["reply"][:-1]]).long()
+    return input_ids, len(sample["prompt"]) - 1
+
+
+def token_budget_batches(samples: list[dict], tokens_per_batch: int, rng: random.Random) -> list[list[dict]]:
+    """Shuffle, then group samples of similar length so right-padding wastes little."""
+    order = samples[:]
+    rng.shuffle(order)
+    batches = []
+    for start in range(0, len(order), 256):
+        window = sorted(order[start:start + 256], key=lambda s: len(s["prompt"]) + len(s["reply"]))
+        batch, width = [], 0
+        for sample in window:
+            width_if_added = max(width, len(sample["prompt"]) + len(sample["reply"]))
+            if batch and width_if_added * (len(batch) + 1) > tokens_per_batch:
+                batches.append(batch)
+                batch, width_if_added = [], len(sample["prompt"]) + len(sample["reply"])
+            batch.append(sample)
+            width = width_if_added
+        if batch:
+            batches.append(batch)
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(batch: list[dict]) -> dict:
+    inputs = [sample_inputs(sample) for sample in batch]
+    width = max(len(ids) for ids, _ in inputs)
+    input_ids = torch.full((len(batch), width), PAD_ID, dtype=torch.long)
+    attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+    rows, columns = [], []
+    for row, (ids, start) in enumerate(inputs):
+        input_ids[row, :len(ids)] = ids
+        attention_mask[row, :len(ids)] = 1
+        count = len(batch[row]["reply"])
+        rows.append(torch.full((count,), row))
+        columns.append(torch.arange(start, start + count))
+    return {"input_ids": input_ids, "attention_mask": attention_mask,
+            "rows": torch.cat(rows), "columns": torch.cat(columns),
+            "labels": torch.cat([sample["reply"] for sample in batch]).long(),
+            "top_ids": torch.cat([sample["top_ids"] for sample in batch]).long(),
+            "top_probs": torch.cat([sample["top_probs"] for sample in batch]).float()}
+
+
+# ----------------------------------------------------------------------------- training
+def frequent_token_ids(samples: list[dict], count: int) -> torch.Tensor:
+    """The `count` ids carrying the most teacher probability mass over all cached positions."""
+    mass = torch.zeros(49152)
+    for sample in samples:
+        mass.index_add_(0, sample["top_ids"].flatten().long(), sample["top_probs"].flatten().float())
+    return mass.topk(count).indices
+
+
+def candidate_ids(batch: dict, frequent_ids: torch.Tensor, random_count: int, generator: torch.Generator) -> torch.Tensor:
+    """Output ids scored this step: the batch's teacher top-k ids, the frequent ids and a few random ids.
+    Scoring ~10k instead of 49,152 ids makes the dominant output layer ~4x cheaper to train."""
+    random_ids = torch.randint(0, 49152, (random_count,), generator=generator)
+    return torch.unique(torch.cat([batch["top_ids"].flatten(), batch["labels"], frequent_ids, random_ids]))
+
+
+def draft_logits_at(draft, batch: dict, candidates: torch.Tensor | None = None) -> torch.Tensor:
+    """Draft logits only at supervised positions (skips the output layer on prompt tokens), over
+    `candidates` ids only when given."""
+    hidden = draft.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    supervised = hidden[batch["rows"], batch["columns"]]
+    if candidates is None:
+        return draft.lm_head(supervised)
+    return supervised @ draft.lm_head.weight[candidates].T
+
+
+def remap_to_candidates(batch: dict, candidates: torch.Tensor) -> dict:
+    """Express top_ids and labels as column indices into the candidate logits."""
+    position = torch.full((49152,), -1, dtype=torch.long)
+    position[candidates] = torch.arange(len(candidates))
+    return {**batch, "top_ids": position[batch["top_ids"]], "labels": position[batch["labels"]]}
+
+
+def distillation_loss(draft_logits: torch.Tensor, batch: dict, hard_weight: float) -> tuple[torch.Tensor, dict]:
+    """Cross-entropy to the renormalised teacher top-k, plus `hard_weight` x CE on the reply token."""
+    draft_log_probs = torch.log_softmax(draft_logits.float(), dim=-1)
+    teacher_probs = batch["top_probs"] / batch["top_probs"].sum(-1, keepdim=True)
+    soft = -(teacher_probs * draft_log_probs.gather(-1, batch["top_ids"])).sum(-1).mean()
+    hard = F.nll_loss(draft_log_probs, batch["labels"])
+    agreement = (draft_logits.argmax(-1) == batch["top_ids"][:, 0]).float().mean()
+    return soft + hard_weight * hard, {"soft": soft.item(), "hard": hard.item(), "agree": agreement.item()}
+
+
+def learning_rate(step: int, args) -> float:
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    progress = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
+    return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def load_checkpoint(args):
+    path = WORK_DIR / "checkpoint.pt"
+    draft = build_draft(args) if not path.exists() else None
+    if draft is None:
+        from transformers import LlamaForCausalLM
+        state = torch.load(path)
+        draft = LlamaForCausalLM(draft_config(argparse.Namespace(**state["arch"])))
+        draft.load_state_dict(state["model"])
+        draft.tie_weights()
+    optimizer = torch.optim.AdamW(draft.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    step, history = 0, []
+    if path.exists():
+        optimizer.load_state_dict(state["optimizer"])
+        step, history = state["step"], state["history"]
+        log(f"resumed from step {step}")
+    return draft, optimizer, step, history
+
+
+def save_checkpoint(draft, optimizer, step: int, history: list, args) -> None:
+    arch = {"layers": args.layers, "hidden": args.hidden, "ffn": args.ffn}
+    path = WORK_DIR / "checkpoint.pt"
+    torch.save({"model": draft.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                "history": history, "arch": arch}, path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").rename(path)
+
+
+def stage_train(args) -> None:
+    torch.set_num_threads(args.threads)
+    seed_everything(args.seed)
+    draft, optimizer, step, history = load_checkpoint(args)
+    draft.train()
+    started, epoch, running = time.time(), 0, []
+    progress = tqdm(total=args.steps, initial=step, desc="train steps")
+    while step < args.steps:
+        # reloaded every epoch, so training can start while `generate` is still adding shards
+        samples = load_samples(include_corpus=not args.no_corpus)
+        log(f"epoch {epoch}: {len(samples)} samples, {sum(len(s['reply']) for s in samples)} supervised tokens")
+        frequent_ids = frequent_token_ids(samples, args.frequent_candidates)
+        generator = torch.Generator().manual_seed(args.seed * 7919 + step)
+        rng = random.Random(args.seed * 1000 + epoch + step)
+        for batch_samples in token_budget_batches(samples, args.batch_tokens, rng):
+            if step >= args.steps or (args.minutes and time.time() - started > args.minutes * 60):
+                break
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, args)
+            batch = collate(batch_samples)
+            candidates = candidate_ids(batch, frequent_ids, args.random_candidates, generator)
+            if args.full_vocab:
+                candidates = torch.arange(49152)
+            draft_logits = draft_logits_at(draft, batch, candidates)
+            loss, stats = distillation_loss(draft_logits, remap_to_candidates(batch, candidates), args.hard_weight)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+            optimizer.step()
+            step += 1
+            running.append(stats)
+            progress.update(1)
+            if step % args.log_every == 0:
+                history.append(summarise(running, step, started))
+                running = []
+                log(json.dumps(history[-1]))
+            if step % args.save_every == 0:
+                save_checkpoint(draft, optimizer, step, history, args)
+        epoch += 1
+        if args.minutes and time.time() - started > args.minutes * 60:
+            break
+    save_checkpoint(draft, optimizer, step, history, args)
+    log(f"train: stopped at step {step}")
+
+
+def summarise(running: list[dict], step: int, started: float) -> dict:
+    return {"step": step, "minutes": round((time.time() - started) / 60, 1),
+            **{key: round(statistics.mean(stat[key] for stat in running), 4) for key in running[0]}}
+
+
+# ----------------------------------------------------------------------------- evaluation
+def greedy_tau(matches: list[bool], gamma: int) -> tuple[int, int]:
+    """Tokens emitted and steps taken by greedy fixed-length speculative decoding over one continuation."""
+    position, emitted, steps = 0, 0, 0
+    while position < len(matches):
+        accepted = 0
+        while accepted < gamma and position + accepted < len(matches) and matches[position + accepted]:
+            accepted += 1
+        emitted += min(accepted + 1, len(matches) - position)
+        position += accepted + 1
+        steps += 1
+    return emitted, steps
+
+
+@torch.no_grad()
+def draft_matches(draft, prompt: list[int], continuation: list[int]) -> list[bool]:
+    input_ids = torch.tensor([prompt + continuation[:-1]])
+    draft_logits = draft(input_ids=input_ids).logits[0, len(prompt) - 1:]
+    return (draft_logits.argmax(-1) == torch.tensor(continuation)).tolist()
+
+
+def eval_prompts(tokenizer, story_count: int) -> list[tuple[str, list[int]]]:
+    chats = [("chat", chat_prompt_ids(tokenizer, text)) for text in heldout_instructions()]
+    stories = [("story", tokenizer(text)["input_ids"]) for text in story_openings(story_count)]
+    return chats + stories
+
+
+def target_continuations(target, prompts: list[list[int]], tokens: int) -> list[list[int]]:
+    continuations = []
+    for start in tqdm(range(0, len(prompts), 20), desc="target greedy"):
+        samples = generate_batch(target, prompts[start:start + 20], tokens, 0.0, 1, torch.Generator())
+        continuations += [sample["reply"].tolist() for sample in samples]
+    return continuations
+
+
+@torch.no_grad()
+def median_step_ms(model, context: list[int], steps: int) -> float:
+    output = model(input_ids=torch.tensor([context]), use_cache=True)
+    cache, token, times = output.cache, output.logits[:, -1:].argmax(-1), []
+    for _ in range(steps):
+        started = time.perf_counter()
+        output = model(input_ids=token, cache=cache, use_cache=True)
+        times.append((time.perf_counter() - started) * 1000)
+        cache, token = output.cache, output.logits[:, -1:].argmax(-1)
+    return statistics.median(times)
+
+
+def step_times(target, draft, context: list[int], steps: int) -> dict:
+    times = {}
+    for dtype_name, dtype in [("fp32", torch.float32), ("bf16", torch.bfloat16)]:
+        times[f"target_{dtype_name}_ms"] = round(median_step_ms(target.to(dtype), context, steps), 2)
+        times[f"draft_{dtype_name}_ms"] = round(median_step_ms(draft.to(dtype), context, steps), 2)
+    target.float(), draft.float()
+    times["draft_over_target_bf16"] = round(times["draft_bf16_ms"] / times["target_bf16_ms"], 3)
+    times["best_draft_over_target_bf16"] = round(
+        min(times["draft_bf16_ms"], times["draft_fp32_ms"]) / times["target_bf16_ms"], 3)
+    return times
+
+
+def load_draft_for_eval(args):
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+    if args.checkpoint:
+        state = torch.load(WORK_DIR / "checkpoint.pt")
+        draft = LlamaForCausalLM(draft_config(argparse.Namespace(**state["arch"])))
+        draft.load_state_dict(state["model"])
+        draft.tie_weights()
+        return draft.eval()
+    return AutoModelForCausalLM.from_pretrained(EXPORT_DIR, dtype=torch.float32).eval()
+
+
+def stage_eval(args) -> None:
+    torch.set_num_threads(args.threads)
+    tokenizer, target, draft = load_tokenizer(), load_target(torch.float32), load_draft_for_eval(args)
+    labelled = eval_prompts(tokenizer, args.stories)
+    cache_path = WORK_DIR / f"eval_continuations_{args.tokens}.pt"
+    if cache_path.exists():
+        continuations = torch.load(cache_path)
+    else:
+        continuations = target_continuations(target, [prompt for _, prompt in labelled], args.tokens)
+        torch.save(continuations, cache_path)
+    per_kind = {}
+    for (kind, prompt), continuation in tqdm(list(zip(labelled, continuations)), desc="draft teacher-forced"):
+        matches = draft_matches(draft, prompt, continuation)
+        emitted, steps = greedy_tau(matches, args.gamma)
+        totals = per_kind.setdefault(kind, {"matches": 0, "positions": 0, "emitted": 0, "steps": 0, "prompts": 0})
+        for key, value in [("matches", sum(matches)), ("positions", len(matches)), ("emitted", emitted),
+                           ("steps", steps), ("prompts", 1)]:
+            totals[key] += value
+    report = {"gamma": args.gamma, "continuation_tokens": args.tokens, **summarise_eval(per_kind)}
+    if not args.skip_timing:
+        report["step_times"] = step_times(target, draft, labelled[0][1], args.timing_steps)
+    report["draft_source"] = "work/draft/checkpoint.pt" if args.checkpoint else "assets/draft-smollm2"
+    print(json.dumps(report, indent=2))
+    if args.write:
+        (EXPORT_DIR / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
+        log(f"wrote {EXPORT_DIR / 'eval.json'}")
+
+
+def summarise_eval(per_kind: dict) -> dict:
+    summary = {}
+    per_kind["all"] = {key: sum(t[key] for t in per_kind.values()) for key in next(iter(per_kind.values()))}
+    for kind, totals in per_kind.items():
+        summary[kind] = {"prompts": totals["prompts"], "positions": totals["positions"],
+                         "agreement": round(totals["matches"] / totals["positions"], 4),
+                         "tau": round(totals["emitted"] / totals["steps"], 3)}
+    return summary
+
+
+# ----------------------------------------------------------------------------- export
+def stage_export(args) -> None:
+    from transformers import AutoModelForCausalLM
+    draft = load_draft_for_eval(argparse.Namespace(checkpoint=True))
+    EXPORT_DIR.mkdir(parents=True, exist_ok=True)
+    draft.to(torch.bfloat16).save_pretrained(EXPORT_DIR, safe_serialization=True)
+    for name in TOKENIZER_FILES:
+        if (target_dir() / name).exists():
+            shutil.copy(target_dir() / name, EXPORT_DIR / name)
+    reloaded = AutoModelForCausalLM.from_pretrained(EXPORT_DIR, dtype=torch.float32).eval()
+    with torch.no_grad():
+        reloaded(input_ids=torch.tensor([[1, 2, 3]]))
+    size_mb = (EXPORT_DIR / "model.safetensors").stat().st_size / 1e6
+    log(f"exported to {EXPORT_DIR} ({size_mb:.1f} MB); reloads in float32")
+
+
+# ----------------------------------------------------------------------------- CLI
+def add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m pacer_core.training.draft", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    stages = parser.add_subparsers(dest="stage", required=True)
+    generate = stages.add_parser("generate", help="batched target replies + top-k teacher probabilities")
+    add_common(generate)
+    generate.add_argument("--batch-size", type=int, default=48)
+    generate.add_argument("--max-new-tokens", type=int, default=144)
+    generate.add_argument("--top-k", type=int, default=32)
+    generate.add_argument("--temperature", type=float, default=0.7)
+    generate.add_argument("--sampled-fraction", type=float, default=0.5,
+                          help="fraction of instructions that also get a sampled reply")
+    generate.add_argument("--limit", type=int, default=0, help="use only the first N instructions")
+    teacher = stages.add_parser("teacher", help="top-k target probabilities on corpus chunks")
+    add_common(teacher)
+    teacher.add_argument("--chunks", type=int, default=320)
+    teacher.add_argument("--chunk-tokens", type=int, default=128)
+    teacher.add_argument("--batch-size", type=int, default=16)
+    teacher.add_argument("--top-k", type=int, default=32)
+    train = stages.add_parser("train", help="distil the draft (resumes from work/draft/checkpoint.pt)")
+    add_common(train)
+    train.add_argument("--layers", type=int, default=4)
+    train.add_argument("--hidden", type=int, default=256)
+    train.add_argument("--ffn", type=int, default=768)
+    train.add_argument("--steps", type=int, default=1500)
+    train.add_argument("--minutes", type=float, default=0, help="stop after this many minutes (0: no limit)")
+    train.add_argument("--batch-tokens", type=int, default=1536)
+    train.add_argument("--lr", type=float, default=2e-3)
+    train.add_argument("--warmup", type=int, default=40)
+    train.add_argument("--hard-weight", type=float, default=0.1)
+    train.add_argument("--no-corpus", action="store_true")
+    train.add_argument("--frequent-candidates", type=int, default=4096,
+                       help="most frequent teacher ids always scored by the training softmax")
+    train.add_argument("--random-candidates", type=int, default=2048)
+    train.add_argument("--full-vocab", action="store_true", help="score all 49,152 ids (slower)")
+    train.add_argument("--log-every", type=int, default=10)
+    train.add_argument("--save-every", type=int, default=50)
+    evaluate = stages.add_parser("eval", help="held-out agreement, tau and step times")
+    add_common(evaluate)
+    evaluate.add_argument("--checkpoint", action="store_true", help="evaluate work/draft/checkpoint.pt")
+    evaluate.add_argument("--tokens", type=int, default=64)
+    evaluate.add_argument("--stories", type=int, default=20)
+    evaluate.add_argument("--gamma", type=int, default=4)
+    evaluate.add_argument("--timing-steps", type=int, default=60)
+    evaluate.add_argument("--skip-timing", action="store_true")
+    evaluate.add_argument("--write", action="store_true", help="write assets/draft-smollm2/eval.json")
+    export = stages.add_parser("export", help="save the checkpoint to assets/draft-smollm2 (bfloat16)")
+    add_common(export)
+    return parser
+
+
+def ensure_passive_openmp(argv) -> None:
+    """On a shared 2-core CPU, OpenMP's default busy-waiting makes 2-thread torch 5-7x slower whenever
+    another process competes (measured: 7.2 s vs 1.0 s per batched decode step). The policy must be set
+    before torch loads, so re-execute once with OMP_WAIT_POLICY=PASSIVE."""
+    if os.environ.get("OMP_WAIT_POLICY") is None:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        os.execv(sys.executable, [sys.executable, "-m", "pacer_core.training.draft", *argv])
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    ensure_passive_openmp(argv)
+    WORK_DIR.mkdir(parents=True, exist_ok=True)
+    {"generate": stage_generate, "teacher": stage_teacher, "train": stage_train,
+     "eval": stage_eval, "export": stage_export}[args.stage](args)
+
+
+if __name__ == "__main__":
+    main()
