@@ -132,3 +132,13 @@ def test_empty_prompt_shows_a_message_and_the_app_keeps_serving(page):
     page.wait_for_selector("#run-status .run-error", timeout=60_000)
     assert "Please type a prompt" in page.inner_text("#run-status")
     assert page.evaluate("typeof window.__pacer_pwned") == "undefined"
+
+
+def test_rejected_drafts_can_be_hidden(page):
+    rejected = page.locator("#col-fixed .tok-rejected, #col-pacer .tok-rejected")
+    page.uncheck("#show-rejected input[type=checkbox]")
+    page.wait_for_function("document.body.classList.contains('pacer-hide-rejected')")
+    if rejected.count():
+        assert not rejected.first.is_visible()
+    page.check("#show-rejected input[type=checkbox]")
+    page.wait_for_function("!document.body.classList.contains('pacer-hide-rejected')")

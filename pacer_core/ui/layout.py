@@ -106,6 +106,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                         stop_button = gr.Button("■ Stop", variant="stop", elem_id="stop-button")
                         measure_ar = gr.Checkbox(value=True, label="Measure AR baseline after the run",
                                                  elem_id="measure-ar")
+                        show_rejected = gr.Checkbox(value=True, label="Show rejected draft tokens",
+                                                    elem_id="show-rejected")
                 gr.Examples(examples=[[item["prompt"]] for item in examples], inputs=[prompt],
                             example_labels=[item.get("label", item["prompt"][:30]) for item in examples],
                             label="Workshop examples")
@@ -377,6 +379,10 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
         step_button.click(step_once, inputs=inputs, outputs=outputs, concurrency_id="decode", api_name="step",
                           show_progress="minimal")
         stop_button.click(stop, inputs=session_state, outputs=status, concurrency_limit=None, api_name="stop")
+        # Pure display toggle, in the browser only: hide struck-through drafts to read the final text.
+        show_rejected.change(None, inputs=show_rejected, js=(
+            "(show) => { document.body.classList.toggle('pacer-hide-rejected', !show); return show; }"),
+            api_visibility="private")
     return demo
 
 

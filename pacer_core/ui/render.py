@@ -234,8 +234,8 @@ def column_html(method: str, events: list, result: Result | None = None, error: 
         extra += f'<div class="col-note">{escape_text(note)}</div>'
     if error:
         extra += error_html(error)
-    return (f'<div class="pacer-col" data-method="{escape_attr(method)}">{head}{counters_html(events, result)}'
-            f"{body}{extra}</div>")
+    return (f'<div class="pacer-col" data-method="{escape_attr(method)}"><div class="col-sticky">{head}'
+            f"{counters_html(events, result)}</div>{body}{extra}</div>")
 
 
 PLACEHOLDER = '<span class="placeholder">Press Run or Step to start.</span>'
