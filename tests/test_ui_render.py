@@ -6,6 +6,7 @@ import html
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -292,3 +293,18 @@ def test_pacer_block_boundaries_are_marked():
     assert markup.count('class="block-sep"') == 1
     assert "PACER block 2: score 0.310 vs threshold 0.500" in markup
     assert_safe(markup)
+
+
+def test_same_as_ar_for_greedy_runs_only():
+    def greedy(method, ids, temperature=0.0):
+        result = make_result(method, len(ids), 1.0, 2)
+        result.token_ids, result.settings = ids, {"temperature": temperature}
+        return result
+
+    results = {"ar": greedy("ar", [1, 2, 3, 4]), "fixed": greedy("fixed", [1, 2, 3, 4]),
+               "pacer": greedy("pacer", [1, 2, 9, 4])}
+    frame = tables.metrics_frame(results)
+    same = dict(zip(frame["method"], frame["same_as_ar"]))
+    assert same["Fixed-length SD"] == "yes" and same["PACER"] == "no" and pd.isna(same["Autoregressive (AR)"])
+    sampled = {"ar": greedy("ar", [1, 2], 0.7), "fixed": greedy("fixed", [1, 2], 0.7)}
+    assert tables.metrics_frame(sampled)["same_as_ar"].isna().all()

@@ -3,7 +3,8 @@
 Names follow ALGORITHMS.md section 5. The three columns run interleaved, so a decoder's own
 wall-clock (``Metrics.seconds``) would include its neighbours' steps; the session therefore times
 each method's own steps and passes that in as ``seconds``. ``speedup`` is the ratio of tokens per
-second to AR's, measured in the same session on the same prompt and settings."""
+second to AR's, measured in the same session on the same prompt and settings. ``same_as_ar`` (greedy
+runs only) says whether a method emitted exactly AR's tokens: fixed SD and PACER must."""
 from __future__ import annotations
 
 import pandas as pd
@@ -11,7 +12,7 @@ import pandas as pd
 from . import METHOD_LABELS
 
 COLUMNS = ["method", "tau", "alpha", "target_calls", "draft_calls", "new_tokens", "seconds", "tokens_per_s",
-           "speedup"]
+           "speedup", "same_as_ar"]
 ORDER = ("ar", "fixed", "pacer", "smc")
 
 
@@ -28,7 +29,8 @@ def metrics_row(method: str, result, seconds: float | None = None, status: str |
     row.update({"tau": round(metrics.tau, 3), "alpha": None if metrics.alpha is None else round(metrics.alpha, 3),
                 "target_calls": metrics.target_calls, "draft_calls": metrics.draft_calls,
                 "new_tokens": metrics.new_tokens, "seconds": round(seconds, 3),
-                "tokens_per_s": round(metrics.new_tokens / seconds, 2) if seconds > 0 else None, "speedup": None})
+                "tokens_per_s": round(metrics.new_tokens / seconds, 2) if seconds > 0 else None, "speedup": None,
+                "same_as_ar": None})
     if result.finish_reason == "cancelled":
         row["method"] += " (stopped)"
     return row
@@ -43,11 +45,28 @@ def metrics_frame(results: dict, seconds: dict | None = None, statuses: dict | N
             continue
         rows.append((method, metrics_row(method, results.get(method), seconds.get(method), statuses.get(method))))
     ar_speed = dict(rows).get("ar", {}).get("tokens_per_s") if rows else None
+    ar_result = results.get("ar")
     for method, row in rows:
         if ar_speed and row.get("tokens_per_s"):
             row["speedup"] = round(row["tokens_per_s"] / ar_speed, 2)
+        result = results.get(method)
+        if method != "ar" and result is not None and ar_result is not None and _greedy(result) and _greedy(ar_result):
+            row["same_as_ar"] = same_tokens(result.token_ids, ar_result.token_ids)
     frame = pd.DataFrame([row for _, row in rows], columns=COLUMNS)
     return frame
+
+
+def _greedy(result) -> bool:
+    return float((result.settings or {}).get("temperature", 1.0)) == 0.0
+
+
+def same_tokens(output_ids, ar_ids) -> str:
+    """Greedy runs: lossless methods must reproduce AR's tokens exactly ("yes"); a stopped run is
+    compared over the tokens it produced."""
+    length = min(len(output_ids), len(ar_ids))
+    if length == 0:
+        return "—"
+    return "yes" if list(output_ids[:length]) == list(ar_ids[:length]) else "no"
 
 
 def empty_frame() -> pd.DataFrame:
