@@ -175,7 +175,7 @@ class SpeculativeDecoder:
         proposal = self.propose(pair, state, settings, budget)
         verified_ids = proposal.drafted_ids[: len(proposal.drafted_ids) - proposal.discarded]
         started = time.perf_counter()
-        target_logits = state.target.feed_sequence(state.sequence, verified_ids)[-(len(verified_ids) + 1):]
+        target_logits = self.verify(state, verified_ids)
         verdict = judge(verified_ids, proposal.draft_probs[: len(verified_ids)], target_logits,
                         settings, state.generator)
         verify_seconds = time.perf_counter() - started
@@ -186,6 +186,10 @@ class SpeculativeDecoder:
         state.drafted_tokens += len(verified_ids)
         state.accepted_tokens += verdict.n_accepted
         return self.make_event(pair, state, step, proposal, verdict, emitted, verify_seconds)
+
+    def verify(self, state: DecodeState, verified_ids: list[int]) -> torch.Tensor:
+        """ONE target forward over [uncached committed tokens, drafted tokens]; rows [G+1, V]."""
+        return state.target.feed_sequence(state.sequence, verified_ids)[-(len(verified_ids) + 1):]
 
     def make_event(self, pair, state, step, proposal, verdict, emitted, verify_seconds) -> StepEvent:
         texts = pair.token_texts(proposal.drafted_ids + [verdict.next_token])

@@ -1,0 +1,280 @@
+"""Collect pre-verifier training data for any pair and train the layer (ALGORITHMS.md section 3).
+
+    python -m pacer_core.preverifier.train collect --prompts 120 --draft-len 12 --max-new-tokens 64
+    python -m pacer_core.preverifier.train fit
+    python -m pacer_core.preverifier.train threshold      # measured end-to-end speed per threshold
+    python -m pacer_core.preverifier.train all            # the three above in order
+
+Collection runs greedy speculative decoding with a FORCED draft length L: every step drafts L tokens
+and the target verifies them in one pass, so every drafted token gets labels at once:
+  greedy label  1 if the token equals the target's argmax (training uses tokens whose prefix matched,
+                so the layer predicts P(accept | the tokens before were accepted));
+  soft label    min(1, p_T(x) / q_T(x)) at --soft-temperature (the exact acceptance probability).
+Contexts are the target's own greedy replies to chat instructions, so they are on-distribution."""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ..decoders.base import DecodeState, Proposal, draft_one, shown_draft_prob
+from ..decoders.fixed import FixedSpeculative
+from ..models import ModelLoadError, load_pair
+from ..settings import SettingsError, validate_settings
+from .features import token_features
+from .model import FEATURE_SPEC, PreVerifierLayer, TrainedPreVerifier, pair_slug, save, scalar_features, search_dirs
+
+WORK_DIR = Path("work/preverifier")
+
+
+class RecordingDrafter(FixedSpeculative):
+    """Fixed-length SD that keeps every drafted token's features and its verification labels."""
+
+    def __init__(self, gamma: int, soft_temperature: float):
+        super().__init__(gamma)
+        self.soft_temperature = soft_temperature
+        self.rows: list[dict] = []
+        self._pending: list = []
+
+    def propose(self, pair, state: DecodeState, settings, budget: int) -> Proposal:
+        started = time.perf_counter()
+        draft_sequence, drafted, rows, shown, self._pending = list(state.sequence), [], [], [], []
+        for position in range(self.gamma):
+            token_id, draft_probs, logits_row, hidden_row = draft_one(pair, state, draft_sequence, settings, True)
+            self._pending.append((token_features(logits_row, hidden_row, token_id, position), logits_row))
+            drafted.append(token_id)
+            rows.append(draft_probs)
+            shown.append(shown_draft_prob(draft_probs, logits_row, token_id, settings))
+            draft_sequence.append(token_id)
+        return Proposal(drafted, torch.stack(rows), shown, seconds=time.perf_counter() - started)
+
+    def verify(self, state, verified_ids):
+        target_logits = super().verify(state, verified_ids)
+        self._record(verified_ids, target_logits[:-1])
+        return target_logits
+
+    def _record(self, drafted: list[int], target_logits: torch.Tensor) -> None:
+        target_argmax = target_logits.argmax(-1).tolist()
+        target_probs = torch.softmax(target_logits / self.soft_temperature, -1)
+        prefix_ok = True
+        for index, (token_id, (features, draft_logits)) in enumerate(zip(drafted, self._pending)):
+            draft_probs = torch.softmax(draft_logits / self.soft_temperature, -1)
+            soft = min(1.0, float(target_probs[index, token_id]) / max(float(draft_probs[token_id]), 1e-12))
+            self.rows.append({"hidden": features.hidden.half(), "draft_prob": features.draft_prob,
+                              "entropy": features.entropy, "margin": features.margin, "position": index,
+                              "label": int(token_id == target_argmax[index]), "prefix_ok": prefix_ok, "soft": soft})
+            prefix_ok = prefix_ok and token_id == target_argmax[index]
+
+
+def collection_prompts(count: int, seed: int) -> list[str]:
+    from ..training.instructions import training_instructions
+
+    prompts = training_instructions(seed)
+    random.Random(seed).shuffle(prompts)
+    return prompts[:count]
+
+
+def collect(pair, args) -> Path:
+    from tqdm import tqdm
+
+    out = Path(args.work) / "data.pt"
+    done = torch.load(out) if out.exists() else {"prompts": [], "rows": []}
+    prompts = collection_prompts(args.prompts, args.seed)
+    settings = validate_settings(max_new_tokens=args.max_new_tokens, temperature=0.0, gamma=args.draft_len)
+    for prompt in tqdm(prompts[len(done["prompts"]):], desc="collect", file=sys.stderr):
+        recorder = RecordingDrafter(args.draft_len, args.soft_temperature)
+        for _ in recorder.run(pair, pair.encode_prompt(prompt), settings):
+            pass
+        for row in recorder.rows:
+            row["prompt_index"] = len(done["prompts"])
+        done["rows"] += recorder.rows
+        done["prompts"].append(prompt)
+        if len(done["prompts"]) % 10 == 0:
+            torch.save(done, out)  # resumable
+    torch.save(done, out)
+    print(f"collected {len(done['rows'])} drafted tokens from {len(done['prompts'])} prompts → {out}")
+    return out
+
+
+def tensors(rows: list[dict]) -> dict:
+    return {"hidden": torch.stack([r["hidden"].float() for r in rows]),
+            "scalars": scalar_features([r["draft_prob"] for r in rows], [r["entropy"] for r in rows],
+                                       [r["margin"] for r in rows], [r["position"] for r in rows]),
+            "label": torch.tensor([float(r["label"]) for r in rows]),
+            "soft": torch.tensor([float(r["soft"]) for r in rows])}
+
+
+def split_rows(data: dict, heldout_fraction: float, seed: int):
+    """Split by prompt, so held-out tokens come from prompts never trained on; only prefix-matched tokens."""
+    prompt_count = len(data["prompts"])
+    order = list(range(prompt_count))
+    random.Random(seed).shuffle(order)
+    heldout = set(order[: max(1, int(prompt_count * heldout_fraction))])
+    usable = [row for row in data["rows"] if row["prefix_ok"]]
+    return ([r for r in usable if r["prompt_index"] not in heldout], [r for r in usable if r["prompt_index"] in heldout])
+
+
+def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """Probability that a random positive outranks a random negative (ties count half)."""
+    positives, negatives = scores[labels > 0.5], scores[labels <= 0.5]
+    if len(positives) == 0 or len(negatives) == 0:
+        return float("nan")
+    greater = (positives[:, None] > negatives[None, :]).float().mean()
+    ties = (positives[:, None] == negatives[None, :]).float().mean()
+    return float(greater + 0.5 * ties)
+
+
+def reliability(probs: torch.Tensor, labels: torch.Tensor, bins: int = 10) -> list[dict]:
+    table = []
+    for low in range(bins):
+        mask = (probs >= low / bins) & (probs < (low + 1) / bins if low < bins - 1 else probs <= 1.0)
+        if mask.any():
+            table.append({"bin_low": low / bins, "bin_high": (low + 1) / bins, "count": int(mask.sum()),
+                          "mean_predicted": float(probs[mask].mean()), "fraction_accepted": float(labels[mask].mean())})
+    return table
+
+
+def roc_points(probs: torch.Tensor, labels: torch.Tensor, steps: int = 50) -> list[dict]:
+    points = []
+    for index in range(steps + 1):
+        cut = index / steps
+        predicted = probs >= cut
+        true_positive = float((predicted & (labels > 0.5)).sum()) / max(1, int((labels > 0.5).sum()))
+        false_positive = float((predicted & (labels <= 0.5)).sum()) / max(1, int((labels <= 0.5).sum()))
+        points.append({"threshold": cut, "tpr": true_positive, "fpr": false_positive})
+    return points
+
+
+def fit(pair, args) -> tuple[PreVerifierLayer, dict]:
+    from tqdm import tqdm
+
+    data = torch.load(Path(args.work) / "data.pt")
+    train_rows, heldout_rows = split_rows(data, 0.2, args.seed)
+    train, heldout = tensors(train_rows), tensors(heldout_rows)
+    torch.manual_seed(args.seed)
+    layer = PreVerifierLayer(train["hidden"].shape[1])
+    optimiser = torch.optim.AdamW(layer.parameters(), lr=2e-3, weight_decay=1e-2)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    losses = []
+    for epoch in tqdm(range(args.epochs), desc="fit", file=sys.stderr):
+        order = torch.randperm(len(train["label"]))
+        for start in range(0, len(order), 256):
+            batch = order[start:start + 256]
+            loss = loss_fn(layer(train["hidden"][batch], train["scalars"][batch]), train["label"][batch])
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+        losses.append(float(loss))
+    layer.eval()
+    with torch.no_grad():
+        heldout_probs = torch.sigmoid(layer(heldout["hidden"], heldout["scalars"]))
+    metrics = {"roc_auc_greedy": roc_auc(heldout_probs, heldout["label"]),
+               "roc_auc_confidence_rule": roc_auc(heldout["scalars"][:, 0], heldout["label"]),
+               "roc_auc_soft_labels_binarised": roc_auc(heldout_probs, (heldout["soft"] > 0.5).float()),
+               "heldout_tokens": len(heldout_rows), "train_tokens": len(train_rows),
+               "heldout_accept_rate": float(heldout["label"].mean()),
+               "reliability": reliability(heldout_probs, heldout["label"]), "roc": roc_points(heldout_probs, heldout["label"]),
+               "loss_per_epoch": losses}
+    print(f"held-out ROC-AUC {metrics['roc_auc_greedy']:.3f} (confidence rule {metrics['roc_auc_confidence_rule']:.3f}) "
+          f"on {len(heldout_rows)} tokens")
+    torch.save({"state": layer.state_dict(), "metrics": metrics}, Path(args.work) / "layer.pt")
+    return layer, metrics
+
+
+def measure_threshold(pair, layer, args, config: dict) -> dict:
+    """Run PACER greedy on validation prompts for each threshold; pick the best median tokens/s."""
+    from ..api import generate
+
+    records = [json.loads(line) for line in Path(args.validation_prompts).read_text().splitlines() if line.strip()]
+    prompts = [r["prompt"] for r in records][: args.validation_count]
+    candidates = [float(t) for t in args.thresholds.split(",")]
+    speeds = {}
+    preverifier = TrainedPreVerifier(layer, config | {"threshold_greedy": 0.5})
+    for threshold in candidates:
+        rates = []
+        for _ in range(args.repeats):
+            tokens, seconds = 0, 0.0
+            for prompt in prompts:
+                result = generate(pair, "pacer", prompt, preverifier=preverifier, max_new_tokens=args.max_new_tokens,
+                                  threshold=threshold, block_size=args.block_size, max_draft_len=args.max_draft_len)
+                tokens, seconds = tokens + result.metrics.new_tokens, seconds + result.metrics.seconds
+            rates.append(tokens / seconds)
+        speeds[threshold] = statistics.median(rates)
+        print(f"threshold {threshold:.2f}: {speeds[threshold]:.2f} tokens/s (median of {args.repeats})")
+    best = max(speeds, key=speeds.get)
+    return {"threshold_greedy": best, "tokens_per_s_by_threshold": {str(k): v for k, v in speeds.items()}}
+
+
+def export(pair, layer: PreVerifierLayer, metrics: dict, chosen: dict, args) -> Path:
+    config = {"target_id": pair.target_id, "draft_id": pair.draft_id, "hidden_size": layer.hidden_size,
+              "projection": layer.projection, "width": layer.width, "features": FEATURE_SPEC,
+              "block_size": args.block_size, "max_draft_len": args.max_draft_len,
+              "threshold_greedy": chosen["threshold_greedy"],
+              "threshold_sampling": chosen.get("threshold_sampling", chosen["threshold_greedy"]),
+              "threshold_selection": chosen, "training_data": {
+                  "prompts": args.prompts, "forced_draft_len": args.draft_len, "max_new_tokens": args.max_new_tokens,
+                  "soft_temperature": args.soft_temperature, "source": "pacer_core.training.instructions (shuffled)"},
+              "heldout_metrics": metrics}
+    directory = Path(args.out) if args.out else search_dirs()[1] / pair_slug(pair.target_id, pair.draft_id)
+    save(directory, layer, config)
+    print(f"saved the pre-verifier to {directory}")
+    return directory
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m pacer_core.preverifier.train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("stage", choices=["collect", "fit", "threshold", "all"])
+    parser.add_argument("--target", default="embedded")
+    parser.add_argument("--draft", default="embedded")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--dtype", default=None)
+    parser.add_argument("--work", default=str(WORK_DIR), help="scratch folder (resumable)")
+    parser.add_argument("--out", default=None, help="output folder (default: $PACER_CACHE/preverifiers/<pair>)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prompts", type=int, default=120)
+    parser.add_argument("--draft-len", type=int, default=12)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--soft-temperature", type=float, default=0.7)
+    parser.add_argument("--epochs", type=int, default=60)
+    parser.add_argument("--block-size", type=int, default=3)
+    parser.add_argument("--max-draft-len", type=int, default=12)
+    parser.add_argument("--thresholds", default="0.2,0.35,0.5,0.65")
+    parser.add_argument("--validation-prompts", default="assets/prompts/validation.jsonl")
+    parser.add_argument("--validation-count", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=0)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    try:
+        pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
+        if args.stage in ("collect", "all"):
+            collect(pair, args)
+        if args.stage in ("fit", "all"):
+            fit(pair, args)
+        if args.stage in ("threshold", "all"):
+            saved = torch.load(Path(args.work) / "layer.pt")
+            layer = PreVerifierLayer(next(iter(saved["state"].values())).shape[0])
+            layer.load_state_dict(saved["state"])
+            config = {"threshold_greedy": 0.5}
+            chosen = measure_threshold(pair, layer.eval(), args, config)
+            export(pair, layer, saved["metrics"], chosen, args)
+    except (SettingsError, ModelLoadError, FileNotFoundError) as problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

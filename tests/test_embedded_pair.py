@@ -1,0 +1,52 @@
+"""End to end on the real embedded pair (SmolLM2-135M-Instruct target, the shipped draft), fp32."""
+import torch
+
+from pacer_core import generate
+from pacer_core.analysis import attach_oracle
+
+PROMPTS = ["What is the capital of France?", "Write a Python function that adds two numbers.",
+           "Once upon a time, a small dog"]
+
+
+def test_embedded_pair_loads_with_the_shipped_draft(embedded_pair):
+    assert embedded_pair.vocab_size == 49152
+    assert "assets" in embedded_pair.draft_id
+    assert sum(p.numel() for p in embedded_pair.draft.parameters()) < 0.2 * sum(
+        p.numel() for p in embedded_pair.target.parameters())
+
+
+def test_greedy_fixed_and_pacer_are_token_identical_to_ar(embedded_pair):
+    for prompt in PROMPTS:
+        reference = generate(embedded_pair, "ar", prompt, max_new_tokens=20)
+        for method, settings in (("fixed", {"gamma": 4}), ("fixed", {"gamma": 2}),
+                                 ("pacer", {}), ("pacer", {"on_fail": "discard", "block_size": 2})):
+            result = generate(embedded_pair, method, prompt, max_new_tokens=20, **settings)
+            assert result.token_ids == reference.token_ids, (method, settings, prompt)
+
+
+def test_greedy_equals_transformers_assisted_generation(embedded_pair):
+    prompt_ids = embedded_pair.encode_prompt(PROMPTS[0])
+    input_ids = torch.tensor([prompt_ids])
+    assisted = embedded_pair.target.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                                             assistant_model=embedded_pair.draft, do_sample=False, max_new_tokens=20,
+                                             num_assistant_tokens=4, num_assistant_tokens_schedule="constant",
+                                             assistant_confidence_threshold=0.0, pad_token_id=2)
+    ours = generate(embedded_pair, "fixed", PROMPTS[0], max_new_tokens=20, gamma=4)
+    assert ours.token_ids == assisted[0, len(prompt_ids):].tolist()
+
+
+def test_oracle_lengths_are_consistent_with_a_long_fixed_draft(embedded_pair):
+    result = generate(embedded_pair, "fixed", PROMPTS[2], max_new_tokens=24, gamma=12)
+    lengths = attach_oracle(embedded_pair, embedded_pair.encode_prompt(PROMPTS[2]), result, max_len=12)
+    steps = [event for event in result.events]
+    # gamma=12 is a forced long draft: each step's accepted count IS gamma* (unless the budget cut the draft)
+    for event, length in zip(steps, lengths):
+        if event.n_drafted == 12:
+            assert event.n_accepted == int(length)
+
+
+def test_smc_runs_on_the_embedded_pair(embedded_pair):
+    result = generate(embedded_pair, "smc", PROMPTS[0], max_new_tokens=16, temperature=0.7, n_particles=4,
+                      draft_len=4, seed=1)
+    assert result.info["approximate"] is True and 0 < len(result.token_ids) <= 16
+    assert result.to_json()
