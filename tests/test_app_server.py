@@ -78,7 +78,7 @@ def test_full_run_streams_three_columns_metrics_and_exports(client):
 def test_greedy_run_reports_smc_needs_sampling_and_keeps_serving(client):
     run = Api(client, "/run")
     out = run(**{"Prompt": "t4 t5", "Max new tokens": 4, "Temperature (0 = greedy)": 0.0,
-                 "Measure AR baseline after the run": False})
+                 "Measure the AR baseline too": False})
     assert "pacer-error" in out["SMC-SD (approximate)"] and "temperature" in out["SMC-SD (approximate)"]
     assert 'data-state="' in out["PACER"]
     assert "Traceback" not in json.dumps(out, default=str)
@@ -93,7 +93,7 @@ def test_bad_settings_show_a_message_not_a_stack_trace(client, bad, message):
     out = Api(client, "/run")(**bad)
     assert message in out["Run status"] and "run-error" in out["Run status"]
     assert "Traceback" not in out["Run status"]
-    out = Api(client, "/run")(**{"Prompt": "t1 t2", "Max new tokens": 2, "Measure AR baseline after the run": False})
+    out = Api(client, "/run")(**{"Prompt": "t1 t2", "Max new tokens": 2, "Measure the AR baseline too": False})
     assert "run-done" in out["Run status"]
 
 
@@ -103,7 +103,7 @@ def test_step_through_advances_one_pass_and_explains(ui_server_url):
     own = Client(ui_server_url, verbose=False)       # its own session: step state is per session
     step = Api(own, "/step")
     settings = {"Prompt": "t7 t8", "Max new tokens": 6, "Temperature (0 = greedy)": 0.8,
-                "Measure AR baseline after the run": False}
+                "Measure the AR baseline too": False}
     first = step(**settings)
     assert "Step 1" in first["Step-through narration"] and "Cycle 1" in first["Step-through narration"]
     assert first["PACER"].count('class="step"') == 1
@@ -194,7 +194,7 @@ def test_unexpected_failure_becomes_one_error_line(monkeypatch, client):
     out = Api(client, "/step")(**{"Prompt": "t1 t2", "Max new tokens": 3, "Temperature (0 = greedy)": 0.8})
     assert "run-error" in out["Run status"] and "renderer exploded &lt;b&gt;" in out["Run status"]
     monkeypatch.undo()
-    out = Api(client, "/run")(**{"Prompt": "t1 t2", "Max new tokens": 2, "Measure AR baseline after the run": False})
+    out = Api(client, "/run")(**{"Prompt": "t1 t2", "Max new tokens": 2, "Measure the AR baseline too": False})
     assert "run-done" in out["Run status"]
 
 
@@ -210,7 +210,21 @@ def test_app_py_serves_the_pair_from_the_environment(tmp_path):
     with running_app(tmp_path / "app.log") as url:
         run = Api(Client(url, verbose=False), "/run")
         out = run(**{"Prompt": "Count from 1 to 5.", "Max new tokens": 4, "Temperature (0 = greedy)": 0.7,
-                     "Measure AR baseline after the run": False})
+                     "Measure the AR baseline too": False})
     assert "run-done" in out["Run status"]
     for label in ("Fixed-length SD", "PACER", "SMC-SD (approximate)"):
         assert 'data-state="' in out[label] and "pacer-error" not in out[label], out[label][-500:]
+
+
+def test_ar_baseline_runs_interleaved_with_the_columns():
+    from pacer_core.ui.session import RunSession
+
+    session = RunSession(tiny_pair(), "t1 t2", {"max_new_tokens": 6, "temperature": 0.0}, measure_ar=True)
+    assert session.advance() == ["fixed", "pacer", "smc", "ar"]
+    assert len(session.ar.events) == 1
+    while not session.finished:
+        session.advance()
+    for _ in session.ar_steps():
+        pass
+    assert session.ar.result.metrics.new_tokens == 6
+    assert set(session.results()) == {"ar", "fixed", "pacer"}       # smc: greedy is refused

@@ -104,7 +104,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                         run_button = gr.Button("▶ Run", variant="primary", elem_id="run-button")
                         step_button = gr.Button("Step ▸ one pass", variant="secondary", elem_id="step-button")
                         stop_button = gr.Button("■ Stop", variant="stop", elem_id="stop-button")
-                        measure_ar = gr.Checkbox(value=True, label="Measure AR baseline after the run",
+                        measure_ar = gr.Checkbox(value=True, label="Measure the AR baseline too",
                                                  elem_id="measure-ar")
                         show_rejected = gr.Checkbox(value=True, label="Show rejected draft tokens",
                                                     elem_id="show-rejected")
@@ -195,7 +195,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
 
         def new_session(values: dict) -> RunSession:
             return RunSession(pair, values[prompt], read_settings(values), chat=bool(values[chat]),
-                              preverifier=preverifier)
+                              preverifier=preverifier, measure_ar=bool(values[measure_ar]))
 
         def render_columns(session: RunSession, running: bool) -> dict:
             out = {}
@@ -269,8 +269,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
 
         def finish_run(session: RunSession, want_ar: bool, started: float):
             """After the three columns: the AR baseline (if asked), the oracle, table and exports."""
-            if want_ar and not session.cancel.is_set():
-                yield {status: render.run_status_html("Measuring the AR baseline (target alone)…", "busy"),
+            if want_ar and not session.cancel.is_set() and not (session.ar and session.ar.done):
+                yield {status: render.run_status_html("Finishing the AR baseline (target alone)…", "busy"),
                        table: render_table(session)}
                 for _ in session.ar_steps():
                     pass
