@@ -111,6 +111,8 @@ def validate_settings(limits: Limits | None = None, **raw) -> DecodeSettings:
     if unknown:
         raise SettingsError(f"Unknown setting(s): {', '.join(unknown)}.")
     values = DecodeSettings().to_dict() | {k: v for k, v in raw.items()}
+    if "max_new_tokens" not in raw:  # the default never exceeds a Space owner's cap
+        values["max_new_tokens"] = min(values["max_new_tokens"], limits.max_new_tokens)
     checked = {
         "max_new_tokens": _as_int("max_new_tokens", values["max_new_tokens"], 1, limits.max_new_tokens, "Max new tokens"),
         "temperature": _as_float("temperature", values["temperature"], 0.0, 5.0, "Temperature"),
