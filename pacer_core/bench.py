@@ -70,6 +70,18 @@ def load_prompts(path: str) -> list[dict]:
     return prompts
 
 
+def select_prompts(prompts: list[dict], per_category: int) -> list[dict]:
+    if not per_category:
+        return prompts
+    seen: dict[str, int] = {}
+    chosen = []
+    for record in prompts:
+        seen[record["category"]] = seen.get(record["category"], 0) + 1
+        if seen[record["category"]] <= per_category:
+            chosen.append(record)
+    return chosen
+
+
 class CallCounter:
     """Counts forward calls of a module (used for transformers' own generate())."""
 
@@ -99,7 +111,9 @@ class RunRecord:
 
 
 def run_hf(pair, spec: MethodSpec, prompt_ids, settings) -> RunRecord:
-    kwargs = {"max_new_tokens": settings.max_new_tokens, "pad_token_id": pair.tokenizer.eos_token_id}
+    eos_ids = sorted(pair.eos_token_ids)
+    kwargs = {"max_new_tokens": settings.max_new_tokens, "eos_token_id": eos_ids or None,
+              "pad_token_id": eos_ids[0] if eos_ids else 0}
     if settings.greedy:
         kwargs["do_sample"] = False
     else:
@@ -214,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--methods", default="ar,hf,hf-assisted,hf-assisted-dynamic,fixed:2,fixed:4,fixed:8,pacer")
     parser.add_argument("--prompts", default="assets/prompts/bench.jsonl", help="JSONL with id, category, prompt")
     parser.add_argument("--limit", type=int, default=0, help="use only the first N prompts (0 = all)")
+    parser.add_argument("--per-category", type=int, default=0, help="use the first N prompts of each category (0 = all)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--repeats", type=int, default=3)
@@ -260,7 +275,7 @@ def run_benchmark(args) -> int:
                              **coerce_numbers(parse_settings(args)))
     if any(spec.kind == "oracle" for spec in specs) and not base.greedy:
         raise SettingsError("The oracle method needs --temperature 0.")
-    prompts = load_prompts(args.prompts)[: args.limit or None]
+    prompts = select_prompts(load_prompts(args.prompts), args.per_category)[: args.limit or None]
     pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
     from .preverifier import default_preverifier
 
