@@ -201,16 +201,18 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             out = {}
             for method in COLUMN_METHODS:
                 run = session.runs[method]
-                note = None
+                notes = []
                 if method == "pacer" and pv_kind != "trained":
-                    note = "Pre-verifier: heuristic confidence rule (no trained layer for this pair)."
-                if method == "smc" and not run.error:
-                    note = "SMC-SD is approximate: its output follows the target's distribution only approximately."
+                    notes.append("Pre-verifier: heuristic confidence rule (no trained layer for this pair).")
                 if method == "pacer" and session.settings.get("on_fail") == "discard" and session.settings.get(
                         "temperature", 0) > 0:
-                    note = "Discard mode under sampling is approximate (not lossless)."
+                    notes.append("Discard mode under sampling is approximate (not lossless).")
+                if method == "smc" and not run.error:
+                    notes.append("SMC-SD is approximate: its output follows the target's distribution only "
+                                 "approximately.")
                 out[columns[method]] = render.column_html(method, run.events, run.result, run.error,
-                                                          running=running and not run.done, note=note,
+                                                          running=running and not run.done,
+                                                          note=" ".join(notes) or None,
                                                           smc_texts=run.token_texts)
             return out
 
@@ -219,13 +221,12 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             pacer_events = runs["pacer"].events if "pacer" in runs else []
             fixed_events = runs["fixed"].events if "fixed" in runs else []
             smc_events = runs["smc"].events if "smc" in runs else []
-            threshold_value = None
             return {
                 plot_lengths: plots.draft_length_figure(
                     fixed_events, pacer_events, session.oracle, session.oracle_steps,
                     "oracle γ*" if session.oracle_greedy else "oracle E[γ*] (sampling)"),
                 plot_accept: plots.acceptance_figure({"fixed": fixed_events, "pacer": pacer_events}),
-                plot_blocks: plots.block_scores_figure(pacer_events, threshold_value),
+                plot_blocks: plots.block_scores_figure(pacer_events),
                 plot_weights: plots.smc_weights_figure(smc_events),
                 plot_ess: plots.smc_ess_figure(smc_events),
                 plot_genealogy: plots.smc_genealogy_figure(smc_events),
