@@ -236,6 +236,10 @@ class RunSession:
             "prompt": self.prompt, "chat_template": self.chat, "settings": self.settings,
             "pair": self.pair.describe(), "prompt_tokens": len(self.prompt_ids), "prompt_note": self.prompt_note,
             "busy_seconds": self.busy_seconds(),
+            "timing_note": ("The methods ran interleaved (one step each in turn). busy_seconds is the time spent in "
+                            "each method's own steps and is what the metrics table's seconds, tokens_per_s and "
+                            "speedup use; metrics.seconds inside each result is wall-clock from its start, "
+                            "which includes the other methods' steps."),
             "oracle_lengths": self.oracle, "oracle_steps": self.oracle_steps,
             "errors": {m: r.error for m, r in self.runs.items() if r.error},
             "results": {method: result.to_dict() for method, result in results.items()},
