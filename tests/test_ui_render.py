@@ -308,3 +308,8 @@ def test_same_as_ar_for_greedy_runs_only():
     assert same["Fixed-length SD"] == "yes" and same["PACER"] == "no" and pd.isna(same["Autoregressive (AR)"])
     sampled = {"ar": greedy("ar", [1, 2], 0.7), "fixed": greedy("fixed", [1, 2], 0.7)}
     assert tables.metrics_frame(sampled)["same_as_ar"].isna().all()
+
+
+def test_narration_shows_a_space_token_visibly():
+    text = render.explain_step(step_event(["a", " "], states=["rejected", "corrected"]))
+    assert "\u201c\u2423\u201d" in text

@@ -372,7 +372,11 @@ def pair_status_html(describe: dict, preverifier_kind: str, smc_available: bool,
 
 
 def _quote(text: str) -> str:
-    return "\u201c" + plain_visible(text) + "\u201d"
+    """A token in quotes for the narration; a token of spaces only shows as ␣ (else it looks empty)."""
+    shown = plain_visible(text)
+    if shown and not shown.strip(" "):
+        shown = "\u2423" * len(shown)
+    return "\u201c" + shown + "\u201d"
 
 
 def _quoted_list(tokens: list[TokenRecord], limit: int = 4) -> str:
