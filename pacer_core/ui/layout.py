@@ -116,7 +116,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                         with gr.Column(min_width=220):
                             gr.Markdown("**Shared**")
                             temperature = gr.Slider(0.0, 2.0, value=0.7, step=0.05, label="Temperature (0 = greedy)",
-                                                    info="SMC-SD needs a temperature above 0.")
+                                                    info="SMC-SD needs a temperature above 0.", elem_id="temperature")
                             seed = gr.Number(value=defaults.seed, precision=0, label="Seed")
                             max_new_tokens = gr.Slider(1, limits.max_new_tokens, step=1, label="Max new tokens",
                                                        value=min(48, limits.max_new_tokens), elem_id="max-new-tokens")
