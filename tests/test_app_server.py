@@ -3,6 +3,7 @@ gradio_client like any API user: a full run, step-through, bad settings, exports
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 from tiny import tiny_pair
 
 ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")     # offline CI: no telemetry calls
 
 
 def free_port() -> int:
