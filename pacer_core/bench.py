@@ -154,6 +154,18 @@ def run_ours(pair, spec: MethodSpec, prompt_ids, settings, preverifier, referenc
                      sum(e.verify_seconds for e in events), result.token_ids, result.text)
 
 
+@torch.inference_mode()
+def target_log_likelihood(pair, prompt_ids: list[int], output_ids: list[int]) -> tuple[float, int]:
+    """Sum of the target's log-probabilities (temperature 1) of the generated tokens, and their count."""
+    if not output_ids:
+        return 0.0, 0
+    ids = torch.tensor([list(prompt_ids) + list(output_ids)], device=pair.device)
+    logits = pair.target(input_ids=ids).logits[0, len(prompt_ids) - 1: -1, : pair.vocab_size].float()
+    log_probs = torch.log_softmax(logits, dim=-1)
+    chosen = log_probs[torch.arange(len(output_ids)), torch.tensor(output_ids, device=logits.device)]
+    return float(chosen.sum()), len(output_ids)
+
+
 def summarise(label: str, runs_by_repeat: list[list[RunRecord]]) -> dict:
     """runs_by_repeat[r][i]: repeat r, prompt i. Counts come from the first repeat."""
     first = runs_by_repeat[0]
@@ -189,6 +201,8 @@ def write_outputs(out_dir: Path, report: dict) -> None:
     (out_dir / "results.json").write_text(json.dumps(report, indent=2))
     columns = ["method", "tau", "alpha", "target_calls", "draft_calls", "new_tokens", "seconds_median",
                "tokens_per_s", "speedup_vs_ar"]
+    if "target_loglik_per_token" in report["methods"][0]:
+        columns.append("target_loglik_per_token")
     with open(out_dir / "results.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
@@ -239,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    parser.add_argument("--loglik", action="store_true",
+                        help="also report the target's mean log-likelihood per generated token (all repeats)")
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                         help="any decode setting, e.g. --setting threshold=0.4 (repeatable)")
     return parser
@@ -284,8 +300,10 @@ def run_benchmark(args) -> int:
     settings_for = {spec.label: validate_settings(**(base.to_dict() | spec.overrides)) for spec in specs}
     references = {}
 
-    def run_one(spec, index):
+    def run_one(spec, index, repeat=0):
         settings = settings_for[spec.label]
+        if not settings.greedy:  # sampling: a different seed per repeat, so log-likelihoods see varied samples
+            settings = validate_settings(**(settings.to_dict() | {"seed": settings.seed + repeat}))
         if spec.kind in HF_METHODS:
             return run_hf(pair, spec, prompt_ids[index], settings)
         record = run_ours(pair, spec, prompt_ids[index], settings, preverifier, references.get(index, []))
@@ -302,7 +320,7 @@ def run_benchmark(args) -> int:
         batch = {spec.label: [] for spec in specs}
         for index in range(len(prompts)):
             for spec in ordered:
-                batch[spec.label].append(run_one(spec, index))
+                batch[spec.label].append(run_one(spec, index, repeat))
                 progress.update()
         for label, records in batch.items():
             runs[label].append(records)
@@ -311,6 +329,11 @@ def run_benchmark(args) -> int:
     ar_rate = next(row["tokens_per_s"] for row, spec in zip(rows, specs) if spec.kind == "ar")
     for row in rows:
         row["speedup_vs_ar"] = row["tokens_per_s"] / ar_rate if ar_rate else None
+    if args.loglik:
+        for row, spec in zip(rows, specs):
+            totals = [target_log_likelihood(pair, prompt_ids[i], record.token_ids)
+                      for records in runs[spec.label] for i, record in enumerate(records)]
+            row["target_loglik_per_token"] = sum(t[0] for t in totals) / max(1, sum(t[1] for t in totals))
     report = {"machine": machine_info(pair), "preverifier": getattr(preverifier, "kind", "custom"),
               "settings": {"prompts": args.prompts, "prompt_count": len(prompts), "max_new_tokens": args.max_new_tokens,
                            "temperature": args.temperature, "repeats": args.repeats, "seed": args.seed,
