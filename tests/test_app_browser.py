@@ -95,16 +95,24 @@ def test_run_shows_three_live_columns_plots_and_metrics(page, tmp_path):
         shutil.copy(shot, target)
 
 
-def test_step_through_advances_one_pass_at_a_time(page, tmp_path):
+def narration_has(page, text: str) -> None:
+    page.wait_for_function(f"document.querySelector('#narration').innerText.includes({text!r})",
+                           timeout=RUN_TIMEOUT_S * 1000)
+
+
+def test_step_through_shows_draft_then_verdict_one_pass_at_a_time(page, tmp_path):
     page.fill("#prompt textarea", "Count from 1 to 10.")
-    page.click("#step-button")
-    page.wait_for_function("document.querySelector('#narration').innerText.includes('Step 1')",
-                           timeout=RUN_TIMEOUT_S * 1000)
+    page.click("#step-button")                                   # 1: the draft's proposal, grey
+    narration_has(page, "Step 1: the draft proposed")
     assert page.locator("#col-pacer .step").count() == 1
-    assert page.locator("#col-fixed .step").count() == 1
-    page.click("#step-button")
-    page.wait_for_function("document.querySelector('#narration').innerText.includes('Step 2')",
-                           timeout=RUN_TIMEOUT_S * 1000)
+    assert token_states(page, "fixed") == {"drafted"}
+    page.screenshot(path=str(tmp_path / "step-draft.png"), full_page=True)
+    page.click("#step-button")                                   # 2: the target's verdict
+    narration_has(page, "The target")
+    assert "drafted" not in token_states(page, "fixed")
+    assert page.locator("#col-pacer .step").count() == 1
+    page.click("#step-button")                                   # 3: the next pass
+    narration_has(page, "Step 2")
     assert page.locator("#col-pacer .step").count() == 2
     narration = page.inner_text("#narration")
     assert "PACER" in narration and "the draft proposed" in narration

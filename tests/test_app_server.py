@@ -99,19 +99,23 @@ def test_bad_settings_show_a_message_not_a_stack_trace(client, bad, message):
     assert "run-done" in out["Run status"]
 
 
-def test_step_through_advances_one_pass_and_explains(ui_server_url):
+def test_step_through_shows_the_draft_then_the_verdict(ui_server_url):
     from gradio_client import Client
 
     own = Client(ui_server_url, verbose=False)       # its own session: step state is per session
     step = Api(own, "/step")
     settings = {"Prompt": "t7 t8", "Max new tokens": 6, "Temperature (0 = greedy)": 0.8,
                 "Measure the AR baseline too": False}
-    first = step(**settings)
-    assert "Step 1" in first["Step-through narration"] and "Cycle 1" in first["Step-through narration"]
-    assert first["PACER"].count('class="step"') == 1
-    second = step(**settings)
-    assert "Step 2" in second["Step-through narration"]
-    assert second["PACER"].count('class="step"') == 2 or "badge-done" in second["PACER"]
+    drafted = step(**settings)
+    assert "Step 1: the draft proposed" in drafted["Step-through narration"]
+    assert "Cycle 1" in drafted["Step-through narration"]
+    assert drafted["PACER"].count('class="step"') == 1
+    assert 'data-state="drafted"' in drafted["PACER"] and 'data-state="accepted"' not in drafted["PACER"]
+    verdict = step(**settings)
+    assert "Step 1" in verdict["Step-through narration"] and "The target" in verdict["Step-through narration"]
+    assert 'data-state="drafted"' not in verdict["PACER"] and verdict["PACER"].count('class="step"') == 1
+    following = step(**settings)
+    assert "Step 2" in following["Step-through narration"] or "badge-done" in following["PACER"]
 
 
 def test_app_help_lists_the_flags():
@@ -193,6 +197,7 @@ def test_unexpected_failure_becomes_one_error_line(monkeypatch, client):
         raise RuntimeError("renderer exploded <b>")
 
     monkeypatch.setattr(render, "explain_step", broken)
+    monkeypatch.setattr(render, "explain_draft", broken)
     out = Api(client, "/step")(**{"Prompt": "t1 t2", "Max new tokens": 3, "Temperature (0 = greedy)": 0.8})
     assert "run-error" in out["Run status"] and "renderer exploded &lt;b&gt;" in out["Run status"]
     monkeypatch.undo()

@@ -313,3 +313,21 @@ def test_same_as_ar_for_greedy_runs_only():
 def test_narration_shows_a_space_token_visibly():
     text = render.explain_step(step_event(["a", " "], states=["rejected", "corrected"]))
     assert "\u201c\u2423\u201d" in text
+
+
+def test_pending_step_shows_only_grey_drafts_and_the_draft_narration():
+    blocks = [BlockDecision(0, 2, 0.9, 0.5, True), BlockDecision(1, 2, 0.31, 0.5, False)]
+    tokens = [TokenRecord(1, "a", "accepted", 0.9, 0.8, 1.0, block=0), TokenRecord(2, "<b>", "accepted", block=0),
+              TokenRecord(3, "c", "rejected", 0.4, 0.1, 0.2, block=1, stopped=True),
+              TokenRecord(4, "d", "rejected", block=1, stopped=True), TokenRecord(5, "e", "corrected")]
+    event = StepEvent("pacer", 0, tokens, [1, 2, 5], "a<b>e", 4, 2, 0.0, 0.0, 3, blocks, "preverifier")
+    markup = render.column_html("pacer", [event], pending=True)
+    assert_safe(markup)
+    assert markup.count('data-state="drafted"') == 4 and 'data-state="corrected"' not in markup
+    assert markup.count('data-stopped="1"') == 2 and "p (target)" not in markup
+    assert "<b>steps</b>" not in markup and ">0</b>" in markup          # counters exclude the pending step
+    text = render.explain_draft(event)
+    assert "proposed 4 tokens" in text and "0.90, 0.31" in text and "block 2 failed" in text
+    smc = [smc_event(["a", "b"], step=0), smc_event(["c", "d"], step=1)]
+    assert render.column_html("smc", smc, pending=True) == render.column_html("smc", smc[:1])
+    assert "Cycle 2: each of 2 particles drafted" in render.explain_draft(smc[1])

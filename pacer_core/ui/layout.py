@@ -102,7 +102,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                                             placeholder="Type a prompt, or pick an example below")
                     with gr.Column(scale=1, min_width=200):
                         run_button = gr.Button("▶ Run", variant="primary", elem_id="run-button")
-                        step_button = gr.Button("Step ▸ one pass", variant="secondary", elem_id="step-button")
+                        step_button = gr.Button("Step ▸ draft, then verify", variant="secondary", elem_id="step-button")
                         stop_button = gr.Button("■ Stop", variant="stop", elem_id="stop-button")
                         measure_ar = gr.Checkbox(value=True, label="Measure the AR baseline too",
                                                  elem_id="measure-ar")
@@ -197,7 +197,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             return RunSession(pair, values[prompt], read_settings(values), chat=bool(values[chat]),
                               preverifier=preverifier, measure_ar=bool(values[measure_ar]))
 
-        def render_columns(session: RunSession, running: bool) -> dict:
+        def render_columns(session: RunSession, running: bool, pending: set | frozenset = frozenset()) -> dict:
+            """Every column; methods in ``pending`` show their newest step as drafted, not yet verified."""
             out = {}
             for method in COLUMN_METHODS:
                 run = session.runs[method]
@@ -212,7 +213,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                                  "approximately.")
                 out[columns[method]] = render.column_html(method, run.events, run.result, run.error,
                                                           running=running and not run.done,
-                                                          note=" ".join(notes) or None,
+                                                          note=" ".join(notes) or None, pending=method in pending,
                                                           smc_texts=run.token_texts)
             return out
 
@@ -347,24 +348,35 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 yield settings_failure(error, values[session_state])
                 return
             started = time.perf_counter()
-            new_events = session.advance_until_event()
+            # Two clicks per target pass: first what the draft proposed (grey), then the target's verdict.
+            verify_phase = session.pending_verdict is not None
+            if verify_phase:
+                new_events, session.pending_verdict = session.pending_verdict, None
+            else:
+                new_events = session.advance_until_event()
+                if any(event is not None for event in new_events.values()):
+                    session.pending_verdict = new_events
             lines = {}
             for method, event in new_events.items():
                 run = session.runs[method]
                 if event is not None:
-                    lines[method] = render.explain_step(event)
+                    lines[method] = render.explain_step(event) if verify_phase else render.explain_draft(event)
                 elif run.error:
                     lines[method] = run.error
                 else:
                     lines[method] = "finished."
+            pending = {m for m, event in (session.pending_verdict or {}).items() if event is not None}
             update = {session_state: session, narration: render.narration_html(lines)}
-            update.update(render_columns(session, running=not session.finished))
-            update.update(render_plots(session))
-            if session.finished:
+            update.update(render_columns(session, running=not session.finished, pending=pending))
+            if not pending:                     # the plots would give the verdict away
+                update.update(render_plots(session))
+            if session.finished and not pending:
                 yield from finish_run(session, bool(values[measure_ar]), started)
                 return
             steps = max(len(run.events) for run in session.runs.values())
-            update[status] = render.run_status_html(f"Step-through: step {steps} shown. Press Step again.", "info")
+            phase = ("drafted; press Step for the target's verdict" if pending
+                     else "verified; press Step for the next draft")
+            update[status] = render.run_status_html(f"Step-through: step {steps} {phase}.", "info")
             update[table] = render_table(session)
             yield update
 

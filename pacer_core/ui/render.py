@@ -154,11 +154,20 @@ def token_span(token: TokenRecord, block_scores: dict | None = None, step: int |
             f'{stopped} title="{title}">{text}</span>')
 
 
-def step_html(event: StepEvent) -> str:
-    """All tokens of one step (drafted ones with their verdicts, then the corrected/bonus token)."""
+def pending_tokens(event: StepEvent) -> list[TokenRecord]:
+    """The step as it looks before the target has verified it: only the drafted tokens, all in the
+    "drafted" state (PACER's pre-verifier decision is already known, so ``stopped`` stays)."""
+    return [TokenRecord(token.token_id, token.text, "drafted", draft_prob=token.draft_prob, block=token.block,
+                        preverifier_prob=token.preverifier_prob, stopped=token.stopped)
+            for token in event.tokens if token.state in ("accepted", "rejected", "discarded")]
+
+
+def step_html(event: StepEvent, pending: bool = False) -> str:
+    """All tokens of one step (drafted ones with their verdicts, then the corrected/bonus token).
+    ``pending``: the drafted tokens only, grey, as before the target's verdict."""
     scores = {block.index: (block.score, block.threshold) for block in event.blocks}
     parts, previous_block = [], None
-    for token in event.tokens:
+    for token in (pending_tokens(event) if pending else event.tokens):
         if token.block is not None and previous_block is not None and token.block != previous_block:
             score = scores.get(token.block)
             hint = f"PACER block {token.block + 1}" + (f": score {score[0]:.3f} vs threshold {score[1]:.3f}"
@@ -219,23 +228,32 @@ def error_html(message: str) -> str:
 
 
 def column_html(method: str, events: list, result: Result | None = None, error: str | None = None,
-                running: bool = False, note: str | None = None, smc_texts: list | None = None) -> str:
-    """The whole live column for one method: header, counters, coloured text, notes."""
+                running: bool = False, note: str | None = None, smc_texts: list | None = None,
+                pending: bool = False) -> str:
+    """The whole live column for one method: header, counters, coloured text, notes.
+    ``pending``: step-through's draft phase, the newest step shown as drafted but not yet verified
+    (SMC: the newest cycle is not shown yet)."""
+    if pending and method == "smc" and events:
+        events, smc_texts = events[:-1], (smc_texts or [])[: len(events) - 1]
+        pending = False
     title = escape_text(METHOD_LABELS.get(method, method))
     head = (f'<div class="col-head"><span class="col-title">{title}</span>'
             f'{status_badge(result, error, running)}</div>')
     if method == "smc":
         body = smc_body_html(events, smc_texts or [])
     else:
-        body = "".join(step_html(event) for event in events if isinstance(event, StepEvent))
+        steps = [event for event in events if isinstance(event, StepEvent)]
+        body = "".join(step_html(event, pending=pending and index == len(steps) - 1)
+                       for index, event in enumerate(steps))
         body = f'<div class="tokens">{body or PLACEHOLDER}</div>'
     extra = ""
     if note:
         extra += f'<div class="col-note">{escape_text(note)}</div>'
     if error:
         extra += error_html(error)
+    counters = counters_html(events[:-1] if pending and method != "smc" else events, result)
     return (f'<div class="pacer-col" data-method="{escape_attr(method)}"><div class="col-sticky">{head}'
-            f"{counters_html(events, result)}</div>{body}{extra}</div>")
+            f"{counters}</div>{body}{extra}</div>")
 
 
 PLACEHOLDER = '<span class="placeholder">Press Run or Step to start.</span>'
@@ -463,6 +481,29 @@ def summarize_run(result: Result, events: list) -> str:
         resampled = sum(1 for event in cycles if event.resampled)
         text += f" The particles were resampled in {resampled} of {len(cycles)} cycles."
     return text
+
+
+def explain_draft(event) -> str:
+    """Step-through's first half: what was drafted, before the target looks (plain text)."""
+    if isinstance(event, SMCCycleEvent):
+        n = len(event.weights)
+        k = max((len(ids) for ids in event.particle_token_ids), default=1) - 1
+        return (f"Cycle {event.step + 1}: each of {n} particles drafted {max(k, 1)} tokens. Next (press Step): the "
+                "target scores all particles in one batched pass, adds one token to each and reweights them.")
+    if not isinstance(event, StepEvent) or event.method == "ar":
+        return ""
+    drafted = pending_tokens(event)
+    sentence = f"Step {event.step + 1}: the draft proposed {len(drafted)} token{'s' if len(drafted) != 1 else ''}"
+    sentence += f" ({_quoted_list(drafted, 6)})." if drafted else "."
+    if event.method == "pacer" and event.blocks:
+        scores = ", ".join(f"{block.score:.2f}" for block in event.blocks)
+        failed = [block for block in event.blocks if not block.passed]
+        sentence += (f" Pre-verifier block scores: {scores} (threshold {event.blocks[0].threshold:.2f})")
+        if failed:
+            sentence += f"; block {failed[0].index + 1} failed, so drafting stopped there."
+        else:
+            sentence += "; every block passed."
+    return sentence + " Next (press Step): the target checks them all in one forward pass."
 
 
 def narration_html(lines: dict[str, str]) -> str:

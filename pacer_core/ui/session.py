@@ -89,6 +89,7 @@ class RunSession:
         self.oracle_steps: list | None = None
         self.oracle_note: str | None = None
         self.oracle_greedy = True
+        self.pending_verdict: dict | None = None   # step-through: events drafted but not yet shown verified
         self.created = time.time()
 
     def key(self) -> tuple:
