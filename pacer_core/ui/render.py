@@ -509,8 +509,8 @@ def explain_draft(event) -> str:
 def narration_html(lines: dict[str, str]) -> str:
     """The step-through narration box: one escaped paragraph per method."""
     if not lines:
-        return ('<div class="narration"><span class="placeholder">Press <b>Step</b> to advance all three '
-                "methods by one target forward pass and read what happened.</span></div>")
+        return ('<div class="narration"><span class="placeholder">Press <b>Step</b> to walk through one target '
+                "forward pass at a time: first what each draft proposed, then the target's verdict.</span></div>")
     rows = "".join(f'<p><span class="narr-method">{escape_text(METHOD_LABELS.get(method, method))}</span> '
                    f"{escape_text(text, newline_breaks=False)}</p>" for method, text in lines.items())
     return f'<div class="narration">{rows}</div>'
