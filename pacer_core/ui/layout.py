@@ -269,7 +269,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             gr.Warning(html.escape(message))      # the toast renders HTML: show any <...> as characters
             return {status: render.run_status_html(message, "error"), session_state: session}
 
-        def finish_run(session: RunSession, want_ar: bool, started: float):
+        def finish_run(session: RunSession, want_ar: bool, started: float | None):
             """After the three columns: the AR baseline (if asked), the oracle, table and exports."""
             if want_ar and not session.cancel.is_set() and not (session.ar and session.ar.done):
                 yield {status: render.run_status_html("Finishing the AR baseline (target alone)…", "busy"),
@@ -278,7 +278,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                     pass
             if not session.cancel.is_set():
                 session.compute_oracle()
-            message = f"Done in {time.perf_counter() - started:.1f} s."
+            message = (f"Done in {time.perf_counter() - started:.1f} s." if started is not None
+                       else "All methods finished (step-through).")
             if session.cancel.is_set():
                 message = "Stopped."
             if session.oracle_note:
@@ -347,7 +348,6 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             except (SettingsError, ModelLoadError) as error:
                 yield settings_failure(error, values[session_state])
                 return
-            started = time.perf_counter()
             # Two clicks per target pass: first what the draft proposed (grey), then the target's verdict.
             verify_phase = session.pending_verdict is not None
             if verify_phase:
@@ -371,7 +371,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             if not pending:                     # the plots would give the verdict away
                 update.update(render_plots(session))
             if session.finished and not pending:
-                yield from finish_run(session, bool(values[measure_ar]), started)
+                yield from finish_run(session, bool(values[measure_ar]), None)
                 return
             steps = max(len(run.events) for run in session.runs.values())
             phase = ("drafted; press Step for the target's verdict" if pending
