@@ -331,3 +331,13 @@ def test_pending_step_shows_only_grey_drafts_and_the_draft_narration():
     smc = [smc_event(["a", "b"], step=0), smc_event(["c", "d"], step=1)]
     assert render.column_html("smc", smc, pending=True) == render.column_html("smc", smc[:1])
     assert "Cycle 2: each of 2 particles drafted" in render.explain_draft(smc[1])
+
+
+def test_finished_smc_column_shows_the_chosen_particle():
+    events = [smc_event(["a", "b", "c"], step=0, weights=[0.2, 0.5, 0.3])]
+    result = make_result("smc", 2, 1.0, 1, alpha=None)
+    result.info = {"chosen_particle": 2, "final": "sample"}
+    markup = render.column_html("smc", events, result, smc_texts=[[["a"], ["b"], ["c"]]])
+    shown = markup.split('<div class="tokens">')[1].split("</div>")[0]
+    assert "".join(parse(shown).text) == "c"
+    assert "Output: the particle drawn at random from the final weights (#3)." in markup

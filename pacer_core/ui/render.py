@@ -240,7 +240,7 @@ def column_html(method: str, events: list, result: Result | None = None, error: 
     head = (f'<div class="col-head"><span class="col-title">{title}</span>'
             f'{status_badge(result, error, running)}</div>')
     if method == "smc":
-        body = smc_body_html(events, smc_texts or [])
+        body = smc_body_html(events, smc_texts or [], result)
     else:
         steps = [event for event in events if isinstance(event, StepEvent)]
         body = "".join(step_html(event, pending=pending and index == len(steps) - 1)
@@ -298,7 +298,7 @@ def smc_histories(events: list, token_texts: list, resample_last: bool = True) -
     return histories
 
 
-def smc_body_html(events: list, token_texts: list) -> str:
+def smc_body_html(events: list, token_texts: list, result: Result | None = None) -> str:
     """Leading particle's text (drafted tokens green — SMC never rejects — the target's bonus token
     blue), then a panel of the particles of the latest cycle with weight bars: resampled-away rows
     faded, duplicated rows purple."""
@@ -310,9 +310,18 @@ def smc_body_html(events: list, token_texts: list) -> str:
     while len(rows) < n:
         rows.append([])
     leader = max(range(n), key=lambda i: last.weights[i]) if n else 0
+    shown, output_note = rows[leader], ""
+    chosen = (result.info or {}).get("chosen_particle") if result is not None else None
+    if isinstance(chosen, int):
+        final_rows = smc_histories(events, token_texts, resample_last=True)
+        if 0 <= chosen < len(final_rows):
+            shown = final_rows[chosen]
+            how = "drawn at random from" if (result.info or {}).get("final", "sample") == "sample" else "the heaviest by"
+            output_note = (f'<div class="col-note">Output: the particle {how} the final weights'
+                           f'{"" if last.resampled else f" (#{chosen + 1})"}.</div>')
     spans = []
     previous_cycle = None
-    for piece, kind, cycle in rows[leader]:
+    for piece, kind, cycle in shown:
         if cycle != previous_cycle:
             spans.append(f'<span class="step-sep" title="cycle {cycle + 1}"></span>')
             previous_cycle = cycle
@@ -350,7 +359,8 @@ def smc_body_html(events: list, token_texts: list) -> str:
     ess_line = (f'cycle {last.step + 1}: ESS {last.ess:.2f} of {n} '
                 f'({"below" if last.ess < last.ess_threshold * n else "above"} the threshold '
                 f'{last.ess_threshold * n:.2f}{", resampled" if last.resampled else ""})')
-    return (leader_html + f'<div class="particles"><div class="particles-head">{escape_text(ess_line)}</div>'
+    return (leader_html + output_note
+            + f'<div class="particles"><div class="particles-head">{escape_text(ess_line)}</div>'
             + "".join(panel) + "</div>")
 
 
