@@ -6,6 +6,7 @@ Stages (each resumable: results and checkpoints live in work/draft/, re-running 
   teacher   top-k target probabilities on corpus text chunks (supplementary data)
   train     distil a small Llama draft (PCA-initialised tied embeddings) on the cached top-k
   eval      held-out greedy agreement, tau for greedy gamma=4 speculative decoding, step times
+  average   parameter-average saved checkpoints into checkpoint.pt
   export    save the draft (bfloat16 safetensors + tokenizer) to assets/draft-smollm2/
 
 Example:  python -m pacer_core.training.draft generate && python -m pacer_core.training.draft train \
@@ -564,6 +565,18 @@ def stage_export(args) -> None:
     log(f"exported to {EXPORT_DIR} ({size_mb:.1f} MB); reloads in float32")
 
 
+# ----------------------------------------------------------------------------- checkpoint averaging
+def stage_average(args) -> None:
+    """Parameter average of saved checkpoints, written to work/draft/checkpoint.pt (keeps the last one's
+    optimizer state and step)."""
+    states = [torch.load(WORK_DIR / name) for name in args.checkpoints]
+    averaged = {key: sum(state["model"][key].float() for state in states) / len(states) for key in states[0]["model"]}
+    path = WORK_DIR / "checkpoint.pt"
+    torch.save({**states[-1], "model": averaged, "averaged_from": list(args.checkpoints)}, path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").rename(path)
+    log(f"averaged {len(states)} checkpoints into {path}")
+
+
 # ----------------------------------------------------------------------------- CLI
 def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
@@ -617,6 +630,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--timing-steps", type=int, default=60)
     evaluate.add_argument("--skip-timing", action="store_true")
     evaluate.add_argument("--write", action="store_true", help="write assets/draft-smollm2/eval.json")
+    average = stages.add_parser("average", help="average checkpoints (names in work/draft) into checkpoint.pt")
+    add_common(average)
+    average.add_argument("checkpoints", nargs="+")
     export = stages.add_parser("export", help="save the checkpoint to assets/draft-smollm2 (bfloat16)")
     add_common(export)
     return parser
@@ -637,7 +653,7 @@ def main(argv=None) -> None:
     ensure_passive_openmp(argv)
     WORK_DIR.mkdir(parents=True, exist_ok=True)
     {"generate": stage_generate, "teacher": stage_teacher, "train": stage_train,
-     "eval": stage_eval, "export": stage_export}[args.stage](args)
+     "eval": stage_eval, "export": stage_export, "average": stage_average}[args.stage](args)
 
 
 if __name__ == "__main__":
