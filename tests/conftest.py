@@ -3,7 +3,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch is imported
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
