@@ -256,8 +256,13 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    Path(args.work).mkdir(parents=True, exist_ok=True)
     try:
+        # Check the inputs a stage needs before loading any model, and create nothing for a bad call.
+        needed = {"fit": ("data.pt", "collect"), "threshold": ("layer.pt", "fit")}.get(args.stage)
+        if needed and not (Path(args.work) / needed[0]).exists():
+            raise FileNotFoundError(f"{Path(args.work) / needed[0]} does not exist: run the {needed[1]} stage "
+                                    f"first with the same --work folder.")
+        Path(args.work).mkdir(parents=True, exist_ok=True)
         pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
         if args.stage in ("collect", "all"):
             collect(pair, args)
@@ -270,7 +275,7 @@ def main(argv=None) -> int:
             config = {"threshold_greedy": 0.5}
             chosen = measure_threshold(pair, layer.eval(), args, config)
             export(pair, layer, saved["metrics"], chosen, args)
-    except (SettingsError, ModelLoadError, FileNotFoundError) as problem:
+    except (SettingsError, ModelLoadError, OSError) as problem:   # OSError: e.g. --work not writable
         print(f"error: {problem}", file=sys.stderr)
         return 2
     return 0
