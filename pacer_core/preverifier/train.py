@@ -151,18 +151,16 @@ def roc_points(probs: torch.Tensor, labels: torch.Tensor, steps: int = 50) -> li
     return points
 
 
-def fit(pair, args) -> tuple[PreVerifierLayer, dict]:
-    from tqdm import tqdm
-
-    data = torch.load(Path(args.work) / "data.pt")
-    train_rows, heldout_rows = split_rows(data, 0.2, args.seed)
-    train, heldout = tensors(train_rows), tensors(heldout_rows)
-    torch.manual_seed(args.seed)
-    layer = PreVerifierLayer(train["hidden"].shape[1])
+def train_layer(train: dict, validation: dict, epochs: int, seed: int) -> tuple[PreVerifierLayer, list[dict]]:
+    """BCE on greedy labels; keeps the epoch with the best validation ROC-AUC (the hidden-state input
+    over-fits after a few epochs on a few thousand tokens)."""
+    torch.manual_seed(seed)
+    layer = PreVerifierLayer(train["hidden"].shape[1], projection=8)
     optimiser = torch.optim.AdamW(layer.parameters(), lr=2e-3, weight_decay=1e-2)
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    losses = []
-    for epoch in tqdm(range(args.epochs), desc="fit", file=sys.stderr):
+    history, best_auc, best_state = [], -1.0, None
+    for epoch in range(epochs):
+        layer.train()
         order = torch.randperm(len(train["label"]))
         for start in range(0, len(order), 256):
             batch = order[start:start + 256]
@@ -170,21 +168,43 @@ def fit(pair, args) -> tuple[PreVerifierLayer, dict]:
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
-        losses.append(float(loss))
-    layer.eval()
+        layer.eval()
+        with torch.no_grad():
+            validation_auc = roc_auc(torch.sigmoid(layer(validation["hidden"], validation["scalars"])), validation["label"])
+        history.append({"epoch": epoch, "train_loss": float(loss.detach()), "validation_auc": validation_auc})
+        if validation_auc > best_auc:
+            best_auc, best_state = validation_auc, {k: v.clone() for k, v in layer.state_dict().items()}
+    layer.load_state_dict(best_state)
+    return layer.eval(), history
+
+
+def fit(pair, args) -> tuple[PreVerifierLayer, dict]:
+    data = torch.load(Path(args.work) / "data.pt")
+    train_rows, heldout_rows = split_rows(data, 0.2, args.seed)
+    fit_rows, validation_rows = split_by_prompt(train_rows, 0.15, args.seed + 1)
+    heldout = tensors(heldout_rows)
+    layer, history = train_layer(tensors(fit_rows), tensors(validation_rows), args.epochs, args.seed)
     with torch.no_grad():
         heldout_probs = torch.sigmoid(layer(heldout["hidden"], heldout["scalars"]))
     metrics = {"roc_auc_greedy": roc_auc(heldout_probs, heldout["label"]),
                "roc_auc_confidence_rule": roc_auc(heldout["scalars"][:, 0], heldout["label"]),
                "roc_auc_soft_labels_binarised": roc_auc(heldout_probs, (heldout["soft"] > 0.5).float()),
-               "heldout_tokens": len(heldout_rows), "train_tokens": len(train_rows),
+               "heldout_tokens": len(heldout_rows), "train_tokens": len(fit_rows),
+               "validation_tokens": len(validation_rows), "prompts": len(data["prompts"]),
                "heldout_accept_rate": float(heldout["label"].mean()),
                "reliability": reliability(heldout_probs, heldout["label"]), "roc": roc_points(heldout_probs, heldout["label"]),
-               "loss_per_epoch": losses}
+               "history": history}
     print(f"held-out ROC-AUC {metrics['roc_auc_greedy']:.3f} (confidence rule {metrics['roc_auc_confidence_rule']:.3f}) "
           f"on {len(heldout_rows)} tokens")
     torch.save({"state": layer.state_dict(), "metrics": metrics}, Path(args.work) / "layer.pt")
     return layer, metrics
+
+
+def split_by_prompt(rows: list[dict], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
+    prompts = sorted({row["prompt_index"] for row in rows})
+    random.Random(seed).shuffle(prompts)
+    chosen = set(prompts[: max(1, int(len(prompts) * fraction))])
+    return [r for r in rows if r["prompt_index"] not in chosen], [r for r in rows if r["prompt_index"] in chosen]
 
 
 def measure_threshold(pair, layer, args, config: dict) -> dict:
@@ -218,7 +238,7 @@ def export(pair, layer: PreVerifierLayer, metrics: dict, chosen: dict, args) -> 
               "threshold_greedy": chosen["threshold_greedy"],
               "threshold_sampling": chosen.get("threshold_sampling", chosen["threshold_greedy"]),
               "threshold_selection": chosen, "training_data": {
-                  "prompts": args.prompts, "forced_draft_len": args.draft_len, "max_new_tokens": args.max_new_tokens,
+                  "prompts": metrics.get("prompts", args.prompts), "forced_draft_len": args.draft_len, "max_new_tokens": args.max_new_tokens,
                   "soft_temperature": args.soft_temperature, "source": "pacer_core.training.instructions (shuffled)"},
               "heldout_metrics": metrics}
     directory = Path(args.out) if args.out else search_dirs()[1] / pair_slug(pair.target_id, pair.draft_id)
@@ -270,7 +290,8 @@ def main(argv=None) -> int:
             fit(pair, args)
         if args.stage in ("threshold", "all"):
             saved = torch.load(Path(args.work) / "layer.pt")
-            layer = PreVerifierLayer(next(iter(saved["state"].values())).shape[0])
+            layer = PreVerifierLayer(saved["state"]["hidden_norm.weight"].shape[0],
+                                     projection=saved["state"]["hidden_proj.weight"].shape[0])
             layer.load_state_dict(saved["state"])
             config = {"threshold_greedy": 0.5}
             chosen = measure_threshold(pair, layer.eval(), args, config)
