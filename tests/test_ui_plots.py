@@ -119,3 +119,15 @@ def test_smc_weights_ess_and_genealogy():
     assert (2, 1, 3, 2) in pairs and (2, 1, 3, 3) in pairs and (2, 4, 3, 4) in pairs
     kinds = {trace.name for trace in genealogy.data[1:]}
     assert {"duplicated", "resampled away", "kept"} <= kinds
+
+
+def test_calibration_figures_from_shipped_metrics():
+    from pacer_core.ui.plots import reliability_figure, roc_figure
+
+    metrics = {"reliability": [{"bin_low": 0.8, "bin_high": 0.9, "count": 40, "mean_predicted": 0.85,
+                                "fraction_accepted": 0.8}],
+               "roc": [{"threshold": 0.0, "tpr": 1.0, "fpr": 1.0}, {"threshold": 1.0, "tpr": 0.0, "fpr": 0.0}],
+               "roc_auc_greedy": 0.86}
+    assert len(reliability_figure(metrics).data) == 2
+    assert "AUC 0.860" in roc_figure(metrics).data[1].name
+    assert reliability_figure(None).layout.annotations  # heuristic pairs get a message, not an empty plot

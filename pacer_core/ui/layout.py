@@ -176,6 +176,13 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             with gr.Tab("Explain", id="explain"):
                 gr.HTML(render.legend_html())
                 gr.Markdown(explain_text or "See the README.", elem_id="explain-text")
+            with gr.Tab("Pre-verifier calibration", id="calibration"):
+                heldout = getattr(preverifier, "config", {}).get("heldout_metrics") if preverifier else None
+                gr.Markdown("How well PACER's trained pre-verification layer predicts whether the target accepts "
+                            "a drafted token, on held-out prompts never trained on (greedy labels).")
+                with gr.Row():
+                    gr.Plot(plots.reliability_figure(heldout), elem_id="plot-reliability", show_label=False)
+                    gr.Plot(plots.roc_figure(heldout), elem_id="plot-roc", show_label=False)
 
         setting_inputs = {"temperature": temperature, "seed": seed, "max_new_tokens": max_new_tokens,
                           "top_k": top_k, "top_p": top_p, "gamma": gamma, "block_size": block_size,

@@ -234,3 +234,38 @@ def smc_genealogy_figure(smc_events) -> go.Figure:
     n = max(len(c.weights) for c in cycles)
     fig.update_yaxes(range=[0.5, n + 0.5], dtick=1)
     return _layout(fig, title, "cycle", "particle")
+
+
+def reliability_figure(heldout_metrics: dict | None) -> go.Figure:
+    """Pre-verifier calibration: predicted acceptance vs the fraction actually accepted, per bin."""
+    title = "Pre-verifier reliability (held-out tokens)"
+    bins = (heldout_metrics or {}).get("reliability") or []
+    if not bins:
+        return empty_figure(title, "No trained pre-verifier for this pair (heuristic rule).")
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
+                             line={"dash": "dash", "color": "#999"}, hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=[b["mean_predicted"] for b in bins], y=[b["fraction_accepted"] for b in bins],
+                             mode="lines+markers", name="pre-verifier", line={"color": "#0072B2"},
+                             marker={"size": [6 + min(14, b["count"] ** 0.5 / 3) for b in bins]},
+                             hovertext=[f"{b['count']} tokens predicted {b['bin_low']:.1f}–{b['bin_high']:.1f}: "
+                                        f"{b['fraction_accepted']:.0%} accepted" for b in bins], hoverinfo="text"))
+    return _layout(fig, title, "predicted P(accept)", "fraction accepted")
+
+
+def roc_figure(heldout_metrics: dict | None) -> go.Figure:
+    """ROC of per-token acceptance prediction on held-out tokens (greedy labels)."""
+    title = "Pre-verifier ROC (held-out tokens)"
+    points = (heldout_metrics or {}).get("roc") or []
+    if not points:
+        return empty_figure(title, "No trained pre-verifier for this pair (heuristic rule).")
+    auc = heldout_metrics.get("roc_auc_greedy")
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="chance", line={"dash": "dash", "color": "#999"},
+                             hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=[p["fpr"] for p in points], y=[p["tpr"] for p in points], mode="lines",
+                             name=f"pre-verifier (AUC {auc:.3f})" if auc is not None else "pre-verifier",
+                             line={"color": "#009E73"},
+                             hovertext=[f"cut {p['threshold']:.2f}: TPR {p['tpr']:.2f}, FPR {p['fpr']:.2f}" for p in points],
+                             hoverinfo="text"))
+    return _layout(fig, title, "false positive rate", "true positive rate")
