@@ -7,6 +7,7 @@ prompts after one warm-up; medians over repeats are reported side by side in one
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import json
 import platform
@@ -120,11 +121,16 @@ def run_hf(pair, spec: MethodSpec, prompt_ids, settings) -> RunRecord:
         torch.manual_seed(settings.seed)
         kwargs.update(do_sample=True, temperature=settings.temperature, top_k=settings.top_k or None,
                       top_p=settings.top_p)
+    draft_config = pair.draft.generation_config
+    saved_draft_config = copy.deepcopy(draft_config)
+    if spec.kind in ("hf-assisted", "hf-assisted-dynamic"):
+        # transformers 5 reads the assisted-generation knobs from the ASSISTANT's generation_config,
+        # not from generate() kwargs; set them there for this call and restore them afterwards.
+        kwargs["assistant_model"] = pair.draft
     if spec.kind == "hf-assisted":
-        kwargs.update(assistant_model=pair.draft, num_assistant_tokens=spec.overrides.get("gamma", settings.gamma),
-                      num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
-    elif spec.kind == "hf-assisted-dynamic":
-        kwargs["assistant_model"] = pair.draft  # transformers' defaults: confidence threshold + schedule
+        draft_config.num_assistant_tokens = spec.overrides.get("gamma", settings.gamma)
+        draft_config.num_assistant_tokens_schedule = "constant"
+        draft_config.assistant_confidence_threshold = 0.0
     target_counter, draft_counter = CallCounter(pair.target), CallCounter(pair.draft)
     input_ids = torch.tensor([prompt_ids], device=pair.device)
     started = time.perf_counter()
@@ -134,6 +140,7 @@ def run_hf(pair, spec: MethodSpec, prompt_ids, settings) -> RunRecord:
     finally:
         target_counter.close()
         draft_counter.close()
+        pair.draft.generation_config = saved_draft_config
     seconds = time.perf_counter() - started
     new_ids = output[0, len(prompt_ids):].tolist()
     return RunRecord(seconds, len(new_ids), target_counter.calls, draft_counter.calls, 0, 0, 0.0, 0.0,

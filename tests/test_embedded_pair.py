@@ -1,4 +1,6 @@
 """End to end on the real embedded pair (SmolLM2-135M-Instruct target, the shipped draft), fp32."""
+import copy
+
 import torch
 
 from pacer_core import generate
@@ -27,10 +29,17 @@ def test_greedy_fixed_and_pacer_are_token_identical_to_ar(embedded_pair):
 def test_greedy_equals_transformers_assisted_generation(embedded_pair):
     prompt_ids = embedded_pair.encode_prompt(PROMPTS[0])
     input_ids = torch.tensor([prompt_ids])
-    assisted = embedded_pair.target.generate(input_ids, attention_mask=torch.ones_like(input_ids),
-                                             assistant_model=embedded_pair.draft, do_sample=False, max_new_tokens=20,
-                                             num_assistant_tokens=4, num_assistant_tokens_schedule="constant",
-                                             assistant_confidence_threshold=0.0, pad_token_id=2)
+    draft_config = copy.deepcopy(embedded_pair.draft.generation_config)
+    # transformers 5 reads these knobs from the assistant's generation_config, not from generate() kwargs
+    embedded_pair.draft.generation_config.num_assistant_tokens = 4
+    embedded_pair.draft.generation_config.num_assistant_tokens_schedule = "constant"
+    embedded_pair.draft.generation_config.assistant_confidence_threshold = 0.0
+    try:
+        assisted = embedded_pair.target.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                                                 assistant_model=embedded_pair.draft, do_sample=False,
+                                                 max_new_tokens=20, pad_token_id=2)
+    finally:
+        embedded_pair.draft.generation_config = draft_config
     ours = generate(embedded_pair, "fixed", PROMPTS[0], max_new_tokens=20, gamma=4)
     assert ours.token_ids == assisted[0, len(prompt_ids):].tolist()
 

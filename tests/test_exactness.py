@@ -49,9 +49,12 @@ def test_greedy_equals_transformers_assisted_generation():
     pair = tiny_pair(scale=6.0, draft_noise=0.3)
     for prompt in PROMPTS[:3]:
         input_ids = torch.tensor([prompt])
+        # transformers 5 reads these knobs from the assistant's generation_config
+        pair.draft.generation_config.num_assistant_tokens = 4
+        pair.draft.generation_config.num_assistant_tokens_schedule = "constant"
+        pair.draft.generation_config.assistant_confidence_threshold = 0.0
         assisted = pair.target.generate(input_ids, assistant_model=pair.draft, do_sample=False,
-                                        max_new_tokens=24, min_new_tokens=24, num_assistant_tokens=4,
-                                        num_assistant_tokens_schedule="constant", pad_token_id=0)
+                                        max_new_tokens=24, min_new_tokens=24, pad_token_id=0)
         ours = run_ids(FixedSpeculative(4), pair, prompt, max_new_tokens=24)
         assert ours == assisted[0, len(prompt):].tolist()
 
