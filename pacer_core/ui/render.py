@@ -55,8 +55,11 @@ def escape_text(text: str, newline_breaks: bool = True) -> str:
     the input, no quote characters and no ``$ { } ` `` (so no template engine can act on it)."""
     if text is None:
         return ""
+    text = str(text)
+    if text.isascii() and text.isprintable():  # fast path, same result: nothing hidden or special here
+        return _escape_template_chars(html.escape(text, quote=True))
     parts = []
-    for char in str(text):
+    for char in text:
         if char in _VISIBLE_WHITESPACE:
             parts.append(f'<span class="ws">{_VISIBLE_WHITESPACE[char]}</span>')
             if char == "\n" and newline_breaks:
@@ -73,10 +76,20 @@ def escape_text(text: str, newline_breaks: bool = True) -> str:
     return "".join(parts)
 
 
+def _escape_template_chars(escaped: str) -> str:
+    """Replace $ { } ` (left alone by html.escape) with entities; entities themselves contain none."""
+    for char, entity in _EXTRA_ENTITIES.items():
+        escaped = escaped.replace(char, entity)
+    return escaped
+
+
 def plain_visible(text: str) -> str:
     """Untrusted text as plain characters with invisible ones replaced by markers (no HTML)."""
+    text = str(text or "")
+    if text.isascii() and text.isprintable():  # fast path: printable ASCII has nothing to mark
+        return text
     out = []
-    for char in str(text or ""):
+    for char in text:
         if char in _VISIBLE_WHITESPACE:
             out.append(_VISIBLE_WHITESPACE[char])
         elif char != "\ufffd" and _hidden(char):
@@ -90,10 +103,7 @@ def escape_attr(text: str) -> str:
     """Escape untrusted text for a double-quoted attribute value (title tooltips)."""
     lines = []
     for line in str(text or "").split("\n"):
-        escaped = html.escape(plain_visible(line), quote=True)
-        for char, entity in _EXTRA_ENTITIES.items():
-            escaped = escaped.replace(char, entity)
-        lines.append(escaped)
+        lines.append(_escape_template_chars(html.escape(plain_visible(line), quote=True)))
     return "&#10;".join(lines)
 
 
