@@ -26,6 +26,7 @@ class Pacer(SpeculativeDecoder):
         self.threshold = threshold
         self.preverifier = preverifier or ConfidencePreVerifier()
         self.on_fail = on_fail
+        self.effective_threshold = threshold
 
     def _threshold(self, settings: DecodeSettings) -> float:
         for candidate in (self.threshold, settings.threshold):
@@ -38,6 +39,7 @@ class Pacer(SpeculativeDecoder):
         block_size = self.block_size or settings.block_size
         limit = min(self.max_draft_len or settings.max_draft_len, max(budget - 1, 0))
         threshold, on_fail = self._threshold(settings), self.on_fail or settings.on_fail
+        self.effective_threshold = threshold
         started = time.perf_counter()
         draft_sequence = list(state.sequence)
         proposal = Proposal([], torch.zeros(0, pair.vocab_size), [], stop_reason="max_len")
@@ -77,4 +79,4 @@ class Pacer(SpeculativeDecoder):
 
     def info(self) -> dict:
         return {"preverifier": getattr(self.preverifier, "kind", "custom"), "block_size": self.block_size,
-                "max_draft_len": self.max_draft_len, "threshold": self.threshold, "on_fail": self.on_fail}
+                "max_draft_len": self.max_draft_len, "threshold": self.effective_threshold, "on_fail": self.on_fail}
