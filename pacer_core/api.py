@@ -40,6 +40,16 @@ def prepare_prompt(pair, prompt: str, chat: bool | None = None, limits: Limits |
     return prompt_ids[-allowed:], note
 
 
+def apply_preverifier_defaults(settings: DecodeSettings, preverifier, raw_settings: dict) -> DecodeSettings:
+    """A trained pre-verifier ships the block size its threshold was measured with; it applies unless
+    the caller chose a block size."""
+    shipped = getattr(preverifier, "config", {}).get("block_size")
+    if shipped is None or "block_size" in raw_settings:
+        return settings
+    return validate_settings(**(settings.to_dict() | {"block_size": int(shipped),
+                                                      "max_draft_len": max(settings.max_draft_len, int(shipped))}))
+
+
 def stream(pair, method: str, prompt: str, cancel=None, preverifier=None, chat: bool | None = None,
            **raw_settings) -> Iterator:
     """Validate everything, then yield the decoder's events and finally its Result."""
@@ -50,6 +60,11 @@ def stream(pair, method: str, prompt: str, cancel=None, preverifier=None, chat: 
     room = pair.max_context - len(prompt_ids)
     if settings.max_new_tokens > room:
         settings = validate_settings(**(settings.to_dict() | {"max_new_tokens": max(1, room)}))
+    if method == "pacer":
+        if preverifier is None:
+            from .preverifier import default_preverifier
+            preverifier = default_preverifier(pair)
+        settings = apply_preverifier_defaults(settings, preverifier, raw_settings)
     decoder = make_decoder(method, settings, pair, preverifier)
     for item in decoder.run(pair, prompt_ids, settings, cancel):
         if isinstance(item, Result) and note:

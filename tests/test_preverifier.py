@@ -81,3 +81,13 @@ def test_roc_auc_and_reliability_helpers():
     assert roc_auc(torch.tensor([0.5, 0.5, 0.5, 0.5]), labels) == 0.5
     table = reliability(torch.tensor([0.05, 0.15, 0.95, 0.99]), labels)
     assert sum(row["count"] for row in table) == 4
+
+
+def test_shipped_block_size_applies_unless_chosen():
+    pair = tiny_pair(scale=6.0)
+    trained = random_trained(pair.draft.config.hidden_size)
+    trained.config["block_size"] = 1
+    result = generate(pair, "pacer", "t1 t2", preverifier=trained, max_new_tokens=12)
+    assert result.settings["block_size"] == 1
+    chosen = generate(pair, "pacer", "t1 t2", preverifier=trained, max_new_tokens=12, block_size=3)
+    assert chosen.settings["block_size"] == 3 and chosen.token_ids == result.token_ids  # greedy: both exact

@@ -128,7 +128,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                             gamma = gr.Slider(1, 16, value=defaults.gamma, step=1, label="Draft length γ")
                         with gr.Column(min_width=220):
                             gr.Markdown(f"**{METHOD_LABELS['pacer']}**")
-                            block_size = gr.Slider(1, 8, value=defaults.block_size, step=1, label="Block size")
+                            block_size = gr.Slider(1, 8, value=getattr(preverifier, "config", {}).get("block_size", defaults.block_size),
+                                           step=1, label="Block size")
                             max_draft_len = gr.Slider(1, 32, value=defaults.max_draft_len, step=1,
                                                       label="Max draft length")
                             own_threshold = gr.Checkbox(value=True, label="Use the pre-verifier's own threshold")
