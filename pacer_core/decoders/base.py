@@ -248,3 +248,30 @@ def finish(method: str, pair, state: DecodeState, events: list, settings: Decode
     return Result(method=method, text=pair.decode(state.output_ids), token_ids=state.output_ids, events=events,
                   metrics=metrics, settings=settings.to_dict(), info=info,
                   finish_reason=state.finish_reason or "length")
+
+
+class DraftBuilder:
+    """Draws draft tokens one at a time after the committed sequence and keeps what a Proposal needs
+    (ids, the distribution each was drawn from, q(x) for display, elapsed time)."""
+
+    def __init__(self, pair, state: DecodeState, settings: DecodeSettings):
+        self.pair, self.state, self.settings = pair, state, settings
+        self.sequence = list(state.sequence)
+        self.drafted_ids: list[int] = []
+        self.rows: list[torch.Tensor] = []
+        self.shown: list[float] = []
+        self.started = time.perf_counter()
+
+    def draw(self, with_hidden: bool = False):
+        """Draft one more token; returns (id, raw logits row [V], hidden row [H] or None)."""
+        token_id, draft_probs, logits_row, hidden_row = draft_one(self.pair, self.state, self.sequence,
+                                                                 self.settings, with_hidden)
+        self.drafted_ids.append(token_id)
+        self.rows.append(draft_probs)
+        self.shown.append(shown_draft_prob(draft_probs, logits_row, token_id, self.settings))
+        self.sequence.append(token_id)
+        return token_id, logits_row, hidden_row
+
+    def proposal(self, **extra) -> Proposal:
+        draft_probs = torch.stack(self.rows) if self.rows else torch.zeros(0, self.pair.vocab_size)
+        return Proposal(self.drafted_ids, draft_probs, self.shown, seconds=time.perf_counter() - self.started, **extra)

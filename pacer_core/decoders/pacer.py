@@ -6,14 +6,10 @@ tokens, so the output keeps the target's distribution exactly. on_fail="discard"
 exact under greedy decoding only (approximate under sampling, and labelled so)."""
 from __future__ import annotations
 
-import time
-
-import torch
-
 from ..events import BlockDecision
 from ..preverifier import ConfidencePreVerifier, token_features
 from ..settings import DecodeSettings
-from .base import DecodeState, Proposal, SpeculativeDecoder, draft_one, shown_draft_prob
+from .base import DecodeState, DraftBuilder, Proposal, SpeculativeDecoder
 
 
 class Pacer(SpeculativeDecoder):
@@ -40,42 +36,35 @@ class Pacer(SpeculativeDecoder):
         limit = min(self.max_draft_len or settings.max_draft_len, max(budget - 1, 0))
         threshold, on_fail = self._threshold(settings), self.on_fail or settings.on_fail
         self.effective_threshold = threshold
-        started = time.perf_counter()
-        draft_sequence = list(state.sequence)
-        proposal = Proposal([], torch.zeros(0, pair.vocab_size), [], stop_reason="max_len")
-        rows = []
-        while len(proposal.drafted_ids) < limit:
-            block_start = len(proposal.drafted_ids)
+        draft = DraftBuilder(pair, state, settings)
+        blocks, token_blocks, token_probs_all = [], [], []
+        stopped_from, discarded, stop_reason = None, 0, "max_len"
+        while len(draft.drafted_ids) < limit:
+            block_start = len(draft.drafted_ids)
             features, hit_eos = [], False
             for _ in range(min(block_size, limit - block_start)):
-                token_id, draft_probs, logits_row, hidden_row = draft_one(pair, state, draft_sequence, settings, True)
-                features.append(token_features(logits_row, hidden_row, token_id, len(proposal.drafted_ids)))
-                proposal.drafted_ids.append(token_id)
-                proposal.draft_display_probs.append(shown_draft_prob(draft_probs, logits_row, token_id, settings))
-                rows.append(draft_probs)
-                draft_sequence.append(token_id)
+                position = len(draft.drafted_ids)
+                token_id, logits_row, hidden_row = draft.draw(with_hidden=True)
+                features.append(token_features(logits_row, hidden_row, token_id, position))
                 if token_id in state.eos_ids:
                     hit_eos = True
                     break
             block_score, token_probs = self.preverifier.score_block(features)
             passed = block_score >= threshold
-            block_index = len(proposal.blocks)
-            proposal.blocks.append(BlockDecision(block_index, len(features), float(block_score), threshold, passed))
-            proposal.token_blocks += [block_index] * len(features)
-            proposal.token_preverifier_probs += [float(prob) for prob in token_probs]
+            blocks.append(BlockDecision(len(blocks), len(features), float(block_score), threshold, passed))
+            token_blocks += [blocks[-1].index] * len(features)
+            token_probs_all += [float(prob) for prob in token_probs]
             if not passed:
-                proposal.stopped_from, proposal.stop_reason = block_start, "preverifier"
-                if on_fail == "discard":
-                    proposal.discarded = len(features)
+                stopped_from, stop_reason = block_start, "preverifier"
+                discarded = len(features) if on_fail == "discard" else 0
                 break
             if hit_eos:
-                proposal.stop_reason = "eos"
+                stop_reason = "eos"
                 break
-        if proposal.stop_reason == "max_len" and limit < (self.max_draft_len or settings.max_draft_len):
-            proposal.stop_reason = "budget"
-        proposal.draft_probs = torch.stack(rows) if rows else torch.zeros(0, pair.vocab_size)
-        proposal.seconds = time.perf_counter() - started
-        return proposal
+        if stop_reason == "max_len" and limit < (self.max_draft_len or settings.max_draft_len):
+            stop_reason = "budget"
+        return draft.proposal(blocks=blocks, token_blocks=token_blocks, token_preverifier_probs=token_probs_all,
+                              stopped_from=stopped_from, discarded=discarded, stop_reason=stop_reason)
 
     def info(self) -> dict:
         return {"preverifier": getattr(self.preverifier, "kind", "custom"), "block_size": self.block_size,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from ..decoders.base import DecodeState, Proposal, draft_one, shown_draft_prob
+from ..decoders.base import DecodeState, DraftBuilder, Proposal
 from ..decoders.fixed import FixedSpeculative
 from ..models import ModelLoadError, load_pair
 from ..settings import SettingsError, validate_settings
@@ -43,16 +43,11 @@ class RecordingDrafter(FixedSpeculative):
         self._pending: list = []
 
     def propose(self, pair, state: DecodeState, settings, budget: int) -> Proposal:
-        started = time.perf_counter()
-        draft_sequence, drafted, rows, shown, self._pending = list(state.sequence), [], [], [], []
+        draft, self._pending = DraftBuilder(pair, state, settings), []
         for position in range(self.gamma):
-            token_id, draft_probs, logits_row, hidden_row = draft_one(pair, state, draft_sequence, settings, True)
+            token_id, logits_row, hidden_row = draft.draw(with_hidden=True)
             self._pending.append((token_features(logits_row, hidden_row, token_id, position), logits_row))
-            drafted.append(token_id)
-            rows.append(draft_probs)
-            shown.append(shown_draft_prob(draft_probs, logits_row, token_id, settings))
-            draft_sequence.append(token_id)
-        return Proposal(drafted, torch.stack(rows), shown, seconds=time.perf_counter() - started)
+        return draft.proposal()
 
     def verify(self, state, verified_ids):
         target_logits = super().verify(state, verified_ids)
