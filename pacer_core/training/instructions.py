@@ -6,7 +6,9 @@ Both are deterministic for a given seed.
 """
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 SCIENCE = ["photosynthesis", "gravity", "the water cycle", "black holes", "DNA", "volcanoes", "earthquakes",
            "rainbows", "magnets", "electricity", "the moon's phases", "tides", "the greenhouse effect", "vaccines",
@@ -153,6 +155,109 @@ def _open_questions() -> list[str]:
             "Write a limerick about a cat.", "Write a motivational quote.", "Give me a recipe for a simple salad.",
             "Plan a one-day trip to the beach.", "List the days of the week in order.", "What is 15% of 200?",
             "Convert 5 kilometers to miles.", "How many minutes are in a day?", "What is the square root of 144?"]
+
+
+MORE_TOPICS = ["the printing press", "the Roman Empire", "the pyramids of Egypt", "the Olympic Games", "chess",
+               "the piano", "coffee", "chocolate", "bread", "paper", "glass", "the compass", "the wheel",
+               "money", "banks", "taxes", "democracy", "elections", "the United Nations", "the stock market",
+               "vitamins", "sleep", "memory", "dreams", "emotions", "habits", "kindness", "honesty", "teamwork",
+               "photography", "painting", "jazz", "rock music", "ballet", "theater", "poetry", "novels",
+               "football", "basketball", "tennis", "yoga", "meditation", "gardening", "camping", "fishing",
+               "oceans", "deserts", "rainforests", "glaciers", "rivers", "islands", "caves", "waterfalls",
+               "the Amazon river", "the Sahara desert", "Mount Everest", "the Great Wall of China", "the Moon landing",
+               "the Industrial Revolution", "the Renaissance", "ancient Greece", "the Vikings", "dinosaurs",
+               "mammals", "insects", "birds migration", "coral reefs", "honey", "salt", "sugar", "plastic",
+               "wind power", "nuclear power", "oil", "steam engines", "satellites", "rockets", "telescopes",
+               "microscopes", "x-rays", "antibiotics", "the brain", "the lungs", "bones", "muscles", "skin",
+               "social media", "video games", "podcasts", "online shopping", "remote work", "passwords",
+               "spreadsheets", "search engines", "artificial intelligence", "virtual reality", "drones"]
+FOODS = ["pancakes", "banana bread", "vegetable soup", "fried rice", "guacamole", "a fruit smoothie", "lemonade",
+         "scrambled eggs", "a grilled cheese sandwich", "pasta with pesto", "chocolate chip cookies", "hummus",
+         "a chicken curry", "oatmeal", "mashed potatoes", "a green salad", "pizza dough", "apple pie", "popcorn"]
+JOBS = ["a nurse", "a pilot", "an architect", "a librarian", "a firefighter", "a chef", "a software engineer",
+        "a teacher", "a farmer", "a dentist", "a journalist", "an electrician", "a lawyer", "a scientist",
+        "a police officer", "a plumber", "a photographer", "a pharmacist", "a carpenter", "an astronaut"]
+GAMES = ["chess", "checkers", "hide and seek", "soccer", "basketball", "volleyball", "rock paper scissors",
+         "Monopoly", "Scrabble", "hangman", "Sudoku", "bowling", "badminton", "dominoes", "musical chairs"]
+PLACES = ["the beach", "a big city", "the mountains", "a museum", "a zoo", "a farm", "a forest", "a library",
+          "a train station", "a night market", "an island", "a small village", "a space station", "a castle"]
+FEELINGS = ["nervous before a test", "lonely in a new city", "angry at a friend", "bored on a weekend",
+            "tired all the time", "overwhelmed at work", "sad after a move", "worried about money"]
+CHARACTERS = [("a cat", "a dog"), ("a customer", "a waiter"), ("two astronauts", "mission control"),
+              ("a doctor", "a patient"), ("a parent", "a child"), ("two friends", "a shopkeeper"),
+              ("a robot", "a scientist"), ("a tourist", "a local guide"), ("a coach", "a player")]
+
+
+def _more_templates() -> list[str]:
+    prompts: list[str] = []
+    topics = MORE_TOPICS + SCIENCE + TECH
+    for topic in topics:
+        prompts += [f"How does {topic} work?", f"Why is {topic} important?", f"Tell me about the history of {topic}.",
+                    f"Write a short paragraph about {topic}.", f"What are the pros and cons of {topic}?",
+                    f"Explain {topic} in two sentences.", f"Write a tweet about {topic}.",
+                    f"What are some common misconceptions about {topic}?", f"Write a quiz question about {topic}."]
+    for food in FOODS:
+        prompts += [f"Give me a simple recipe for {food}.", f"How do I make {food}?",
+                    f"What ingredients do I need for {food}?", f"Describe the taste of {food}."]
+    for job in JOBS:
+        prompts += [f"What does {job} do?", f"How do I become {job}?", f"What skills does {job} need?",
+                    f"Describe a typical day of {job}."]
+    for game in GAMES:
+        prompts += [f"Explain the rules of {game}.", f"Give me tips for getting better at {game}."]
+    for place in PLACES:
+        prompts += [f"Describe {place} in the early morning.", f"What should I bring to {place}?",
+                    f"Write a short story set in {place}.", f"Write a poem about {place}."]
+    for feeling in FEELINGS:
+        prompts += [f"I feel {feeling}. What can I do?", f"How can I help a friend who feels {feeling}?"]
+    for first, second in CHARACTERS:
+        prompts += [f"Write a short dialogue between {first} and {second}."]
+    for animal in ANIMALS:
+        prompts += [f"Write a short story about {animal[:-1] if animal.endswith('s') else animal}.",
+                    f"Why are {animal} important for nature?", f"Write a haiku about {animal}."]
+    for person in PEOPLE:
+        prompts += [f"Write a short biography of {person}.", f"What can we learn from {person}?"]
+    for country in COUNTRIES:
+        prompts += [f"What food is {country} known for?", f"Plan a three-day trip to {country}."]
+    for word in WORDS + ["kind", "calm", "curious", "tiny", "huge", "gentle", "sad", "proud"]:
+        prompts += [f"What does the word '{word}' mean?", f"Write a sentence using the word '{word}'."]
+    for task in PY_TASKS:
+        prompts += [f"Explain how to write a program that {task}.", f"Write a Go function that {task}."]
+    return prompts
+
+
+def _word_overlap(first: str, second: str) -> float:
+    first_words, second_words = set(first.lower().split()), set(second.lower().split())
+    return len(first_words & second_words) / max(1, len(first_words | second_words))
+
+
+def extra_instructions(seed: int = 0, max_overlap: float = 0.5) -> list[str]:
+    """More distinct training prompts from a second set of templates, excluding everything already in
+    `training_instructions()` and anything sharing more than `max_overlap` of its words with a held-out
+    prompt (so near-copies of evaluation prompts are never trained on)."""
+    rng = random.Random(seed + 1)
+    heldout = heldout_instructions()
+    seen = set(training_instructions(seed)) | set(heldout)
+    prompts = _more_templates() + _math_problems(rng, 400)
+    unique = sorted(prompt for prompt in set(prompts) - seen
+                    if all(_word_overlap(prompt, other) <= max_overlap for other in heldout))
+    rng.shuffle(unique)
+    return unique
+
+
+def evaluation_prompts() -> list[str]:
+    """Every prompt the project evaluates or benchmarks with: the held-out list plus the prompts in
+    assets/prompts/*.jsonl (benchmark and pre-verifier validation sets)."""
+    prompts = list(heldout_instructions())
+    for path in sorted((Path(__file__).resolve().parents[2] / "assets" / "prompts").glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                prompts.append(str(json.loads(line)["prompt"]))
+    return prompts
+
+
+def resembles_evaluation(instruction: str, evaluation: list[str], max_overlap: float = 0.5) -> bool:
+    """True when `instruction` shares more than `max_overlap` of its words with an evaluation prompt."""
+    return any(_word_overlap(instruction, other) > max_overlap for other in evaluation)
 
 
 def training_instructions(seed: int = 0) -> list[str]:
