@@ -83,6 +83,7 @@ def test_greedy_run_reports_smc_needs_sampling_and_keeps_serving(client):
                  "Measure the AR baseline too": False})
     assert "pacer-error" in out["SMC-SD (approximate)"] and "temperature" in out["SMC-SD (approximate)"]
     assert 'data-state="' in out["PACER"]
+    assert "SMC-SD (approximate) did not finish" in out["Run status"]   # not a bare "Done"
     assert "Traceback" not in json.dumps(out, default=str)
 
 

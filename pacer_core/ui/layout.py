@@ -290,11 +290,14 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                        else "All methods finished (step-through).")
             if session.cancel.is_set():
                 message = "Stopped."
+            failed = {method: run.error for method, run in session.runs.items() if run.error}
+            for method, error in failed.items():   # one column's failure must not read as a clean "Done"
+                message += f" {METHOD_LABELS.get(method, method)} did not finish: {error}"
             if session.oracle_note:
                 message += " " + session.oracle_note
             if session.prompt_note:
                 message += " " + session.prompt_note
-            update = {status: render.run_status_html(message, "done"), table: render_table(session),
+            update = {status: render.run_status_html(message, "error" if len(failed) == len(session.runs) else "done"), table: render_table(session),
                       session_state: session, narration: render.narration_html(summary_lines(session))}
             update.update(render_columns(session, running=False))
             update.update(render_plots(session))
