@@ -35,7 +35,7 @@ class MethodSpec:
 
 
 def parse_method(text: str) -> MethodSpec:
-    """ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K, oracle."""
+    """ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T], oracle."""
     parts = text.strip().split(":")
     name, numbers = parts[0], parts[1:]
     try:
@@ -46,12 +46,15 @@ def parse_method(text: str) -> MethodSpec:
         if name == "pacer" and len(numbers) in (0, 2, 3):
             keys = ("block_size", "max_draft_len", "threshold")
             return MethodSpec(text, name, {k: float(v) if k == "threshold" else int(v) for k, v in zip(keys, numbers)})
-        if name == "smc" and len(numbers) == 2:
-            return MethodSpec(text, name, {"n_particles": int(numbers[0]), "draft_len": int(numbers[1])})
+        if name == "smc" and len(numbers) in (2, 3):
+            overrides = {"n_particles": int(numbers[0]), "draft_len": int(numbers[1])}
+            if len(numbers) == 3:
+                overrides["draft_temperature"] = float(numbers[2])
+            return MethodSpec(text, name, overrides)
     except ValueError:
         pass
     raise SettingsError(f"Unknown benchmark method {text!r}. Use ar, hf, hf-assisted[:G], hf-assisted-dynamic, "
-                        "fixed:G, pacer[:B:L[:T]], smc:N:K or oracle.")
+                        "fixed:G, pacer[:B:L[:T]], smc:N:K[:DRAFT_T] or oracle.")
 
 
 def load_prompts(path: str) -> list[dict]:

@@ -12,6 +12,7 @@ from tiny import noisy_copy, tiny_llama
 def test_parse_method():
     assert parse_method("fixed:4").overrides == {"gamma": 4}
     assert parse_method("smc:8:4").overrides == {"n_particles": 8, "draft_len": 4}
+    assert parse_method("smc:8:4:0.5").overrides == {"n_particles": 8, "draft_len": 4, "draft_temperature": 0.5}
     assert parse_method("pacer:2:8:0.4").overrides == {"block_size": 2, "max_draft_len": 8, "threshold": 0.4}
     with pytest.raises(SettingsError):
         parse_method("fixed:x")
