@@ -35,3 +35,10 @@ def test_greedy_tau_counts_accepted_runs_plus_the_target_token():
     assert greedy_tau([True] * 8, gamma=4) == (8, 2)           # 4 accepted + 1 target token, then 3 left
     assert greedy_tau([False] * 5, gamma=4) == (5, 5)          # every step emits only the target's token
     assert greedy_tau([True, True, False, True], gamma=4) == (4, 2)
+
+
+def test_heldout_prompt_file_matches_the_draft_heldout_list():
+    import json
+    from pathlib import Path
+    lines = Path("assets/prompts/heldout.jsonl").read_text().splitlines()
+    assert [json.loads(line)["prompt"] for line in lines] == heldout_instructions()
