@@ -44,8 +44,8 @@ EXPORT_DIR = REPO_ROOT / "assets" / "draft-smollm2"
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
                    "generation_config.json"]
 EOS_ID = 2
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 PAD_ID = 2
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 # ----------------------------------------------------------------------------- shared helpers
@@ -80,14 +80,22 @@ def chat_prompt_ids(tokenizer, instruction: str) -> list[int]:
     return list(ids)
 
 
+def story_opening(paragraph: str, starts: tuple[str, ...]) -> str | None:
+    """The first two sentences of a story paragraph that begins with one of `starts`, else None."""
+    paragraph = paragraph.strip()
+    if paragraph.startswith(starts) and paragraph.count(". ") >= 2:
+        return ". ".join(paragraph.split(". ")[:2]) + "."
+    return None
+
+
 def story_openings(count: int) -> list[str]:
     """First two sentences of stories from the held-out TinyStories validation file (eval only)."""
     text = (CORPUS_DIR / EVAL_STORY_FILE).read_text(encoding="utf-8")
     openings = []
     for paragraph in text.split("\n"):
-        paragraph = paragraph.strip()
-        if paragraph.startswith("Once upon a time") and paragraph.count(". ") >= 2:
-            openings.append(". ".join(paragraph.split(". ")[:2]) + ".")
+        opening = story_opening(paragraph, ("Once upon a time",))
+        if opening:
+            openings.append(opening)
         if len(openings) == count:
             break
     return openings
@@ -167,12 +175,8 @@ def training_story_openings(count: int, seed: int) -> list[str]:
     """First two sentences of stories from the TinyStories *training* file (recased): raw-completion
     prompts like the evaluation's story openings, which come from the separate validation file."""
     text = (CORPUS_DIR / "tinystories_train_lowercase.txt").read_text(encoding="utf-8")
-    openings = []
-    for paragraph in text.split("\n"):
-        paragraph = paragraph.strip()
-        if paragraph.startswith(("once upon a time", "one day")) and paragraph.count(". ") >= 2:
-            openings.append(recase_story(". ".join(paragraph.split(". ")[:2]) + "."))
-    unique = sorted(set(openings))
+    openings = [story_opening(paragraph, ("once upon a time", "one day")) for paragraph in text.split("\n")]
+    unique = sorted({recase_story(opening) for opening in openings if opening})
     random.Random(seed).shuffle(unique)
     return unique[:count]
 
@@ -410,9 +414,8 @@ def initial_draft(args):
         return build_draft(args)
     from transformers import AutoModelForCausalLM
     draft = AutoModelForCausalLM.from_pretrained(args.init_from, dtype=torch.float32)
-    args.layers, args.hidden = draft.config.num_hidden_layers, draft.config.hidden_size
-    args.ffn = draft.config.intermediate_size
-    log(f"initialised from {args.init_from} ({args.layers} layers, hidden {args.hidden})")
+    log(f"initialised from {args.init_from} ({draft.config.num_hidden_layers} layers, "
+        f"hidden {draft.config.hidden_size})")
     return draft
 
 
@@ -420,12 +423,8 @@ def load_checkpoint(args):
     path = WORK_DIR / "checkpoint.pt"
     draft = initial_draft(args) if not path.exists() else None
     if draft is None:
-        from transformers import LlamaForCausalLM
         state = torch.load(path)
-        draft = LlamaForCausalLM(draft_config(argparse.Namespace(**state["arch"])))
-        draft.load_state_dict(state["model"])
-        draft.tie_weights()
-        args.layers, args.hidden, args.ffn = state["arch"]["layers"], state["arch"]["hidden"], state["arch"]["ffn"]
+        draft = draft_from_checkpoint(state)
     optimizer = torch.optim.AdamW(draft.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay)
     step, history = 0, []
     if path.exists():
@@ -437,8 +436,18 @@ def load_checkpoint(args):
     return draft, optimizer, step, history
 
 
-def save_checkpoint(draft, optimizer, step: int, history: list, args) -> None:
-    arch = {"layers": args.layers, "hidden": args.hidden, "ffn": args.ffn}
+def draft_from_checkpoint(state: dict):
+    """The draft model stored in a work/draft checkpoint dict."""
+    from transformers import LlamaForCausalLM
+    draft = LlamaForCausalLM(draft_config(argparse.Namespace(**state["arch"])))
+    draft.load_state_dict(state["model"])
+    draft.tie_weights()
+    return draft
+
+
+def save_checkpoint(draft, optimizer, step: int, history: list) -> None:
+    arch = {"layers": draft.config.num_hidden_layers, "hidden": draft.config.hidden_size,
+            "ffn": draft.config.intermediate_size}
     path = WORK_DIR / "checkpoint.pt"
     torch.save({"model": draft.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
                 "history": history, "arch": arch}, path.with_suffix(".tmp"))
@@ -482,11 +491,11 @@ def stage_train(args) -> None:
                 running = []
                 log(json.dumps(history[-1]))
             if step % args.save_every == 0:
-                save_checkpoint(draft, optimizer, step, history, args)
+                save_checkpoint(draft, optimizer, step, history)
         epoch += 1
         if args.minutes and time.time() - started > args.minutes * 60:
             break
-    save_checkpoint(draft, optimizer, step, history, args)
+    save_checkpoint(draft, optimizer, step, history)
     log(f"train: stopped at step {step}")
 
 
@@ -517,8 +526,8 @@ def draft_matches(draft, prompt: list[int], continuation: list[int]) -> list[boo
 
 
 def eval_prompts(tokenizer, story_count: int) -> list[tuple[str, list[int]]]:
-    chats = [("chat", chat_prompt_ids(tokenizer, text)) for text in heldout_instructions()]
-    stories = [("story", tokenizer(text)["input_ids"]) for text in story_openings(story_count)]
+    chats = [("chat", prompt_ids(tokenizer, "chat", text)) for text in heldout_instructions()]
+    stories = [("story", prompt_ids(tokenizer, "raw", text)) for text in story_openings(story_count)]
     return chats + stories
 
 
@@ -559,13 +568,9 @@ def step_times(target, draft, context: list[int], steps: int) -> dict:
 
 
 def load_draft_for_eval(args):
-    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
     if args.checkpoint:
-        state = torch.load(WORK_DIR / "checkpoint.pt")
-        draft = LlamaForCausalLM(draft_config(argparse.Namespace(**state["arch"])))
-        draft.load_state_dict(state["model"])
-        draft.tie_weights()
-        return draft.eval()
+        return draft_from_checkpoint(torch.load(WORK_DIR / "checkpoint.pt")).eval()
     return AutoModelForCausalLM.from_pretrained(EXPORT_DIR, dtype=torch.float32).eval()
 
 

@@ -6,7 +6,6 @@ Both are deterministic for a given seed.
 """
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -239,7 +238,7 @@ def extra_instructions(seed: int = 0, max_overlap: float = 0.5) -> list[str]:
     seen = set(training_instructions(seed)) | set(heldout)
     prompts = _more_templates() + _math_problems(rng, 400)
     unique = sorted(prompt for prompt in set(prompts) - seen
-                    if all(_word_overlap(prompt, other) <= max_overlap for other in heldout))
+                    if not resembles_evaluation(prompt, heldout, max_overlap))
     rng.shuffle(unique)
     return unique
 
@@ -247,11 +246,11 @@ def extra_instructions(seed: int = 0, max_overlap: float = 0.5) -> list[str]:
 def evaluation_prompts() -> list[str]:
     """Every prompt the project evaluates or benchmarks with: the held-out list plus the prompts in
     assets/prompts/*.jsonl (benchmark and pre-verifier validation sets)."""
+    from ..bench import load_prompts   # the benchmark's own reader of these files
+
     prompts = list(heldout_instructions())
     for path in sorted((Path(__file__).resolve().parents[2] / "assets" / "prompts").glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                prompts.append(str(json.loads(line)["prompt"]))
+        prompts += [str(record["prompt"]) for record in load_prompts(str(path))]
     return prompts
 
 
