@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,19 @@ LONG_RUN = {"Prompt": "t1 t2 t3", "Max new tokens": 240, "Temperature (0 = greed
             "Measure the AR baseline too": True}
 
 
+@contextmanager
+def slow_long_run(counting, client, run):
+    """Submit LONG_RUN with every target call slowed down, yield its job once 12 calls have happened,
+    and restore full speed afterwards."""
+    counting.delay = 0.05
+    try:
+        job = client.submit(api_name="/run", **run_kwargs(run, **LONG_RUN))
+        counting.wait_for_calls(counting.calls + 12)
+        yield job
+    finally:
+        counting.delay = 0.0
+
+
 # ---------------------------------------------------------------- 1. concurrency
 
 
@@ -174,18 +188,13 @@ def test_stop_ends_the_run_within_one_step_and_the_next_run_works(narrow_app):
     counting, url = narrow_app
     client = client_for(url)
     run = Api(client, "/run")
-    counting.delay = 0.05
-    try:
-        job = client.submit(api_name="/run", **run_kwargs(run, **LONG_RUN))
-        counting.wait_for_calls(counting.calls + 12)
+    with slow_long_run(counting, client, run) as job:
         before = counting.calls
         stopped_at = time.perf_counter()
         assert "Stopping" in client.predict(api_name="/stop")
         final = dict(zip(run.returns, job.result(timeout=60)))
         took = time.perf_counter() - stopped_at
         after = counting.calls - before
-    finally:
-        counting.delay = 0.0
     # One step of each of the four interleaved methods (fixed, PACER, SMC, AR) may be in flight.
     assert after <= 8, f"{after} target calls after Stop"
     assert took < 15, f"the run took {took:.1f} s to stop"
@@ -202,16 +211,11 @@ def test_a_cancelled_job_does_not_keep_running(narrow_app):
     counting, url = narrow_app
     client = client_for(url)
     run = Api(client, "/run")
-    counting.delay = 0.05
-    try:
-        job = client.submit(api_name="/run", **run_kwargs(run, **LONG_RUN))
-        counting.wait_for_calls(counting.calls + 12)
+    with slow_long_run(counting, client, run) as job:
         before = counting.calls
         job.cancel()
         last_call = counting.settle()
         after = counting.calls - before
-    finally:
-        counting.delay = 0.0
     assert after <= 12 and last_call < 3, f"{after} target calls in {last_call:.1f} s after cancel"
     assert_next_request_is_served_promptly(counting, url)
 
