@@ -236,15 +236,21 @@ def smc_genealogy_figure(smc_events) -> go.Figure:
     return _layout(fig, title, "cycle", "particle")
 
 
+def diagonal_figure(name: str) -> go.Figure:
+    """A figure holding only the dashed y = x reference line of the unit square, labelled `name`."""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name=name, line={"dash": "dash", "color": "#999"},
+                             hoverinfo="skip"))
+    return fig
+
+
 def reliability_figure(heldout_metrics: dict | None) -> go.Figure:
     """Pre-verifier calibration: predicted acceptance vs the fraction actually accepted, per bin."""
     title = "Pre-verifier reliability (held-out tokens)"
     bins = (heldout_metrics or {}).get("reliability") or []
     if not bins:
         return empty_figure(title, "No trained pre-verifier for this pair (heuristic rule).")
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
-                             line={"dash": "dash", "color": "#999"}, hoverinfo="skip"))
+    fig = diagonal_figure("perfect calibration")
     fig.add_trace(go.Scatter(x=[b["mean_predicted"] for b in bins], y=[b["fraction_accepted"] for b in bins],
                              mode="lines+markers", name="pre-verifier", line={"color": "#0072B2"},
                              marker={"size": [6 + min(14, b["count"] ** 0.5 / 3) for b in bins]},
@@ -260,9 +266,7 @@ def roc_figure(heldout_metrics: dict | None) -> go.Figure:
     if not points:
         return empty_figure(title, "No trained pre-verifier for this pair (heuristic rule).")
     auc = heldout_metrics.get("roc_auc_greedy")
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="chance", line={"dash": "dash", "color": "#999"},
-                             hoverinfo="skip"))
+    fig = diagonal_figure("chance")
     fig.add_trace(go.Scatter(x=[p["fpr"] for p in points], y=[p["tpr"] for p in points], mode="lines",
                              name=f"pre-verifier (AUC {auc:.3f})" if auc is not None else "pre-verifier",
                              line={"color": "#009E73"},
