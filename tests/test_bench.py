@@ -4,7 +4,7 @@ import json
 import pytest
 
 from pacer_core import SettingsError
-from pacer_core.bench import main, parse_method
+from pacer_core.bench import loglik_gap_interval, main, parse_method
 from test_models import WORDS, save_model, word_tokenizer
 from tiny import noisy_copy, tiny_llama
 
@@ -18,7 +18,7 @@ def test_parse_method():
         parse_method("fixed:x")
 
 
-def test_bench_runs_end_to_end(tmp_path, capsys):
+def saved_pair_and_prompts(tmp_path):
     tokenizer = word_tokenizer(WORDS)
     target = tiny_llama(64, seed=0)
     target_dir = save_model(tmp_path / "target", target, tokenizer)
@@ -26,6 +26,11 @@ def test_bench_runs_end_to_end(tmp_path, capsys):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps({"id": f"p{i}", "category": c, "prompt": f"w{i} w{i + 1}"})
                                  for i, c in enumerate(["chat", "code", "math", "story"])))
+    return target_dir, draft_dir, prompts
+
+
+def test_bench_runs_end_to_end(tmp_path, capsys):
+    target_dir, draft_dir, prompts = saved_pair_and_prompts(tmp_path)
     out = tmp_path / "out"
     code = main(["--methods", "ar,hf,hf-assisted:3,fixed:3,pacer,oracle", "--prompts", str(prompts),
                  "--max-new-tokens", "12", "--repeats", "2", "--target", target_dir, "--draft", draft_dir,
@@ -45,3 +50,34 @@ def test_bench_bad_prompt_file_is_one_line_error(tmp_path, capsys):
     bad.write_text("{not json\n")
     assert main(["--prompts", str(bad), "--methods", "ar"]) == 2
     assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_loglik_gap_interval():
+    reference = [(-10.0, 10), (-30.0, 10), (-20.0, 10)]             # mean -2.0 per token
+    gap, low, high = loglik_gap_interval(reference, reference)
+    assert gap == low == high == 0.0
+    worse = [(-11.0, 10), (-33.0, 10), (-22.0, 10)]                 # every output 10% less likely
+    gap, low, high = loglik_gap_interval(worse, reference)
+    assert gap == pytest.approx(10.0) and low == pytest.approx(10.0) and high == pytest.approx(10.0)
+    mixed = [(-10.0, 10), (-36.0, 10), (-20.0, 10)]                 # one output much worse: a wide interval
+    gap, low, high = loglik_gap_interval(mixed, reference)
+    assert gap == pytest.approx(10.0) and low < gap < high and low >= 0.0
+    with pytest.raises(ValueError):
+        loglik_gap_interval(worse[:2], reference)
+
+
+def test_bench_loglik_reports_the_gap_to_ar(tmp_path):
+    target_dir, draft_dir, prompts = saved_pair_and_prompts(tmp_path)
+    out = tmp_path / "out"
+    code = main(["--methods", "ar,fixed:3,smc:4:2", "--prompts", str(prompts), "--max-new-tokens", "8",
+                 "--temperature", "1.0", "--repeats", "2", "--loglik", "--target", target_dir, "--draft", draft_dir,
+                 "--device", "cpu", "--dtype", "float32", "--out", str(out)])
+    assert code == 0
+    rows = {row["method"]: row for row in json.loads((out / "results.json").read_text())["methods"]}
+    assert rows["ar"]["loglik_gap_vs_ar_pct"] == 0.0 and rows["ar"]["loglik_gap_ci95"] == "[0.0, 0.0]"
+    for label in ("fixed:3", "smc:4:2"):
+        assert rows[label]["target_loglik_per_token"] < 0
+        low, high = map(float, rows[label]["loglik_gap_ci95"].strip("[]").split(","))
+        assert low <= rows[label]["loglik_gap_vs_ar_pct"] <= high
+    assert "loglik_gap_ci95" in (out / "results.csv").read_text().splitlines()[0]
+    assert "95% bootstrap interval" in (out / "report.md").read_text()
