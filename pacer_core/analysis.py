@@ -1,4 +1,5 @@
-"""Analysis after a run: the oracle draft length γ* of every step, for the timeline plot.
+"""Analysis after a run: the oracle draft length γ* of every step, for the timeline plot, and the
+target's log-likelihood of an output (how likely the target finds what a method wrote).
 
 γ*_t is how many leading tokens of a forced long draft the target would accept at step t.
 Greedy: the draft's greedy continuation from the true prefix matches the target's output exactly
@@ -30,6 +31,16 @@ def _teacher_forced_logits(model, prompt_ids, output_ids, vocab_size) -> torch.T
     ids = torch.tensor([list(prompt_ids) + list(output_ids)], device=device)
     logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1: -1, :vocab_size]
     return logits.float().cpu()
+
+
+def target_log_likelihood(pair, prompt_ids: list[int], output_ids: list[int]) -> tuple[float, int]:
+    """Sum of the target's log-probabilities (temperature 1) of the generated tokens, and their count.
+    Exact samplers (AR, fixed SD, PACER) and SMC-SD can be compared by the mean of this per token."""
+    if not output_ids:
+        return 0.0, 0
+    target_log_probs = torch.log_softmax(_teacher_forced_logits(pair.target, prompt_ids, output_ids, pair.vocab_size), -1)
+    chosen = target_log_probs.gather(-1, torch.tensor(list(output_ids)).unsqueeze(-1))
+    return float(chosen.sum()), len(output_ids)
 
 
 def greedy_match_flags(pair, prompt_ids, output_ids) -> list[bool]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from .analysis import target_log_likelihood
 from .api import make_decoder, prepare_prompt
 from .decoders.oracle import OracleLength
 from .models import ModelLoadError, load_pair
@@ -165,15 +166,17 @@ def run_ours(pair, spec: MethodSpec, prompt_ids, settings, preverifier, referenc
 
 
 @torch.inference_mode()
-def target_log_likelihood(pair, prompt_ids: list[int], output_ids: list[int]) -> tuple[float, int]:
-    """Sum of the target's log-probabilities (temperature 1) of the generated tokens, and their count."""
-    if not output_ids:
-        return 0.0, 0
-    ids = torch.tensor([list(prompt_ids) + list(output_ids)], device=pair.device)
-    logits = pair.target(input_ids=ids).logits[0, len(prompt_ids) - 1: -1, : pair.vocab_size].float()
-    log_probs = torch.log_softmax(logits, dim=-1)
-    chosen = log_probs[torch.arange(len(output_ids)), torch.tensor(output_ids, device=logits.device)]
-    return float(chosen.sum()), len(output_ids)
+def add_relative_speeds(rows: list[dict]) -> None:
+    """speedup_vs_ar = tokens/s over AR's; speedup_vs_fixed = tokens/s over the fastest fixed:G row's
+    (when the run has one). Both ratios come from the same run, so the machine's load cancels."""
+    rates = {row["method"]: row["tokens_per_s"] for row in rows}
+    ar_rate = rates.get("ar")
+    fixed_rates = [rate for method, rate in rates.items() if method.split(":")[0] == "fixed" and rate]
+    best_fixed = max(fixed_rates, default=None)
+    for row in rows:
+        row["speedup_vs_ar"] = row["tokens_per_s"] / ar_rate if ar_rate else None
+        if best_fixed:
+            row["speedup_vs_fixed"] = row["tokens_per_s"] / best_fixed
 
 
 def loglik_gap_interval(method_totals: list[tuple[float, int]], reference_totals: list[tuple[float, int]],
@@ -234,6 +237,8 @@ def write_outputs(out_dir: Path, report: dict) -> None:
     (out_dir / "results.json").write_text(json.dumps(report, indent=2))
     columns = ["method", "tau", "alpha", "target_calls", "draft_calls", "new_tokens", "seconds_median",
                "tokens_per_s", "speedup_vs_ar"]
+    if "speedup_vs_fixed" in report["methods"][0]:
+        columns.append("speedup_vs_fixed")
     if "target_loglik_per_token" in report["methods"][0]:
         columns += ["target_loglik_per_token", "loglik_gap_vs_ar_pct", "loglik_gap_ci95"]
     with open(out_dir / "results.csv", "w", newline="") as handle:
@@ -264,7 +269,9 @@ def markdown_report(report: dict, columns: list[str]) -> str:
         cells = [_fmt(row.get(c)) for c in columns] + [_fmt(profile["draft_s"]), _fmt(profile["verify_s"]),
                                                        _fmt(profile["other_s"])]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "speedup_vs_ar = tokens_per_s / AR tokens_per_s, both measured in this run. "
+    lines += ["", "speedup_vs_ar = tokens_per_s / AR tokens_per_s, both measured in this run"
+              + ("; speedup_vs_fixed = tokens_per_s / the fastest fixed:G row's tokens_per_s. "
+                 if "speedup_vs_fixed" in columns else ". ") +
               "Profile columns: time inside draft forwards, inside target verification, and the rest "
               "(sampling, bookkeeping, detokenisation) for the median repeat."]
     if "target_loglik_per_token" in columns:
@@ -364,9 +371,7 @@ def run_benchmark(args) -> int:
             runs[label].append(records)
     progress.close()
     rows = [summarise(spec.label, runs[spec.label]) for spec in specs]
-    ar_rate = next(row["tokens_per_s"] for row, spec in zip(rows, specs) if spec.kind == "ar")
-    for row in rows:
-        row["speedup_vs_ar"] = row["tokens_per_s"] / ar_rate if ar_rate else None
+    add_relative_speeds(rows)
     if args.loglik:
         for row, spec in zip(rows, specs):
             totals = [target_log_likelihood(pair, prompt_ids[i], record.token_ids)

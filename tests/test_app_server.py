@@ -68,6 +68,9 @@ def test_full_run_streams_three_columns_metrics_and_exports(client):
     methods = [row[0] for row in table["data"]]
     assert methods == ["Autoregressive (AR)", "Fixed-length SD", "PACER", "SMC-SD (approximate)"]
     assert all(row[5] == 8 for row in table["data"])          # new_tokens
+    assert table["headers"][10] == "target_loglik" and all(row[10] < 0 for row in table["data"])
+    assert "This run: the target&#x27;s log-likelihood per token is" in out["SMC-SD (approximate)"] or \
+        "This run: the target's log-likelihood per token is" in out["SMC-SD (approximate)"]
     trace = json.loads(Path(out["⬇ JSON trace"]).read_text())
     assert set(trace["results"]) == {"ar", "fixed", "pacer", "smc"}
     assert trace["settings"]["max_new_tokens"] == 8 and trace["settings"]["seed"] == 3
@@ -236,3 +239,19 @@ def test_ar_baseline_runs_interleaved_with_the_columns():
         pass
     assert session.ar.result.metrics.new_tokens == 6
     assert set(session.results()) == {"ar", "fixed", "pacer"}       # smc: greedy is refused
+
+
+def test_sampling_runs_score_every_output_under_the_target_and_greedy_runs_do_not():
+    from pacer_core.analysis import target_log_likelihood
+    from pacer_core.ui.session import RunSession
+
+    pair = tiny_pair()
+    for temperature, scored in ((0.8, {"fixed", "pacer", "smc"}), (0.0, set())):
+        session = RunSession(pair, "t1 t2", {"max_new_tokens": 5, "temperature": temperature})
+        while not session.finished:
+            session.advance()
+        session.compute_likelihoods()
+        assert set(session.logliks) == scored
+        for method in scored:
+            total, count = target_log_likelihood(pair, session.prompt_ids, session.results()[method].token_ids)
+            assert session.logliks[method] == total / count

@@ -40,6 +40,8 @@ def test_bench_runs_end_to_end(tmp_path, capsys):
     rows = {row["method"]: row for row in report["methods"]}
     assert set(rows) == {"ar", "hf", "hf-assisted:3", "fixed:3", "pacer", "oracle"}
     assert rows["ar"]["speedup_vs_ar"] == 1.0 and rows["ar"]["tau"] == 1.0
+    assert rows["fixed:3"]["speedup_vs_fixed"] == 1.0
+    assert rows["pacer"]["speedup_vs_fixed"] == pytest.approx(rows["pacer"]["tokens_per_s"] / rows["fixed:3"]["tokens_per_s"])
     assert rows["fixed:3"]["texts"] == rows["ar"]["texts"] == rows["hf"]["texts"]
     assert (out / "results.csv").read_text().startswith("method,tau,alpha")
     assert "| fixed:3 |" in (out / "report.md").read_text()

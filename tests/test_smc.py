@@ -228,3 +228,22 @@ def test_total_variation_shrinks_with_particles():
     # sampling noise of 300 exact draws over 36 outcomes is ~0.06-0.1; N=1 sits near 0.47
     assert tv[1] > 0.35
     assert tv[16] < 0.2 and tv[16] < tv[1] - 0.2, tv
+
+
+def test_target_log_likelihood_of_an_output_matches_step_by_step_decoding(pair):
+    """The score the benchmark and the UI put next to SMC-SD's output: Σ log p_1(token | prefix) of the
+    generated tokens, checked against the target run one token at a time with its KV cache."""
+    from pacer_core.analysis import target_log_likelihood
+    from pacer_core.kvcache import CachedModel
+
+    _, result = run_smc(pair, max_new_tokens=10, seed=2)
+    cached = CachedModel(pair.target, pair.vocab_size)
+    logits = cached.forward(PROMPT)[0, -1]
+    expected = 0.0
+    for token in result.token_ids:
+        expected += float(torch.log_softmax(logits.double(), -1)[token])
+        logits = cached.forward([token])[0, -1]
+    total, count = target_log_likelihood(pair, PROMPT, result.token_ids)
+    assert count == len(result.token_ids) == 10
+    assert total == pytest.approx(expected, abs=1e-3)
+    assert target_log_likelihood(pair, PROMPT, []) == (0.0, 0)

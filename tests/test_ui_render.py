@@ -2,6 +2,7 @@
 and invisible characters must become visible. Plus the narration and the metrics table."""
 from __future__ import annotations
 
+import json
 import html
 from html.parser import HTMLParser
 from pathlib import Path
@@ -341,3 +342,42 @@ def test_finished_smc_column_shows_the_chosen_particle():
     shown = markup.split('<div class="tokens">')[1].split("</div>")[0]
     assert "".join(parse(shown).text) == "c"
     assert "Output: the particle drawn at random from the final weights (#3)." in markup
+
+
+def test_target_loglik_column_is_filled_for_the_methods_scored():
+    results = {"ar": make_result("ar", 20, 2.0, 20, None), "smc": make_result("smc", 20, 1.0, 5, alpha=None)}
+    frame = tables.metrics_frame(results, logliks={"ar": -1.1234, "smc": -2.5})
+    scores = dict(zip(frame["method"], frame["target_loglik"]))
+    assert scores["Autoregressive (AR)"] == -1.123 and scores["SMC-SD (approximate)"] == -2.5
+    assert tables.metrics_frame(results)["target_loglik"].isna().all()
+
+
+def measured_run(tmp_path, target="T", draft="D"):
+    run = {"machine": {"target": target, "draft": draft}, "settings": {"temperature": 0.7, "prompt_count": 40,
+                                                                       "repeats": 2},
+           "methods": [{"method": "ar", "loglik_gap_vs_ar_pct": 0.0, "loglik_gap_ci95": "[0.0, 0.0]"},
+                       {"method": "smc:4:4", "loglik_gap_vs_ar_pct": 95.2, "loglik_gap_ci95": "[80.1, 110.3]"},
+                       {"method": "smc:16:1", "loglik_gap_vs_ar_pct": -1.4, "loglik_gap_ci95": "[-6.0, 3.2]"}]}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(run))
+    return path
+
+
+def test_smc_note_quotes_the_measured_error_for_the_same_pair_and_setting(tmp_path):
+    from pacer_core.ui import measured
+
+    path = measured_run(tmp_path)
+    settings = {"n_particles": 4, "draft_len": 4, "temperature": 0.7}
+    note = measured.smc_column_note({"target": "T", "draft": "D"}, settings, {"smc": -2.5, "fixed": -1.2, "pacer": -1.0},
+                                    path)
+    assert note.startswith("SMC-SD is approximate")
+    assert "95% below AR's (95% interval [80.1, 110.3] %) for N=4, K=4" in note
+    assert "-2.50 for SMC-SD's output and -1.10 for the exact columns'" in note
+    level = measured.smc_error_note({"target": "T", "draft": "D"}, 16, 1, 0.7, path)
+    assert "1% above AR's (95% interval [-6.0, 3.2] %)" in level
+    other_setting = measured.smc_error_note({"target": "T", "draft": "D"}, 8, 8, 1.0, path)
+    assert "N=8, K=8 was not measured" in other_setting and "Not measured at temperature 1" in other_setting
+    assert "N=4, K=4: 95; N=16, K=1: -1" in other_setting
+    other_pair = measured.smc_column_note({"target": "X", "draft": "D"}, settings, {}, path)
+    assert "measured for the embedded pair only" in other_pair and "This run" not in other_pair
+    assert "not been measured" in measured.smc_error_note({}, 4, 4, 0.7, tmp_path / "missing.json")

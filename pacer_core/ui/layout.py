@@ -19,7 +19,7 @@ import gradio as gr
 
 from ..models import ModelLoadError
 from ..settings import DecodeSettings, Limits, SettingsError
-from . import COLUMN_METHODS, METHOD_LABELS, plots, render, tables
+from . import COLUMN_METHODS, METHOD_LABELS, measured, plots, render, tables
 from .session import RunSession, preverifier_kind, smc_available, user_message
 
 ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
@@ -217,8 +217,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                         "temperature", 0) > 0:
                     notes.append("Discard mode under sampling is approximate (not lossless).")
                 if method == "smc" and not run.error:
-                    notes.append("SMC-SD is approximate: its output follows the target's distribution only "
-                                 "approximately.")
+                    notes.append(measured.smc_column_note(session.pair.describe(), session.settings, session.logliks))
                 out[columns[method]] = render.column_html(method, run.events, run.result, run.error,
                                                           running=running and not run.done,
                                                           note=" ".join(notes) or None, pending=method in pending,
@@ -242,7 +241,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             }
 
         def render_table(session: RunSession):
-            return tables.metrics_frame(session.results(), session.busy_seconds(), session.statuses())
+            return tables.metrics_frame(session.results(), session.busy_seconds(), session.statuses(),
+                                        session.logliks)
 
         def export_files(session: RunSession) -> dict:
             folder = Path(tempfile.mkdtemp(prefix="pacer-run-"))
@@ -285,7 +285,11 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 for _ in session.ar_steps():
                     pass
             if not session.cancel.is_set():
+                if session.settings["temperature"] > 0:
+                    yield {status: render.run_status_html("Scoring each output under the target (log-likelihood "
+                                                          "per token, for SMC-SD's error)…", "busy")}
                 session.compute_oracle()
+                session.compute_likelihoods()
             message = (f"Done in {time.perf_counter() - started:.1f} s." if started is not None
                        else "All methods finished (step-through).")
             if session.cancel.is_set():

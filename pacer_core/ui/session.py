@@ -89,6 +89,7 @@ class RunSession:
         self.oracle_steps: list | None = None
         self.oracle_note: str | None = None
         self.oracle_greedy = True
+        self.logliks: dict[str, float] = {}        # sampling runs: target log-prob per output token, by method
         self.pending_verdict: dict | None = None   # step-through: events drafted but not yet shown verified
         self.created = time.time()
 
@@ -208,6 +209,24 @@ class RunSession:
         except Exception as error:  # noqa: BLE001
             self.oracle_note = f"Oracle γ* could not be computed: {user_message(error)}"
             traceback.print_exc(file=sys.stderr)
+
+    def compute_likelihoods(self) -> None:
+        """Sampling runs: the target's mean log-probability (temperature 1) per generated token of every
+        finished method's output, one target forward each. Exact samplers agree up to noise; SMC-SD's
+        distance from them is its approximation error on this prompt. Greedy runs skip it."""
+        if self.settings["temperature"] == 0:
+            return
+        from ..analysis import target_log_likelihood
+
+        for method, result in self.results().items():
+            if method in self.logliks or not result.token_ids:
+                continue
+            try:
+                total, count = target_log_likelihood(self.pair, self.prompt_ids, result.token_ids)
+            except Exception:  # noqa: BLE001 - the column simply stays empty
+                traceback.print_exc(file=sys.stderr)
+                continue
+            self.logliks[method] = total / count
 
     def results(self) -> dict:
         out = {method: run.result for method, run in self.runs.items() if run.result is not None}

@@ -4,7 +4,9 @@ Names follow ALGORITHMS.md section 5. The three columns run interleaved, so a de
 wall-clock (``Metrics.seconds``) would include its neighbours' steps; the session therefore times
 each method's own steps and passes that in as ``seconds``. ``speedup`` is the ratio of tokens per
 second to AR's, measured in the same session on the same prompt and settings. ``same_as_ar`` (greedy
-runs only) says whether a method emitted exactly AR's tokens: fixed SD and PACER must."""
+runs only) says whether a method emitted exactly AR's tokens: fixed SD and PACER must. ``target_loglik``
+(sampling runs only) is the target's mean log-probability per token of the method's output: exact
+samplers differ only by chance, SMC-SD's gap to them is its approximation error on this prompt."""
 from __future__ import annotations
 
 import pandas as pd
@@ -12,7 +14,7 @@ import pandas as pd
 from . import METHOD_LABELS
 
 COLUMNS = ["method", "tau", "alpha", "target_calls", "draft_calls", "new_tokens", "seconds", "tokens_per_s",
-           "speedup", "same_as_ar"]
+           "speedup", "same_as_ar", "target_loglik"]
 ORDER = ("ar", "fixed", "pacer", "smc")
 
 
@@ -30,15 +32,16 @@ def metrics_row(method: str, result, seconds: float | None = None, status: str |
                 "target_calls": metrics.target_calls, "draft_calls": metrics.draft_calls,
                 "new_tokens": metrics.new_tokens, "seconds": round(seconds, 3),
                 "tokens_per_s": round(metrics.new_tokens / seconds, 2) if seconds > 0 else None, "speedup": None,
-                "same_as_ar": None})
+                "same_as_ar": None, "target_loglik": None})
     if result.finish_reason == "cancelled":
         row["method"] += " (stopped)"
     return row
 
 
-def metrics_frame(results: dict, seconds: dict | None = None, statuses: dict | None = None) -> pd.DataFrame:
+def metrics_frame(results: dict, seconds: dict | None = None, statuses: dict | None = None,
+                  logliks: dict | None = None) -> pd.DataFrame:
     """Rows AR, fixed, PACER, SMC (those present), with speedup = tokens_per_s / AR tokens_per_s."""
-    seconds, statuses = seconds or {}, statuses or {}
+    seconds, statuses, logliks = seconds or {}, statuses or {}, logliks or {}
     rows = []
     for method in ORDER:
         if method not in results and method not in statuses:
@@ -52,6 +55,8 @@ def metrics_frame(results: dict, seconds: dict | None = None, statuses: dict | N
         result = results.get(method)
         if method != "ar" and result is not None and ar_result is not None and _greedy(result) and _greedy(ar_result):
             row["same_as_ar"] = same_tokens(result.token_ids, ar_result.token_ids)
+        if method in logliks:
+            row["target_loglik"] = round(logliks[method], 3)
     frame = pd.DataFrame([row for _, row in rows], columns=COLUMNS)
     return frame
 

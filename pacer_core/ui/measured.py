@@ -1,0 +1,79 @@
+"""SMC-SD's measured approximation error, for the note under its column.
+
+The figures come from the benchmark run shipped in ``benchmarks/results/smc-embedded-heldout40``
+(``python -m pacer_core.bench ... --loglik``): how much lower the target's log-likelihood per token of
+SMC-SD's outputs was than AR's, on held-out prompts. They apply only to the pair and temperature they
+were measured on; for any other pair the note says so instead of quoting them."""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+MEASURED_RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "smc-embedded-heldout40" / "results.json"
+
+
+@functools.lru_cache(maxsize=4)
+def load_run(path: str) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def smc_rows(run: dict) -> dict[tuple[int, int], dict]:
+    """{(N, K): row} for the run's smc:N:K rows at the default draft temperature."""
+    rows = {}
+    for row in run.get("methods", []):
+        parts = str(row.get("method", "")).split(":")
+        if parts[0] == "smc" and len(parts) == 3 and "loglik_gap_vs_ar_pct" in row:
+            rows[(int(parts[1]), int(parts[2]))] = row
+    return rows
+
+
+def _gap_text(row: dict) -> str:
+    gap = float(row["loglik_gap_vs_ar_pct"])
+    where = f"{gap:.0f}% below AR's" if gap >= 0.5 else ("level with AR's" if gap > -0.5 else f"{-gap:.0f}% above AR's")
+    return f"{where} (95% interval {row['loglik_gap_ci95']} %)"
+
+
+def smc_error_note(describe: dict, n_particles: int, draft_len: int, temperature: float,
+                   path: Path | str = MEASURED_RUN) -> str:
+    """One or two sentences: the measured error for this setting, the nearest measured ones, or why
+    none applies."""
+    run = load_run(str(path))
+    if run is None:
+        return "Its error has not been measured for this pair."
+    machine, settings = run.get("machine", {}), run.get("settings", {})
+    if (machine.get("target"), machine.get("draft")) != (describe.get("target"), describe.get("draft")):
+        return ("Its error depends on how closely the draft follows the target; it was measured for the embedded "
+                "pair only (README, SMC-SD figures).")
+    rows = smc_rows(run)
+    where = (f"Measured on this pair at temperature {settings.get('temperature')} over "
+             f"{settings.get('prompt_count')} held-out prompts x {settings.get('repeats')} runs, the target's "
+             "log-likelihood per token of SMC-SD's outputs was")
+    if float(temperature) != float(settings.get("temperature", -1)):
+        where = where.replace("Measured", f"Not measured at temperature {temperature:g}. Measured")
+    if (n_particles, draft_len) in rows:
+        return f"{where} {_gap_text(rows[(n_particles, draft_len)])} for N={n_particles}, K={draft_len}."
+    listed = "; ".join(f"N={n}, K={k}: {float(row['loglik_gap_vs_ar_pct']):.0f}"
+                       for (n, k), row in sorted(rows.items()))
+    return f"N={n_particles}, K={draft_len} was not measured. {where} below AR's by, in percent: {listed}."
+
+
+def this_run_text(logliks: dict) -> str:
+    """SMC-SD's target log-likelihood per token on this run next to the exact columns' (sampling runs)."""
+    exact = [logliks[method] for method in ("ar", "fixed", "pacer") if method in logliks]
+    if "smc" not in logliks or not exact:
+        return ""
+    return (f"This run: the target's log-likelihood per token is {logliks['smc']:.2f} for SMC-SD's output and "
+            f"{sum(exact) / len(exact):.2f} for the exact columns' (one prompt, so noisy).")
+
+
+def smc_column_note(describe: dict, settings: dict, logliks: dict, path: Path | str = MEASURED_RUN) -> str:
+    """The whole note under the SMC-SD column: approximate, its measured error, this run's figure."""
+    parts = ["SMC-SD is approximate: its output follows the target's distribution only approximately.",
+             smc_error_note(describe, int(settings["n_particles"]), int(settings["draft_len"]),
+                            float(settings["temperature"]), path),
+             this_run_text(logliks)]
+    return " ".join(part for part in parts if part)
