@@ -360,7 +360,7 @@ def measured_run(tmp_path, target="T", draft="D"):
                        {"method": "smc:16:1", "loglik_gap_vs_ar_pct": -1.4, "loglik_gap_ci95": "[-6.0, 3.2]"}]}
     path = tmp_path / "results.json"
     path.write_text(json.dumps(run))
-    return path
+    return [path, tmp_path / "missing.json"]
 
 
 def test_smc_note_quotes_the_measured_error_for_the_same_pair_and_setting(tmp_path):
@@ -371,13 +371,23 @@ def test_smc_note_quotes_the_measured_error_for_the_same_pair_and_setting(tmp_pa
     note = measured.smc_column_note({"target": "T", "draft": "D"}, settings, {"smc": -2.5, "fixed": -1.2, "pacer": -1.0},
                                     path)
     assert note.startswith("SMC-SD is approximate")
-    assert "95% below AR's (95% interval [80.1, 110.3] %) for N=4, K=4" in note
+    assert "95% lower than AR's (95% interval of the gap [80.1, 110.3] %) for N=4, K=4" in note
     assert "-2.50 for SMC-SD's output and -1.10 for the exact columns'" in note
     level = measured.smc_error_note({"target": "T", "draft": "D"}, 16, 1, 0.7, path)
-    assert "1% above AR's (95% interval [-6.0, 3.2] %)" in level
+    assert "1% higher than AR's (95% interval of the gap [-6.0, 3.2] %)" in level
     other_setting = measured.smc_error_note({"target": "T", "draft": "D"}, 8, 8, 1.0, path)
     assert "N=8, K=8 was not measured" in other_setting and "Not measured at temperature 1" in other_setting
     assert "N=4, K=4: 95; N=16, K=1: -1" in other_setting
     other_pair = measured.smc_column_note({"target": "X", "draft": "D"}, settings, {}, path)
     assert "measured for the embedded pair only" in other_pair and "This run" not in other_pair
-    assert "not been measured" in measured.smc_error_note({}, 4, 4, 0.7, tmp_path / "missing.json")
+    assert "not been measured" in measured.smc_error_note({}, 4, 4, 0.7, [tmp_path / "missing.json"])
+
+
+def test_the_shipped_smc_measurements_are_quoted_for_the_embedded_pair():
+    from pacer_core.ui import measured
+
+    run = measured.load_run(str(measured.MEASURED_RUNS[0]))
+    assert run is not None, "benchmarks/results/smc-embedded-heldout40/results.json is missing"
+    pair = {"target": run["machine"]["target"], "draft": run["machine"]["draft"]}
+    note = measured.smc_error_note(pair, 4, 4, run["settings"]["temperature"])
+    assert "lower than AR's (-2." in note and "for N=4, K=4" in note

@@ -1,6 +1,6 @@
 """SMC-SD's measured approximation error, for the note under its column.
 
-The figures come from the benchmark run shipped in ``benchmarks/results/smc-embedded-heldout40``
+The figures come from the benchmark runs shipped in ``benchmarks/results/smc-embedded-heldout40*``
 (``python -m pacer_core.bench ... --loglik``): how much lower the target's log-likelihood per token of
 SMC-SD's outputs was than AR's, on held-out prompts. They apply only to the pair and temperature they
 were measured on; for any other pair the note says so instead of quoting them."""
@@ -10,7 +10,9 @@ import functools
 import json
 from pathlib import Path
 
-MEASURED_RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "smc-embedded-heldout40" / "results.json"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+MEASURED_RUNS = (RESULTS / "smc-embedded-heldout40" / "results.json",
+                 RESULTS / "smc-embedded-heldout40-many-particles" / "results.json")
 
 
 @functools.lru_cache(maxsize=4)
@@ -22,33 +24,46 @@ def load_run(path: str) -> dict | None:
 
 
 def smc_rows(run: dict) -> dict[tuple[int, int], dict]:
-    """{(N, K): row} for the run's smc:N:K rows at the default draft temperature."""
+    """{(N, K): row} for the run's smc:N:K rows at the default draft temperature; each row gains
+    ``ar_loglik``, AR's log-likelihood per token in the same run."""
+    ar_loglik = next((row.get("target_loglik_per_token") for row in run.get("methods", []) if row.get("method") == "ar"),
+                     None)
     rows = {}
     for row in run.get("methods", []):
         parts = str(row.get("method", "")).split(":")
         if parts[0] == "smc" and len(parts) == 3 and "loglik_gap_vs_ar_pct" in row:
-            rows[(int(parts[1]), int(parts[2]))] = row
+            rows[(int(parts[1]), int(parts[2]))] = row | {"ar_loglik": ar_loglik}
     return rows
 
 
 def _gap_text(row: dict) -> str:
     gap = float(row["loglik_gap_vs_ar_pct"])
-    where = f"{gap:.0f}% below AR's" if gap >= 0.5 else ("level with AR's" if gap > -0.5 else f"{-gap:.0f}% above AR's")
-    return f"{where} (95% interval {row['loglik_gap_ci95']} %)"
+    where = f"{gap:.0f}% lower than AR's" if gap >= 0.5 else (
+        "level with AR's" if gap > -0.5 else f"{-gap:.0f}% higher than AR's")
+    values = ""
+    if row.get("target_loglik_per_token") is not None and row.get("ar_loglik") is not None:
+        values = f"{row['target_loglik_per_token']:.2f} vs {row['ar_loglik']:.2f}, "
+    return f"{where} ({values}95% interval of the gap {row['loglik_gap_ci95']} %)"
+
+
+def measured_runs(paths) -> list[dict]:
+    return [run for run in (load_run(str(path)) for path in paths) if run is not None]
 
 
 def smc_error_note(describe: dict, n_particles: int, draft_len: int, temperature: float,
-                   path: Path | str = MEASURED_RUN) -> str:
+                   paths=MEASURED_RUNS) -> str:
     """One or two sentences: the measured error for this setting, the nearest measured ones, or why
     none applies."""
-    run = load_run(str(path))
-    if run is None:
+    runs = measured_runs(paths)
+    if not runs:
         return "Its error has not been measured for this pair."
-    machine, settings = run.get("machine", {}), run.get("settings", {})
-    if (machine.get("target"), machine.get("draft")) != (describe.get("target"), describe.get("draft")):
+    pair = (describe.get("target"), describe.get("draft"))
+    runs = [run for run in runs if (run.get("machine", {}).get("target"), run.get("machine", {}).get("draft")) == pair]
+    if not runs:
         return ("Its error depends on how closely the draft follows the target; it was measured for the embedded "
                 "pair only (README, SMC-SD figures).")
-    rows = smc_rows(run)
+    rows = {key: row for run in runs for key, row in smc_rows(run).items()}
+    settings = runs[0].get("settings", {})
     where = (f"Measured on this pair at temperature {settings.get('temperature')} over "
              f"{settings.get('prompt_count')} held-out prompts x {settings.get('repeats')} runs, the target's "
              "log-likelihood per token of SMC-SD's outputs was")
@@ -70,10 +85,10 @@ def this_run_text(logliks: dict) -> str:
             f"{sum(exact) / len(exact):.2f} for the exact columns' (one prompt, so noisy).")
 
 
-def smc_column_note(describe: dict, settings: dict, logliks: dict, path: Path | str = MEASURED_RUN) -> str:
+def smc_column_note(describe: dict, settings: dict, logliks: dict, paths=MEASURED_RUNS) -> str:
     """The whole note under the SMC-SD column: approximate, its measured error, this run's figure."""
     parts = ["SMC-SD is approximate: its output follows the target's distribution only approximately.",
              smc_error_note(describe, int(settings["n_particles"]), int(settings["draft_len"]),
-                            float(settings["temperature"]), path),
+                            float(settings["temperature"]), paths),
              this_run_text(logliks)]
     return " ".join(part for part in parts if part)
