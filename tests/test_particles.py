@@ -48,6 +48,13 @@ def test_ess_extremes():
     assert effective_sample_size(torch.tensor([0.5, 0.5, 0.0, 0.0])) == pytest.approx(2.0)
 
 
+def test_a_point_that_rounds_to_one_never_picks_a_trailing_zero_weight_particle():
+    """Found by hypothesis: (u + N - 1) / N rounds to exactly 1.0 for u just below 1."""
+    assert systematic_resample(torch.tensor([0.0, 1.0, 0.0]), uniform=0.9999999999999998).tolist() == [1, 1, 1]
+    weights = torch.tensor([0.5, 0.5 - 1e-12, 0.0], dtype=torch.float64)   # cumulative sum ends below 1
+    assert 2 not in systematic_resample(weights, uniform=0.9999999999999998).tolist()
+
+
 def test_systematic_resample_worked_example():
     weights = torch.tensor([0.1, 0.6, 0.2, 0.1], dtype=torch.float64)
     assert systematic_resample(weights, uniform=0.2).tolist() == [0, 1, 1, 2]   # u = 0.05
