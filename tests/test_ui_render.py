@@ -378,6 +378,11 @@ def test_smc_note_quotes_the_measured_error_for_the_same_pair_and_setting(tmp_pa
     other_setting = measured.smc_error_note({"target": "T", "draft": "D"}, 8, 8, 1.0, path)
     assert "N=8, K=8 was not measured" in other_setting and "Not measured at temperature 1" in other_setting
     assert "N=4, K=4: 95; N=16, K=1: -1" in other_setting
+    assert "settings differ" not in note
+    tuned = measured.smc_column_note({"target": "T", "draft": "D"}, settings | {"draft_temperature": 1.0}, {}, path)
+    assert "this run's settings differ" in tuned
+    assert "settings differ" not in measured.smc_column_note({"target": "T", "draft": "D"},
+                                                             settings | {"draft_temperature": 0.7}, {}, path)
     other_pair = measured.smc_column_note({"target": "X", "draft": "D"}, settings, {}, path)
     assert "measured for the embedded pair only" in other_pair and "This run" not in other_pair
     assert "not been measured" in measured.smc_error_note({}, 4, 4, 0.7, [tmp_path / "missing.json"])

@@ -52,8 +52,8 @@ def measured_runs(paths) -> list[dict]:
 
 def smc_error_note(describe: dict, n_particles: int, draft_len: int, temperature: float,
                    paths=MEASURED_RUNS) -> str:
-    """One or two sentences: the measured error for this setting, the nearest measured ones, or why
-    none applies."""
+    """One or two sentences: the measured error for this N and K, every measured one when this N and K
+    was not measured, or why none applies."""
     runs = measured_runs(paths)
     if not runs:
         return "Its error has not been measured for this pair."
@@ -85,10 +85,20 @@ def this_run_text(logliks: dict) -> str:
             f"{sum(exact) / len(exact):.2f} for the exact columns' (one prompt, so noisy).")
 
 
+def non_default_text(settings: dict) -> str:
+    """The measurements used the decoder's defaults; say so when this run does not."""
+    draft_temperature = settings.get("draft_temperature")
+    if (float(settings.get("ess_threshold", 0.5)) != 0.5 or float(settings.get("power", 1.0)) != 1.0
+            or (draft_temperature is not None and float(draft_temperature) != float(settings["temperature"]))):
+        return ("(Those figures used ESS threshold 0.5, power 1 and draft temperature = temperature; "
+                "this run's settings differ.)")
+    return ""
+
+
 def smc_column_note(describe: dict, settings: dict, logliks: dict, paths=MEASURED_RUNS) -> str:
     """The whole note under the SMC-SD column: approximate, its measured error, this run's figure."""
     parts = ["SMC-SD is approximate: its output follows the target's distribution only approximately.",
              smc_error_note(describe, int(settings["n_particles"]), int(settings["draft_len"]),
                             float(settings["temperature"]), paths),
-             this_run_text(logliks)]
+             non_default_text(settings), this_run_text(logliks)]
     return " ".join(part for part in parts if part)
