@@ -165,13 +165,12 @@ def run_ours(pair, spec: MethodSpec, prompt_ids, settings, preverifier, referenc
                      sum(e.verify_seconds for e in events), result.token_ids, result.text)
 
 
-@torch.inference_mode()
 def add_relative_speeds(rows: list[dict]) -> None:
     """speedup_vs_ar = tokens/s over AR's; speedup_vs_fixed = tokens/s over the fastest fixed:G row's
     (when the run has one). Both ratios come from the same run, so the machine's load cancels."""
     rates = {row["method"]: row["tokens_per_s"] for row in rows}
     ar_rate = rates.get("ar")
-    fixed_rates = [rate for method, rate in rates.items() if method.split(":")[0] == "fixed" and rate]
+    fixed_rates = [rate for method, rate in rates.items() if parse_method(method).kind == "fixed" and rate]
     best_fixed = max(fixed_rates, default=None)
     for row in rows:
         row["speedup_vs_ar"] = row["tokens_per_s"] / ar_rate if ar_rate else None
@@ -373,14 +372,13 @@ def run_benchmark(args) -> int:
     rows = [summarise(spec.label, runs[spec.label]) for spec in specs]
     add_relative_speeds(rows)
     if args.loglik:
+        totals = {spec.label: [target_log_likelihood(pair, prompt_ids[i], record.token_ids)
+                               for records in runs[spec.label] for i, record in enumerate(records)] for spec in specs}
+        reference = next(totals[spec.label] for spec in specs if spec.kind == "ar")
         for row, spec in zip(rows, specs):
-            totals = [target_log_likelihood(pair, prompt_ids[i], record.token_ids)
-                      for records in runs[spec.label] for i, record in enumerate(records)]
-            row["target_loglik_per_token"] = sum(t[0] for t in totals) / max(1, sum(t[1] for t in totals))
-            row["loglik_totals"] = totals
-        reference = next(row["loglik_totals"] for row, spec in zip(rows, specs) if spec.kind == "ar")
-        for row in rows:
-            gap, low, high = loglik_gap_interval(row.pop("loglik_totals"), reference)
+            method_totals = totals[spec.label]
+            row["target_loglik_per_token"] = sum(t[0] for t in method_totals) / max(1, sum(t[1] for t in method_totals))
+            gap, low, high = loglik_gap_interval(method_totals, reference)
             row["loglik_gap_vs_ar_pct"], row["loglik_gap_ci95"] = gap, f"[{low:.1f}, {high:.1f}]"
     report = {"machine": machine_info(pair), "preverifier": getattr(preverifier, "kind", "custom"),
               "settings": {"prompts": args.prompts, "prompt_count": len(prompts), "max_new_tokens": args.max_new_tokens,

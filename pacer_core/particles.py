@@ -16,6 +16,8 @@ N * w = [0.4, 2.4, 0.8, 0.4].
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -50,13 +52,11 @@ def systematic_resample(weights: torch.Tensor, generator: torch.Generator | None
         return torch.zeros(0, dtype=torch.long)
     if uniform is None:
         uniform = float(torch.rand((), generator=generator, dtype=torch.float64))
-    points = (uniform + torch.arange(n_particles, dtype=torch.float64)) / n_particles  # [N] in [0, 1)
-    points = points.clamp_(max=float(torch.nextafter(torch.tensor(1.0, dtype=torch.float64),
-                                                     torch.tensor(0.0, dtype=torch.float64))))  # (u + N-1)/N may round to 1
-    cumulative = torch.cumsum(weights, dim=0)
+    points = (uniform + torch.arange(n_particles, dtype=torch.float64)) / n_particles
+    points.clamp_(max=math.nextafter(1.0, 0.0))   # [N] in [0, 1): (u + N-1)/N may round to 1.0
     # Rounding must not leave a point past the last particle that has weight: the cumulative sum is 1
-    # from it on, so trailing zero-weight particles are never chosen.
-    last_with_weight = int(torch.nonzero(weights > 0).max()) if bool((weights > 0).any()) else n_particles - 1
-    cumulative[last_with_weight:] = 1.0
-    ancestors = torch.searchsorted(cumulative, points, right=True)
-    return ancestors.clamp_(max=n_particles - 1)
+    # from it on, so every point lands on a particle with weight (or the last, if none has any).
+    weighted = torch.nonzero(weights > 0)
+    cumulative = torch.cumsum(weights, dim=0)
+    cumulative[int(weighted.max()) if weighted.numel() else n_particles - 1:] = 1.0
+    return torch.searchsorted(cumulative, points, right=True)

@@ -10,6 +10,8 @@ import functools
 import json
 from pathlib import Path
 
+from ..bench import parse_method
+
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 MEASURED_RUNS = (RESULTS / "smc-embedded-heldout40" / "results.json",
                  RESULTS / "smc-embedded-heldout40-many-particles" / "results.json")
@@ -30,9 +32,9 @@ def smc_rows(run: dict) -> dict[tuple[int, int], dict]:
                      None)
     rows = {}
     for row in run.get("methods", []):
-        parts = str(row.get("method", "")).split(":")
-        if parts[0] == "smc" and len(parts) == 3 and "loglik_gap_vs_ar_pct" in row:
-            rows[(int(parts[1]), int(parts[2]))] = row | {"ar_loglik": ar_loglik}
+        spec = parse_method(str(row.get("method", "")))
+        if spec.kind == "smc" and "draft_temperature" not in spec.overrides and "loglik_gap_vs_ar_pct" in row:
+            rows[(spec.overrides["n_particles"], spec.overrides["draft_len"])] = row | {"ar_loglik": ar_loglik}
     return rows
 
 
@@ -64,11 +66,11 @@ def smc_error_note(describe: dict, n_particles: int, draft_len: int, temperature
                 "pair only (README, SMC-SD figures).")
     rows = {key: row for run in runs for key, row in smc_rows(run).items()}
     settings = runs[0].get("settings", {})
-    where = (f"Measured on this pair at temperature {settings.get('temperature')} over "
+    other_temperature = float(temperature) != float(settings.get("temperature", -1))
+    where = ((f"Not measured at temperature {temperature:g}. " if other_temperature else "")
+             + f"Measured on this pair at temperature {settings.get('temperature')} over "
              f"{settings.get('prompt_count')} held-out prompts x {settings.get('repeats')} runs, the target's "
              "log-likelihood per token of SMC-SD's outputs was")
-    if float(temperature) != float(settings.get("temperature", -1)):
-        where = where.replace("Measured", f"Not measured at temperature {temperature:g}. Measured")
     if (n_particles, draft_len) in rows:
         return f"{where} {_gap_text(rows[(n_particles, draft_len)])} for N={n_particles}, K={draft_len}."
     listed = "; ".join(f"N={n}, K={k}: {float(row['loglik_gap_vs_ar_pct']):.0f}"

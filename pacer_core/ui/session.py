@@ -13,6 +13,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
+from ..analysis import target_log_likelihood
 from ..api import prepare_prompt, stream
 from ..events import Result, SMCCycleEvent
 from ..models import ModelLoadError
@@ -216,8 +217,6 @@ class RunSession:
         distance from them is its approximation error on this prompt. Greedy runs skip it."""
         if self.settings["temperature"] == 0:
             return
-        from ..analysis import target_log_likelihood
-
         for method, result in self.results().items():
             if method in self.logliks or not result.token_ids:
                 continue
