@@ -1,5 +1,6 @@
-"""Analysis after a run: the oracle draft length γ* of every step, for the timeline plot, and the
-target's log-likelihood of an output (how likely the target finds what a method wrote).
+"""Analysis after a run: the oracle draft length γ* of every step, for the timeline plot, the
+target's log-likelihood of an output (how likely the target finds what a method wrote), and how far the
+draft's distribution is from the target's along an output (what SMC-SD's importance weights must correct).
 
 γ*_t is how many leading tokens of a forced long draft the target would accept at step t.
 Greedy: the draft's greedy continuation from the true prefix matches the target's output exactly
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from .decoders.smc import token_log_probs
 from .events import StepEvent
+from .particles import proposal_kl
 from .sampling import logits_to_probs
 
 
@@ -41,6 +44,21 @@ def target_log_likelihood(pair, prompt_ids: list[int], output_ids: list[int]) ->
     target_log_probs = torch.log_softmax(_teacher_forced_logits(pair.target, prompt_ids, output_ids, pair.vocab_size), -1)
     chosen = target_log_probs.gather(-1, torch.tensor(list(output_ids)).unsqueeze(-1))
     return float(chosen.sum()), len(output_ids)
+
+
+def proposal_divergence(pair, prompt_ids: list[int], output_ids: list[int], temperature: float,
+                        draft_temperature: float | None = None, top_k: int = 0, top_p: float = 1.0
+                        ) -> tuple[float, int]:
+    """Sum over the output's positions of KL(p_T || q_Td) in nats (the target's sampling distribution at
+    ``temperature`` against the draft's at ``draft_temperature``, both after top-k/top-p, each given the
+    true prefix), and the number of positions. Divided, it is SMC-SD's per-token proposal divergence."""
+    if not output_ids:
+        return 0.0, 0
+    target_logits = _teacher_forced_logits(pair.target, prompt_ids, output_ids, pair.vocab_size)
+    draft_logits = _teacher_forced_logits(pair.draft, prompt_ids, output_ids, pair.vocab_size)
+    divergence = proposal_kl(token_log_probs(target_logits, temperature, top_k, top_p),
+                             token_log_probs(draft_logits, draft_temperature or temperature, top_k, top_p))
+    return float(divergence.sum()), len(output_ids)
 
 
 def greedy_match_flags(pair, prompt_ids, output_ids) -> list[bool]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .analysis import target_log_likelihood
+from .analysis import proposal_divergence, target_log_likelihood
 from .api import make_decoder, prepare_prompt
 from .decoders.oracle import OracleLength
 from .models import ModelLoadError, load_pair
@@ -201,6 +201,39 @@ def loglik_gap_interval(method_totals: list[tuple[float, int]], reference_totals
     return float(gap(torch.arange(len(method_totals)))), low, high
 
 
+def per_token(totals: list[tuple[float, int]]) -> float:
+    """Mean per token of (sum, count) pairs."""
+    return sum(total for total, _ in totals) / max(1, sum(count for _, count in totals))
+
+
+def add_log_likelihoods(pair, rows: list[dict], specs: list[MethodSpec], runs: dict, prompt_ids: list) -> None:
+    """Every row gains the target's log-likelihood per token of its outputs (all repeats) and its gap to AR's."""
+    totals = {spec.label: [target_log_likelihood(pair, prompt_ids[i], record.token_ids)
+                           for records in runs[spec.label] for i, record in enumerate(records)] for spec in specs}
+    reference = next(totals[spec.label] for spec in specs if spec.kind == "ar")
+    for row, spec in zip(rows, specs):
+        row["target_loglik_per_token"] = per_token(totals[spec.label])
+        gap, low, high = loglik_gap_interval(totals[spec.label], reference)
+        row["loglik_gap_vs_ar_pct"], row["loglik_gap_ci95"] = gap, f"[{low:.1f}, {high:.1f}]"
+
+
+def add_proposal_divergences(pair, rows: list[dict], specs: list[MethodSpec], settings_for: dict, runs: dict,
+                             prompt_ids: list) -> None:
+    """SMC-SD rows gain proposal_kl_per_token: KL(p_T || q_Td) per token, in nats, along AR's outputs (all
+    repeats: contexts drawn from the target itself) at the row's temperature and draft temperature."""
+    ar_runs = next(runs[spec.label] for spec in specs if spec.kind == "ar")
+    by_setting = {}
+    for row, spec in zip(rows, specs):
+        if spec.kind != "smc":
+            continue
+        settings = settings_for[spec.label]
+        key = (settings.temperature, settings.draft_temperature or settings.temperature, settings.top_k, settings.top_p)
+        if key not in by_setting:
+            by_setting[key] = per_token([proposal_divergence(pair, prompt_ids[i], record.token_ids, *key)
+                                         for records in ar_runs for i, record in enumerate(records)])
+        row["proposal_kl_per_token"] = by_setting[key]
+
+
 def summarise(label: str, runs_by_repeat: list[list[RunRecord]]) -> dict:
     """runs_by_repeat[r][i]: repeat r, prompt i. Counts come from the first repeat."""
     first = runs_by_repeat[0]
@@ -240,6 +273,8 @@ def write_outputs(out_dir: Path, report: dict) -> None:
         columns.append("speedup_vs_fixed")
     if "target_loglik_per_token" in report["methods"][0]:
         columns += ["target_loglik_per_token", "loglik_gap_vs_ar_pct", "loglik_gap_ci95"]
+    if any("proposal_kl_per_token" in row for row in report["methods"]):
+        columns.append("proposal_kl_per_token")
     with open(out_dir / "results.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
@@ -278,6 +313,11 @@ def markdown_report(report: dict, columns: list[str]) -> str:
                   "tokens over all repeats; loglik_gap_vs_ar_pct: how much lower it is than AR's, in percent of "
                   "AR's, with a 95% bootstrap interval over (prompt, repeat) pairs. Exact methods differ from AR "
                   "only by sampling noise, so their interval shows the noise of this run."]
+    if "proposal_kl_per_token" in columns:
+        lines += ["", "proposal_kl_per_token (SMC-SD rows): KL(p_T || q_Td), the divergence in nats of the draft's "
+                  "sampling distribution from the target's, per token along AR's outputs. Importance sampling "
+                  "needs about exp(KL) samples (Chatterjee & Diaconis 2018), and a cycle weights K tokens at "
+                  "once, so N particles cope only while N is well above exp(K x KL)."]
     return "\n".join(lines) + "\n"
 
 
@@ -372,14 +412,8 @@ def run_benchmark(args) -> int:
     rows = [summarise(spec.label, runs[spec.label]) for spec in specs]
     add_relative_speeds(rows)
     if args.loglik:
-        totals = {spec.label: [target_log_likelihood(pair, prompt_ids[i], record.token_ids)
-                               for records in runs[spec.label] for i, record in enumerate(records)] for spec in specs}
-        reference = next(totals[spec.label] for spec in specs if spec.kind == "ar")
-        for row, spec in zip(rows, specs):
-            method_totals = totals[spec.label]
-            row["target_loglik_per_token"] = sum(t[0] for t in method_totals) / max(1, sum(t[1] for t in method_totals))
-            gap, low, high = loglik_gap_interval(method_totals, reference)
-            row["loglik_gap_vs_ar_pct"], row["loglik_gap_ci95"] = gap, f"[{low:.1f}, {high:.1f}]"
+        add_log_likelihoods(pair, rows, specs, runs, prompt_ids)
+        add_proposal_divergences(pair, rows, specs, settings_for, runs, prompt_ids)
     report = {"machine": machine_info(pair), "preverifier": getattr(preverifier, "kind", "custom"),
               "settings": {"prompts": args.prompts, "prompt_count": len(prompts), "max_new_tokens": args.max_new_tokens,
                            "temperature": args.temperature, "repeats": args.repeats, "seed": args.seed,

@@ -1,4 +1,5 @@
-"""Pure math of SMC-SD's particles: normalised weights, effective sample size, systematic resampling.
+"""Pure math of SMC-SD's particles: normalised weights, effective sample size, systematic resampling,
+and the divergence of the proposal (draft) from the target that decides how many particles are needed.
 
 No model, no cache; float64 throughout. Shape letter: N particles. Follows section 4 of
 ALGORITHMS.md (Emara et al. 2026, "Faster LLM Inference via Sequential Monte Carlo",
@@ -7,6 +8,8 @@ arXiv 2604.15672). Invariants the tests check:
 * ``normalize_log_weights`` returns non-negative weights summing to 1 (uniform when every log-weight
   is -inf, i.e. no particle carries information).
 * ``1 <= effective_sample_size(w) <= N``; N for equal weights, 1 for a one-hot vector.
+* ``proposal_kl(p, p) = 0``, ``proposal_kl >= 0``, +inf where the draft gives 0 to a token the target
+  can emit.
 * ``systematic_resample`` returns sorted ancestor indices with E[copies of i] = N * w_i, and every
   particle gets either floor(N * w_i) or ceil(N * w_i) copies (so one with w_i > 1/N always survives).
 
@@ -40,6 +43,21 @@ def effective_sample_size(weights: torch.Tensor) -> float:
     if weights.numel() == 0:
         return 0.0
     return float(1.0 / torch.sum(weights * weights))
+
+
+def proposal_kl(target_log_dist: torch.Tensor, draft_log_dist: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) = Σ_x p(x) (log p(x) − log q(x)) in nats over the last dimension, from the target's and
+    the draft's log-distributions ([..., V] → [...]; -inf entries allowed).
+
+    Why it matters: importance sampling from q towards p needs about exp(KL(p || q)) samples before its
+    estimates settle (Chatterjee & Diaconis 2018, "The sample size required in importance sampling",
+    Ann. Appl. Probab. 28(2)). One SMC-SD cycle weights a block of K drafted tokens, whose KL is the sum
+    of the per-token ones along the path, so N particles cope with a block only while N ≳ exp(K · KL)."""
+    target_log_dist = torch.as_tensor(target_log_dist, dtype=torch.float64)
+    draft_log_dist = torch.as_tensor(draft_log_dist, dtype=torch.float64)
+    target_probs = target_log_dist.exp()
+    terms = target_probs * (target_log_dist - draft_log_dist)
+    return torch.where(target_probs > 0, terms, torch.zeros_like(terms)).sum(-1)
 
 
 def systematic_resample(weights: torch.Tensor, generator: torch.Generator | None = None,

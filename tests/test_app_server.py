@@ -241,7 +241,7 @@ def test_ar_baseline_runs_interleaved_with_the_columns():
 
 
 def test_sampling_runs_score_every_output_under_the_target_and_greedy_runs_do_not():
-    from pacer_core.analysis import target_log_likelihood
+    from pacer_core.analysis import proposal_divergence, target_log_likelihood
     from pacer_core.ui.session import RunSession
 
     pair = tiny_pair()
@@ -254,3 +254,8 @@ def test_sampling_runs_score_every_output_under_the_target_and_greedy_runs_do_no
         for method in scored:
             total, count = target_log_likelihood(pair, session.prompt_ids, session.results()[method].token_ids)
             assert session.logliks[method] == total / count
+        if temperature > 0:
+            total, count = proposal_divergence(pair, session.prompt_ids, session.results()["smc"].token_ids, temperature)
+            assert session.proposal_kl == total / count > 0
+        else:
+            assert session.proposal_kl is None

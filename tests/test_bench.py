@@ -83,3 +83,5 @@ def test_bench_loglik_reports_the_gap_to_ar(tmp_path):
         assert low <= rows[label]["loglik_gap_vs_ar_pct"] <= high
     assert "loglik_gap_ci95" in (out / "results.csv").read_text().splitlines()[0]
     assert "95% bootstrap interval" in (out / "report.md").read_text()
+    assert rows["smc:4:2"]["proposal_kl_per_token"] > 0 and "proposal_kl_per_token" not in rows["fixed:3"]
+    assert "Chatterjee & Diaconis" in (out / "report.md").read_text()

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pacer_core.particles import effective_sample_size, normalize_log_weights, systematic_resample
+from pacer_core.particles import effective_sample_size, normalize_log_weights, proposal_kl, systematic_resample
 
 log_weight_lists = st.lists(st.floats(min_value=-50, max_value=50, allow_nan=False), min_size=1, max_size=32)
 
@@ -103,3 +103,24 @@ def test_systematic_resample_is_reproducible_with_a_seed():
     first = systematic_resample(weights, torch.Generator().manual_seed(7))
     second = systematic_resample(weights, torch.Generator().manual_seed(7))
     assert first.tolist() == second.tolist()
+
+
+def test_proposal_kl_worked_example_and_edge_cases():
+    target = torch.tensor([0.5, 0.5, 0.0]).log()
+    draft = torch.tensor([0.25, 0.25, 0.5]).log()
+    assert float(proposal_kl(target, draft)) == pytest.approx(math.log(2))     # 2 x 0.5 x log(0.5 / 0.25)
+    assert float(proposal_kl(target, target)) == 0.0                            # zero-mass tokens add nothing
+    misses = torch.tensor([1.0, 0.0, 0.0]).log()
+    assert float(proposal_kl(target, misses)) == math.inf                        # the draft never proposes token 1
+    batched = proposal_kl(torch.stack([target, target]), torch.stack([draft, target]))
+    assert batched.shape == (2,) and batched.tolist() == pytest.approx([math.log(2), 0.0])
+
+
+@given(st.lists(st.floats(min_value=-20, max_value=20), min_size=2, max_size=16),
+       st.lists(st.floats(min_value=-20, max_value=20), min_size=2, max_size=16))
+@settings(max_examples=100, deadline=None)
+def test_proposal_kl_is_non_negative(target_logits, draft_logits):
+    size = min(len(target_logits), len(draft_logits))
+    target = torch.log_softmax(torch.tensor(target_logits[:size], dtype=torch.float64), -1)
+    draft = torch.log_softmax(torch.tensor(draft_logits[:size], dtype=torch.float64), -1)
+    assert float(proposal_kl(target, draft)) >= -1e-12

@@ -247,3 +247,26 @@ def test_target_log_likelihood_of_an_output_matches_step_by_step_decoding(pair):
     assert count == len(result.token_ids) == 10
     assert total == pytest.approx(expected, abs=1e-3)
     assert target_log_likelihood(pair, PROMPT, []) == (0.0, 0)
+
+
+def test_proposal_divergence_matches_step_by_step_kl(pair):
+    """The divergence the benchmark reports next to SMC-SD's error: Σ_t KL(p_T(.|prefix_t) || q_Td(.|prefix_t))
+    along an output, checked against both models run one token at a time with their KV caches."""
+    from pacer_core.analysis import proposal_divergence
+    from pacer_core.kvcache import CachedModel
+
+    output = run_smc(pair, max_new_tokens=6, seed=3)[1].token_ids
+    target, draft = CachedModel(pair.target, pair.vocab_size), CachedModel(pair.draft, pair.vocab_size)
+    target_logits, draft_logits = target.forward(PROMPT)[0, -1], draft.forward(PROMPT)[0, -1]
+    expected = 0.0
+    for token in output:
+        target_probs = torch.softmax(target_logits.double() / 0.8, -1)
+        draft_probs = torch.softmax(draft_logits.double() / 1.3, -1)
+        expected += float((target_probs * (target_probs / draft_probs).log()).sum())
+        target_logits, draft_logits = target.forward([token])[0, -1], draft.forward([token])[0, -1]
+    total, count = proposal_divergence(pair, PROMPT, output, temperature=0.8, draft_temperature=1.3)
+    assert count == len(output) == 6 and expected > 0.01
+    assert total == pytest.approx(expected, rel=1e-3)
+    same = ModelPair.from_models(pair.target, pair.target, pair.tokenizer, check_tokenizer=False)
+    assert proposal_divergence(same, PROMPT, output, temperature=0.8)[0] == pytest.approx(0.0, abs=1e-6)
+    assert proposal_divergence(pair, PROMPT, [], temperature=0.8) == (0.0, 0)

@@ -388,6 +388,19 @@ def test_smc_note_quotes_the_measured_error_for_the_same_pair_and_setting(tmp_pa
     assert "not been measured" in measured.smc_error_note({}, 4, 4, 0.7, [tmp_path / "missing.json"])
 
 
+def test_smc_note_turns_the_proposal_divergence_into_a_particle_count(tmp_path):
+    from pacer_core.ui import measured
+
+    settings = {"n_particles": 8, "draft_len": 4, "temperature": 0.7}
+    far = measured.smc_column_note({"target": "T", "draft": "D"}, settings, {}, measured_run(tmp_path), proposal_kl=3.6)
+    assert "3.60 nats per token (KL)" in far and "over a million particles" in far and "N=8 is far fewer than" in far
+    near = measured.divergence_text(0.12, 8, 4)                      # e^(4 x 0.12) = 1.6
+    assert "= 2 particles" in near and "N=8 is more than that" in near
+    assert "about as many as" in measured.divergence_text(0.5, 8, 4)  # e^2 = 7.4
+    assert measured.divergence_text(None, 8, 4) == "" == measured.divergence_text(float("inf"), 8, 4)
+    assert "Why:" not in measured.smc_column_note({"target": "T", "draft": "D"}, settings, {}, measured_run(tmp_path))
+
+
 def test_the_shipped_smc_measurements_are_quoted_for_the_embedded_pair():
     from pacer_core.ui import measured
 

@@ -217,7 +217,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                         "temperature", 0) > 0:
                     notes.append("Discard mode under sampling is approximate (not lossless).")
                 if method == "smc" and not run.error:
-                    notes.append(measured.smc_column_note(session.pair.describe(), session.settings, session.logliks))
+                    notes.append(measured.smc_column_note(session.pair.describe(), session.settings, session.logliks,
+                                                           proposal_kl=session.proposal_kl))
                 out[columns[method]] = render.column_html(method, run.events, run.result, run.error,
                                                           running=running and not run.done,
                                                           note=" ".join(notes) or None, pending=method in pending,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from pathlib import Path
 
 from ..bench import parse_method
@@ -97,10 +98,30 @@ def non_default_text(settings: dict) -> str:
     return ""
 
 
-def smc_column_note(describe: dict, settings: dict, logliks: dict, paths=MEASURED_RUNS) -> str:
-    """The whole note under the SMC-SD column: approximate, its measured error, this run's figure."""
+def divergence_text(proposal_kl: float | None, n_particles: int, draft_len: int) -> str:
+    """The run's KL(p_T || q_Td) per token, turned into the particle count at which importance weighting of
+    one K-token block starts to work: about exp(K x KL) (Chatterjee & Diaconis 2018). It is a threshold,
+    not a guarantee: beyond it the error still shrinks only like 1/N."""
+    if proposal_kl is None or not math.isfinite(proposal_kl):
+        return ""
+    needed = draft_len * proposal_kl
+    count = f"{math.exp(needed):,.0f}" if needed < math.log(1e6) else "over a million"
+    ratio = math.exp(min(needed, 50.0)) / n_particles
+    verdict = ("more than" if ratio < 0.5 else "about as many as" if ratio <= 2 else "fewer than" if ratio <= 8
+               else "far fewer than")
+    return (f"Why: along this output the draft's distribution is {proposal_kl:.2f} nats per token (KL) from the "
+            f"target's. Importance weights start to correct a {draft_len}-token block only with more than about "
+            f"e^(K x KL) = {count} particles (Chatterjee & Diaconis 2018), and the error then shrinks roughly as 1/N; "
+            f"N={n_particles} is {verdict} that.")
+
+
+def smc_column_note(describe: dict, settings: dict, logliks: dict, paths=MEASURED_RUNS,
+                    proposal_kl: float | None = None) -> str:
+    """The whole note under the SMC-SD column: approximate, its measured error, this run's figure, and
+    the run's proposal divergence as the particle count it calls for."""
+    n_particles, draft_len = int(settings["n_particles"]), int(settings["draft_len"])
     parts = ["SMC-SD is approximate: its output follows the target's distribution only approximately.",
-             smc_error_note(describe, int(settings["n_particles"]), int(settings["draft_len"]),
-                            float(settings["temperature"]), paths),
-             non_default_text(settings), this_run_text(logliks)]
+             smc_error_note(describe, n_particles, draft_len, float(settings["temperature"]), paths),
+             non_default_text(settings), this_run_text(logliks),
+             divergence_text(proposal_kl, n_particles, draft_len)]
     return " ".join(part for part in parts if part)

@@ -13,7 +13,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-from ..analysis import target_log_likelihood
+from ..analysis import proposal_divergence, target_log_likelihood
 from ..api import prepare_prompt, stream
 from ..events import Result, SMCCycleEvent
 from ..models import ModelLoadError
@@ -91,6 +91,7 @@ class RunSession:
         self.oracle_note: str | None = None
         self.oracle_greedy = True
         self.logliks: dict[str, float] = {}        # sampling runs: target log-prob per output token, by method
+        self.proposal_kl: float | None = None      # sampling runs: KL(p_T || q_Td) per token along SMC-SD's output
         self.pending_verdict: dict | None = None   # step-through: events drafted but not yet shown verified
         self.created = time.time()
 
@@ -226,6 +227,23 @@ class RunSession:
                 traceback.print_exc(file=sys.stderr)
                 continue
             self.logliks[method] = total / count
+        self.compute_proposal_divergence()
+
+    def compute_proposal_divergence(self) -> None:
+        """KL(p_T || q_Td) per token along SMC-SD's output: how far apart the distributions are that its
+        importance weights must reconcile (the note under its column turns it into a particle count)."""
+        smc = self.results().get("smc")
+        if self.proposal_kl is not None or smc is None or not smc.token_ids or self.settings["temperature"] == 0:
+            return
+        settings = self.settings
+        try:
+            total, count = proposal_divergence(self.pair, self.prompt_ids, smc.token_ids, settings["temperature"],
+                                               settings.get("draft_temperature"), settings.get("top_k", 0),
+                                               settings.get("top_p", 1.0))
+        except Exception:  # noqa: BLE001 - the note simply leaves the figure out
+            traceback.print_exc(file=sys.stderr)
+            return
+        self.proposal_kl = total / count
 
     def results(self) -> dict:
         out = {method: run.result for method, run in self.runs.items() if run.result is not None}
