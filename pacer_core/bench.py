@@ -316,8 +316,9 @@ def markdown_report(report: dict, columns: list[str]) -> str:
     if "proposal_kl_per_token" in columns:
         lines += ["", "proposal_kl_per_token (SMC-SD rows): KL(p_T || q_Td), the divergence in nats of the draft's "
                   "sampling distribution from the target's, per token along AR's outputs. Importance sampling "
-                  "needs about exp(KL) samples (Chatterjee & Diaconis 2018), and a cycle weights K tokens at "
-                  "once, so N particles cope only while N is well above exp(K x KL)."]
+                  "starts to work only with about exp(KL) samples (Chatterjee & Diaconis 2018), and a cycle weights K "
+                  "tokens at once, so N particles correct a cycle only once N passes exp(K x KL); the error then "
+                  "shrinks roughly as 1/N."]
     return "\n".join(lines) + "\n"
 
 
