@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from .decoders.smc import token_log_probs
 from .events import StepEvent
 from .particles import proposal_kl
-from .sampling import logits_to_probs
+from .sampling import logits_to_probs, token_log_probs
 
 
 def step_starts(events) -> list[int]:

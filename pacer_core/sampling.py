@@ -30,6 +30,13 @@ def logits_to_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, to
     return torch.softmax(filter_logits(logits.float() / temperature, top_k, top_p), dim=-1)
 
 
+def token_log_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """log of the sampling distribution at ``temperature`` (> 0) after top-k/top-p, float64. [..., V].
+    SMC-SD's weights and the proposal divergence need it in log space (-inf where filtered out)."""
+    filtered = filter_logits(logits.float() / temperature, top_k, top_p)
+    return torch.log_softmax(filtered.double(), dim=-1)
+
+
 def display_probs(logits: torch.Tensor) -> torch.Tensor:
     """Plain softmax at temperature 1, used to report p and q under greedy decoding."""
     return torch.softmax(logits.float(), dim=-1)

@@ -52,15 +52,9 @@ import torch
 from ..events import Metrics, Result, SMCCycleEvent
 from ..kvcache import CachedModel
 from ..particles import effective_sample_size, normalize_log_weights, systematic_resample
-from ..sampling import filter_logits
+from ..sampling import token_log_probs
 from ..settings import DecodeSettings, SettingsError
 from .base import new_generator
-
-
-def token_log_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """log of the sampling distribution at ``temperature`` (> 0) after top-k/top-p, float64. [..., V]."""
-    filtered = filter_logits(logits.float() / temperature, top_k, top_p)
-    return torch.log_softmax(filtered.double(), dim=-1)
 
 
 def sample_rows(log_probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

@@ -233,7 +233,7 @@ class RunSession:
         """KL(p_T || q_Td) per token along SMC-SD's output: how far apart the distributions are that its
         importance weights must reconcile (the note under its column turns it into a particle count)."""
         smc = self.results().get("smc")
-        if self.proposal_kl is not None or smc is None or not smc.token_ids or self.settings["temperature"] == 0:
+        if self.proposal_kl is not None or smc is None or not smc.token_ids:   # greedy: SMC-SD never ran
             return
         settings = self.settings
         try:
