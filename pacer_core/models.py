@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from . import embedded
+from .drafters.feature_head import is_head_dir
 
 PROBE_STRINGS = (
     "Hello, world! The quick brown fox jumps over the lazy dog.",
@@ -42,17 +43,32 @@ class ModelPair:
     dtype: torch.dtype = torch.float32
     vocab_size: int = 0
     use_chat_template: bool = True
+    drafter: object = None   # what the decoders draft with (drafters.py); the draft model by default
+
+    def __post_init__(self):
+        if self.drafter is None and self.draft is not None:
+            from .drafters import IndependentDrafter
+            self.drafter = IndependentDrafter(self.draft, self.vocab_size, self.draft_id)
+
+    def use_head(self, directory, name: str | None = None, max_kept: int | None = None) -> "ModelPair":
+        """Draft with a feature head (a folder with head_config.json) instead of the draft model."""
+        from .drafters.feature_head import FeatureHeadDrafter
+        self.drafter = FeatureHeadDrafter.load(directory, self.target, self.vocab_size, name or str(directory),
+                                               max_kept=max_kept)
+        self.draft_id = self.drafter.name
+        return self
 
     @classmethod
     def from_models(cls, target_model, draft_model, tokenizer, target_id="target", draft_id="draft",
                     check_tokenizer=True, draft_tokenizer=None, use_chat_template=True) -> "ModelPair":
         """Wrap models already in memory (tests build tiny random Llamas this way)."""
         target_model.eval()
-        draft_model.eval()
+        if draft_model is not None:
+            draft_model.eval()
         if check_tokenizer and draft_tokenizer is not None:
             check_tokenizers_match(tokenizer, draft_tokenizer, target_id, draft_id)
         parameter = next(target_model.parameters())
-        vocab = min(_logit_width(target_model), _logit_width(draft_model))
+        vocab = min(_logit_width(model) for model in (target_model, draft_model) if model is not None)
         return cls(target=target_model, draft=draft_model, tokenizer=tokenizer, target_id=target_id,
                    draft_id=draft_id, device=parameter.device, dtype=parameter.dtype, vocab_size=vocab,
                    use_chat_template=use_chat_template and bool(getattr(tokenizer, "chat_template", None)))
@@ -95,7 +111,8 @@ class ModelPair:
         return [self.tokenizer.decode([int(t)], skip_special_tokens=False) for t in token_ids]
 
     def describe(self) -> dict:
-        return {"target": self.target_id, "draft": self.draft_id, "device": str(self.device),
+        return {"target": self.target_id, "draft": self.draft_id, "drafter": self.drafter.describe(),
+                "device": str(self.device),
                 "dtype": str(self.dtype).replace("torch.", ""), "vocab_size": self.vocab_size,
                 "chat_template": self.use_chat_template}
 
@@ -151,13 +168,17 @@ def resolve_source(source: str, role: str) -> tuple[str, str]:
     if source is None or str(source).strip() == "":
         source = embedded.EMBEDDED
     source = str(source).strip()
-    if source == embedded.EMBEDDED:
-        try:
-            if role == "target":
-                return str(embedded.ensure_embedded_target()), embedded.TARGET_NAME
+    if role == "draft" and source == embedded.EMBEDDED:
+        source = embedded.DEFAULT_EMBEDDED_DRAFTER
+    try:
+        if role == "target" and source == embedded.EMBEDDED:
+            return str(embedded.ensure_embedded_target()), embedded.TARGET_NAME
+        if role == "draft" and source == embedded.EMBEDDED_SMALL:
             return str(embedded.embedded_draft_dir()), "PACER draft for SmolLM2 (embedded, assets/)"
-        except embedded.EmbeddedModelMissing as missing:
-            raise ModelLoadError(str(missing)) from missing
+        if role == "draft" and source == embedded.EMBEDDED_HEAD:
+            return str(embedded.embedded_head_dir()), "PACER feature head for SmolLM2 (embedded, assets/)"
+    except embedded.EmbeddedModelMissing as missing:
+        raise ModelLoadError(str(missing)) from missing
     return source, source
 
 
@@ -195,15 +216,26 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     target_location, target_name = resolve_source(target, "target")
     target_model, target_tokenizer = _load_one(target_location, target_name, "target", device, dtype, device_map)
     draft_location, draft_name = resolve_source(draft, "draft")
-    draft_model, draft_tokenizer = _load_one(draft_location, draft_name, "draft", device, dtype)
-    check_tokenizers_match(target_tokenizer, draft_tokenizer, target_name, draft_name)
-    if _parameter_count(draft_model) > _parameter_count(target_model):
-        import warnings
-        warnings.warn(f"The draft '{draft_name}' is larger than the target '{target_name}': "
-                      "speculative decoding will be slower than plain decoding.")
+    head_location = draft_location if is_head_dir(draft_location) else None
+    if head_location:   # the independent draft stays loaded for the embedded target (hf-assisted baselines)
+        draft_location, draft_model = None, None
+        if target_location == str(embedded.converted_target_dir()):
+            draft_location, _ = resolve_source(embedded.EMBEDDED_SMALL, "draft")
+    if draft_location:
+        draft_model, draft_tokenizer = _load_one(draft_location, draft_name, "draft", device, dtype)
+        check_tokenizers_match(target_tokenizer, draft_tokenizer, target_name, draft_name)
+        if _parameter_count(draft_model) > _parameter_count(target_model):
+            import warnings
+            warnings.warn(f"The draft '{draft_name}' is larger than the target '{target_name}': "
+                          "speculative decoding will be slower than plain decoding.")
     pair = ModelPair.from_models(target_model, draft_model, target_tokenizer, target_name, draft_name,
                                  check_tokenizer=False, use_chat_template=use_chat_template)
     pair.device = device if not device_map else pair.device
+    if head_location:
+        try:
+            pair.use_head(head_location, draft_name)
+        except (OSError, KeyError, RuntimeError, ValueError) as failure:
+            raise ModelLoadError(f"Could not load the feature head '{draft_name}': {failure}") from failure
     return pair
 
 

@@ -12,6 +12,7 @@ from typing import Iterator
 import torch
 
 from .. import sampling
+from ..drafters import new_caches
 from ..events import Metrics, Result, StepEvent, TokenRecord
 from ..kvcache import CachedModel
 from ..settings import DecodeSettings
@@ -62,9 +63,16 @@ def new_generator(seed: int) -> torch.Generator:
 
 
 def make_state(pair, prompt_ids: list[int], settings: DecodeSettings, with_draft: bool) -> DecodeState:
-    return DecodeState(prompt_len=len(prompt_ids), sequence=list(prompt_ids),
-                       target=CachedModel(pair.target, pair.vocab_size),
-                       draft=CachedModel(pair.draft, pair.vocab_size) if with_draft else None,
+    """Fresh caches for one run. A drafter that reads the target's hidden states needs them for the
+    prompt before it can draft, so the target first runs once over prompt[:-1] (counted as a target call,
+    like SMC-SD's prefill; the verify passes then feed the rest)."""
+    if not with_draft:
+        target, draft = CachedModel(pair.target, pair.vocab_size), None
+    else:
+        target, draft = new_caches(pair)
+        if pair.drafter.reads_target_features and len(prompt_ids) > 1:
+            target.forward(list(prompt_ids[:-1]))
+    return DecodeState(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target, draft=draft,
                        generator=new_generator(settings.seed), eos_ids=pair.eos_token_ids)
 
 

@@ -49,6 +49,7 @@ from typing import Iterator
 
 import torch
 
+from ..drafters import new_caches
 from ..events import Metrics, Result, SMCCycleEvent
 from ..kvcache import CachedModel
 from ..particles import effective_sample_size, normalize_log_weights, systematic_resample
@@ -106,13 +107,13 @@ def start_particles(pair, prompt_ids: list[int], n_particles: int) -> ParticleSt
     """Prefill prompt[:-1] once with batch 1 in both models, then expand the caches to N rows."""
     if not prompt_ids:
         raise ValueError("SMC-SD needs at least one prompt token.")
-    target = CachedModel(pair.target, pair.vocab_size)
-    draft = CachedModel(pair.draft, pair.vocab_size)
+    target, draft = new_caches(pair)      # the target runs first below, so a feature head sees its states
     expand = torch.zeros(n_particles, dtype=torch.long)
     if len(prompt_ids) > 1:
         prefix = torch.tensor([list(prompt_ids[:-1])], dtype=torch.long)   # [1, P-1]
         for model in (target, draft):
             model.forward(prefix)
+        for model in (target, draft):
             model.reorder(expand)                                           # [1, ...] → [N, ...]
     histories = torch.tensor([list(prompt_ids)], dtype=torch.long).expand(n_particles, -1).clone()
     return ParticleState(prompt_len=len(prompt_ids), histories=histories,

@@ -104,6 +104,6 @@ def load_for_pair(pair) -> TrainedPreVerifier | None:
         directory = root / slug
         if (directory / "config.json").exists():
             trained = load(directory)
-            if trained.config.get("hidden_size") == getattr(pair.draft.config, "hidden_size", None):
+            if trained.config.get("hidden_size") == pair.drafter.hidden_size:
                 return trained
     return None

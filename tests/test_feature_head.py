@@ -1,0 +1,182 @@
+"""The feature-head drafter (EAGLE-style, reads the target's hidden state): its cache, its training
+objective, and exactness of every decoder that drafts with it — full and reduced output vocabulary."""
+import itertools
+from collections import Counter
+
+import pytest
+import torch
+
+from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
+from pacer_core.decoders.oracle import OracleLength
+from pacer_core.decoders.smc import SMC
+from pacer_core.drafters import new_caches
+from pacer_core.drafters.feature_head import random_head_drafter
+from pacer_core.preverifier import ConfidencePreVerifier
+from pacer_core.training.head_loss import head_losses, second_pass_mask
+from enumeration import chi_square_p_value, target_sequence_distribution
+from tiny import tiny_pair
+
+SIGNIFICANCE = 1e-3
+PROMPTS = [[1, 2, 3], [5, 9], [7, 7, 7, 7, 9], [11, 40, 2, 63, 8, 0], list(range(20))]
+
+
+def run_ids(decoder, pair, prompt_ids, **settings):
+    *_, result = decoder.run(pair, prompt_ids, validate_settings(**settings))
+    return result
+
+
+@torch.no_grad()
+def sampled_sequences(pair, count: int, length: int, seed: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    sequences = []
+    for _ in range(count):
+        ids = [int(torch.randint(0, pair.vocab_size, (1,), generator=generator))]
+        logits = pair.target(input_ids=torch.tensor([ids])).logits
+        for _ in range(length - 1):
+            probs = torch.softmax(pair.target(input_ids=torch.tensor([ids])).logits[0, -1] / 1.5, -1)
+            ids.append(int(torch.multinomial(probs, 1, generator=generator)))
+        del logits
+        sequences.append(ids)
+    return sequences
+
+
+@torch.no_grad()
+def teacher_batch(pair, sequences) -> dict:
+    ids = torch.tensor(sequences)
+    captured = {}
+    hook = pair.target.get_output_embeddings().register_forward_pre_hook(
+        lambda module, args: captured.__setitem__("features", args[0]))
+    pair.target(input_ids=ids)
+    hook.remove()
+    return {"ids": ids, "features": captured["features"].float(), "valid": torch.ones_like(ids, dtype=torch.bool)}
+
+
+def fit_head(pair, kept_ids=None, steps: int = 150, seed: int = 0):
+    """A head trained for a few seconds on the tiny target's own samples, with the project's objective."""
+    drafter = random_head_drafter(pair.target, pair.vocab_size, kept_ids, seed=seed, scale=0.5)
+    head = drafter.head.train()
+    batch = teacher_batch(pair, sampled_sequences(pair, 24, 24, seed))
+    output_rows = drafter.output_rows.float()
+    optimizer = torch.optim.Adam(head.parameters(), lr=3e-3)
+    history = []
+    for _ in range(steps):
+        loss, stats = head_losses(head, batch, pair.target.get_input_embeddings(), output_rows, 0.1)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        history.append(stats)
+    head.eval()
+    return drafter, history
+
+
+@pytest.fixture(scope="module")
+def head_pair():
+    pair = tiny_pair(scale=6.0, eos_token_id=63)
+    pair.drafter, history = fit_head(pair)
+    return pair, history
+
+
+def test_training_objective_teaches_the_head(head_pair):
+    _, history = head_pair
+    assert history[-1]["agree1"] > history[0]["agree1"] + 0.2
+    assert history[-1]["agree1"] > 0.4 and history[-1]["agree2"] > 0.25
+
+
+def test_second_pass_mask_sees_real_prefix_and_itself():
+    mask = second_pass_mask(4)      # 3 own-prediction queries at positions 1..3, 4 real keys, 3 own keys
+    assert mask.tolist() == [[True, False, False, False, True, False, False],
+                             [True, True, False, False, False, True, False],
+                             [True, True, True, False, False, False, True]]
+
+
+def test_greedy_speculative_decoders_equal_ar_with_a_head(head_pair):
+    pair, _ = head_pair
+    decoders = [FixedSpeculative(g) for g in (1, 3, 6)] + [
+        Pacer(block, max_len, threshold, ConfidencePreVerifier(), on_fail)
+        for block, max_len, threshold, on_fail in itertools.product((1, 3), (8,), (0.0, 0.5), ("submit", "discard"))]
+    accepted = 0
+    for prompt in PROMPTS:
+        reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=30).token_ids
+        for decoder in decoders + [OracleLength(reference, 8)]:
+            result = run_ids(decoder, pair, prompt, max_new_tokens=30)
+            assert result.token_ids == reference, (decoder.info(), prompt)
+            accepted += result.metrics.accepted_tokens
+    assert accepted > 100   # the head drafts tokens the target accepts, so both paths are exercised
+
+
+def test_greedy_identity_with_a_reduced_vocabulary_head():
+    pair = tiny_pair(scale=6.0, eos_token_id=63)
+    pair.drafter, _ = fit_head(pair, kept_ids=list(range(0, 64, 2)) + [63])
+    for prompt in PROMPTS:
+        reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=30).token_ids
+        for decoder in (FixedSpeculative(4), Pacer(1, 6, 0.3)):
+            assert run_ids(decoder, pair, prompt, max_new_tokens=30).token_ids == reference
+
+
+def test_head_cache_depends_only_on_the_committed_sequence(head_pair):
+    """Drafting, verifying and rolling back leaves the head exactly where a fresh run over the committed
+    sequence would be: stale entries built from predicted states are rebuilt from the real ones."""
+    pair, _ = head_pair
+    sequence = [4, 8, 15, 16, 23]
+    target, head = new_caches(pair)
+    target.forward(sequence[:-1])
+    head.feed_sequence(sequence)
+    drafted = []
+    for _ in range(3):
+        drafted.append(int(head.feed_sequence(sequence + drafted)[-1].argmax()))
+    target.feed_sequence(sequence, drafted)
+    committed = sequence + drafted[:1] + [42]          # one accepted, then a corrected token
+    target.crop(len(committed) - 1)
+    head.crop(min(head.length, len(committed) - 1))
+    logits_after = head.feed_sequence(committed)[-1]
+    fresh_target, fresh_head = new_caches(pair)
+    fresh_target.forward(committed[:-1])
+    fresh_logits = fresh_head.feed_sequence(committed)[-1]
+    assert torch.allclose(logits_after, fresh_logits, atol=1e-5)
+
+
+def test_reduced_head_gives_zero_probability_off_its_ids():
+    pair = tiny_pair()
+    pair.drafter = random_head_drafter(pair.target, pair.vocab_size, kept_ids=[1, 5, 9], seed=2)
+    target, head = new_caches(pair)
+    target.forward([3, 4])
+    probs = torch.softmax(head.feed_sequence([3, 4, 6])[-1], -1)
+    assert set(torch.nonzero(probs).flatten().tolist()) == {1, 5, 9}
+
+
+@pytest.fixture(scope="module")
+def five_token_pair():
+    return tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=16)
+
+
+@pytest.mark.parametrize("kept_ids, make_decoder", [
+    (None, lambda: FixedSpeculative(2)),
+    ([0, 2, 3], lambda: FixedSpeculative(2)),
+    ([0, 2, 3], lambda: Pacer(1, 2, 0.5, ConfidencePreVerifier(), "submit")),
+], ids=["fixed-full", "fixed-reduced", "pacer-reduced"])
+def test_sampling_with_a_head_matches_the_target(five_token_pair, kept_ids, make_decoder):
+    pair = five_token_pair
+    pair.drafter = random_head_drafter(pair.target, pair.vocab_size, kept_ids, seed=5, scale=2.0)
+    truth = target_sequence_distribution(pair.target, [1, 2], 3, temperature=1.0)
+    counts = Counter(tuple(run_ids(make_decoder(), pair, [1, 2], max_new_tokens=3, seed=seed,
+                                   temperature=1.0).token_ids) for seed in range(1500))
+    assert chi_square_p_value(counts, truth) > SIGNIFICANCE
+
+
+def test_smc_runs_on_a_head_and_resampling_copies_its_rows(head_pair):
+    pair, _ = head_pair
+    result = run_ids(SMC(4, 3, ess_threshold=1.0), pair, [1, 2, 3], max_new_tokens=20, temperature=1.0, seed=3)
+    assert 0 < len(result.token_ids) <= 20
+    assert result.info["resamples"] > 0
+    target, head = new_caches(pair)
+    rows = torch.tensor([[4, 8, 15], [16, 23, 42]])
+    target.forward(rows[:, :-1])
+    head.forward(rows)
+    target.reorder(torch.tensor([1, 1]))
+    head.reorder(torch.tensor([1, 1]))
+    copied = head.forward(torch.tensor([[7], [7]]))[:, -1]
+    fresh_target, fresh_head = new_caches(pair)
+    fresh_target.forward(rows[1:, :-1])
+    fresh_head.forward(rows[1:])
+    expected = fresh_head.forward(torch.tensor([[7]]))[0, -1]
+    assert torch.allclose(copied[0], expected, atol=1e-5) and torch.allclose(copied[1], expected, atol=1e-5)
