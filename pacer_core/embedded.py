@@ -20,7 +20,7 @@ EMBEDDED_HEAD_DIR = ASSETS_DIR / "head-smollm2"
 # comparison in assets/head-smollm2/README.md); the two kinds stay selectable by name.
 EMBEDDED_SMALL = "embedded-small"     # the independent 4-layer draft model in assets/draft-smollm2
 EMBEDDED_HEAD = "embedded-head"       # the feature head in assets/head-smollm2 (reads the target)
-DEFAULT_EMBEDDED_DRAFTER = EMBEDDED_HEAD
+DEFAULT_EMBEDDED_DRAFTER = EMBEDDED_SMALL
 DRAFTER_NAMES = {EMBEDDED_SMALL: "small draft model (independent, 4 layers, assets/draft-smollm2)",
                  EMBEDDED_HEAD: "feature head reading the target (1 layer, assets/head-smollm2)"}
 _CONVERTED_MARKER = "pacer_converted.json"
