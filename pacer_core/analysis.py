@@ -36,7 +36,7 @@ def _teacher_forced_logits(model, prompt_ids, output_ids, vocab_size) -> torch.T
 
 
 @torch.inference_mode()
-def _draft_teacher_forced_logits(pair, prompt_ids, output_ids) -> torch.Tensor:
+def draft_teacher_forced_logits(pair, prompt_ids, output_ids) -> torch.Tensor:
     """The drafter's logits predicting each output token given the true prefix: [len(output), V].
     A feature head reads the target's real hidden states here, so these are its first-token
     predictions (deeper drafted tokens read its own predicted states)."""
@@ -67,7 +67,7 @@ def proposal_divergence(pair, prompt_ids: list[int], output_ids: list[int], temp
     if not output_ids:
         return 0.0, 0
     target_logits = _teacher_forced_logits(pair.target, prompt_ids, output_ids, pair.vocab_size)
-    draft_logits = _draft_teacher_forced_logits(pair, prompt_ids, output_ids)
+    draft_logits = draft_teacher_forced_logits(pair, prompt_ids, output_ids)
     divergence = proposal_kl(token_log_probs(target_logits, temperature, top_k, top_p),
                              token_log_probs(draft_logits, draft_temperature or temperature, top_k, top_p))
     return float(divergence.sum()), len(output_ids)
@@ -77,7 +77,7 @@ def greedy_match_flags(pair, prompt_ids, output_ids) -> list[bool]:
     """flags[j]: the draft's argmax given the true prefix equals output token j."""
     if not output_ids:
         return []
-    draft_logits = _draft_teacher_forced_logits(pair, prompt_ids, output_ids)
+    draft_logits = draft_teacher_forced_logits(pair, prompt_ids, output_ids)
     return (draft_logits.argmax(-1) == torch.tensor(list(output_ids))).tolist()
 
 
@@ -109,7 +109,7 @@ def oracle_lengths(pair, prompt_ids, output_ids, starts, temperature: float = 0.
     """γ*_t for every step start (see module docstring for the sampling definition)."""
     if temperature <= 0:
         return [float(n) for n in run_lengths(greedy_match_flags(pair, prompt_ids, output_ids), starts, max_len)]
-    draft_probs = logits_to_probs(_draft_teacher_forced_logits(pair, prompt_ids, output_ids),
+    draft_probs = logits_to_probs(draft_teacher_forced_logits(pair, prompt_ids, output_ids),
                                   temperature, top_k, top_p)
     target_probs = logits_to_probs(_teacher_forced_logits(pair.target, prompt_ids, output_ids, pair.vocab_size),
                                    temperature, top_k, top_p)

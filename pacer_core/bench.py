@@ -22,7 +22,9 @@ import torch
 from .analysis import proposal_divergence, target_log_likelihood
 from .api import make_decoder, prepare_prompt
 from .decoders.oracle import OracleLength
+from .drafters import drafter_swapped, load_drafter, valid_drafter_name
 from .models import ModelLoadError, load_pair
+from .prompts import load_prompts
 from .settings import SettingsError, validate_settings
 
 HF_METHODS = ("hf", "hf-assisted", "hf-assisted-dynamic")
@@ -33,10 +35,23 @@ class MethodSpec:
     label: str
     kind: str                 # ar | fixed | pacer | smc | oracle | hf | hf-assisted | hf-assisted-dynamic
     overrides: dict = field(default_factory=dict)
+    drafter: str | None = None  # "small", "head", "head-N" (N most frequent ids), "head-all"; None: the pair's
 
 
 def parse_method(text: str) -> MethodSpec:
-    """ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T], oracle."""
+    """ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T], oracle,
+    each speculative one optionally followed by @DRAFTER (small, head, head-N, head-all)."""
+    method_text, _, drafter = text.strip().partition("@")
+    spec = _parse_method_name(method_text)
+    if drafter:
+        if spec.kind in ("ar", "hf") or spec.kind.startswith("hf-assisted") or not valid_drafter_name(drafter):
+            raise SettingsError(f"{text!r}: @{drafter} needs a speculative method of ours and one of "
+                                "small, head, head-N, head-all.")
+        spec.label, spec.drafter = text.strip(), drafter
+    return spec
+
+
+def _parse_method_name(text: str) -> MethodSpec:
     parts = text.strip().split(":")
     name, numbers = parts[0], parts[1:]
     try:
@@ -56,23 +71,6 @@ def parse_method(text: str) -> MethodSpec:
         pass
     raise SettingsError(f"Unknown benchmark method {text!r}. Use ar, hf, hf-assisted[:G], hf-assisted-dynamic, "
                         "fixed:G, pacer[:B:L[:T]], smc:N:K[:DRAFT_T] or oracle.")
-
-
-def load_prompts(path: str) -> list[dict]:
-    prompts = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as bad:
-            raise SettingsError(f"{path}:{number}: not valid JSON ({bad.msg}).") from None
-        if not isinstance(record, dict) or not {"id", "category", "prompt"} <= set(record):
-            raise SettingsError(f"{path}:{number}: each line needs id, category and prompt.")
-        prompts.append(record)
-    if not prompts:
-        raise SettingsError(f"{path} holds no prompts.")
-    return prompts
 
 
 def select_prompts(prompts: list[dict], per_category: int) -> list[dict]:
@@ -222,7 +220,7 @@ def add_log_likelihoods(pair, rows: list[dict], specs: list[MethodSpec], runs: d
 
 
 def add_proposal_divergences(pair, rows: list[dict], specs: list[MethodSpec], settings_for: dict, runs: dict,
-                             prompt_ids: list) -> None:
+                             prompt_ids: list, drafters: dict) -> None:
     """SMC-SD rows gain proposal_kl_per_token: KL(p_T || q_Td) per token, in nats, along AR's outputs (all
     repeats: contexts drawn from the target itself) at the row's temperature and draft temperature."""
     ar_runs = next(runs[spec.label] for spec in specs if spec.kind == "ar")
@@ -232,10 +230,13 @@ def add_proposal_divergences(pair, rows: list[dict], specs: list[MethodSpec], se
             continue
         settings = settings_for[spec.label]
         key = (settings.temperature, settings.draft_temperature or settings.temperature, settings.top_k, settings.top_p)
-        if key not in by_setting:
-            by_setting[key] = per_token([proposal_divergence(pair, prompt_ids[i], record.token_ids, *key)
-                                         for records in ar_runs for i, record in enumerate(records)])
-        row["proposal_kl_per_token"] = by_setting[key]
+        drafter = drafters[spec.drafter][0] if spec.drafter else pair.drafter
+        if (spec.drafter, key) not in by_setting:
+            with drafter_swapped(pair, drafter):
+                by_setting[spec.drafter, key] = per_token([
+                    proposal_divergence(pair, prompt_ids[i], record.token_ids, *key)
+                    for records in ar_runs for i, record in enumerate(records)])
+        row["proposal_kl_per_token"] = by_setting[spec.drafter, key]
 
 
 def drafter_label(pair, spec: MethodSpec) -> str:
@@ -243,8 +244,8 @@ def drafter_label(pair, spec: MethodSpec) -> str:
     if spec.kind in ("ar", "hf"):
         return "-"
     if spec.kind.startswith("hf-assisted"):
-        return f"independent ({pair.draft_id if pair.drafter.kind == 'independent' else 'draft model'})"
-    return pair.drafter.kind
+        return "independent (transformers' assistant)"
+    return spec.drafter or pair.drafter.kind
 
 
 def add_drafters_and_identity(pair, rows: list[dict], specs: list[MethodSpec], runs: dict, greedy: bool) -> None:
@@ -361,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="benchmarks/results/latest")
     parser.add_argument("--target", default="embedded")
     parser.add_argument("--draft", default="embedded")
+    parser.add_argument("--head", default=None, help="feature head folder for @head rows (default: the embedded one)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
@@ -410,6 +412,14 @@ def run_benchmark(args) -> int:
     prompt_ids = [prepare_prompt(pair, record["prompt"])[0] for record in prompts]
     settings_for = {spec.label: validate_settings(**(base.to_dict() | spec.overrides)) for spec in specs}
     references = {}
+    drafters = {}
+    for name in sorted({spec.drafter for spec in specs if spec.drafter}):
+        try:
+            drafter = load_drafter(pair, name, args.head)
+        except ValueError as bad:
+            raise SettingsError(str(bad)) from None
+        with drafter_swapped(pair, drafter):
+            drafters[name] = (drafter, default_preverifier(pair))
 
     def run_one(spec, index, repeat=0):
         settings = settings_for[spec.label]
@@ -417,6 +427,11 @@ def run_benchmark(args) -> int:
             settings = validate_settings(**(settings.to_dict() | {"seed": settings.seed + repeat}))
         if spec.kind in HF_METHODS:
             return run_hf(pair, spec, prompt_ids[index], settings)
+        if spec.drafter:
+            drafter, drafter_preverifier = drafters[spec.drafter]
+            with drafter_swapped(pair, drafter):
+                return run_ours(pair, spec, prompt_ids[index], settings, drafter_preverifier,
+                                references.get(index, []))
         record = run_ours(pair, spec, prompt_ids[index], settings, preverifier, references.get(index, []))
         if spec.kind == "ar":
             references[index] = record.token_ids
@@ -441,7 +456,7 @@ def run_benchmark(args) -> int:
     add_drafters_and_identity(pair, rows, specs, runs, base.greedy)
     if args.loglik:
         add_log_likelihoods(pair, rows, specs, runs, prompt_ids)
-        add_proposal_divergences(pair, rows, specs, settings_for, runs, prompt_ids)
+        add_proposal_divergences(pair, rows, specs, settings_for, runs, prompt_ids, drafters)
     report = {"machine": machine_info(pair), "preverifier": getattr(preverifier, "kind", "custom"),
               "settings": {"prompts": args.prompts, "prompt_count": len(prompts), "max_new_tokens": args.max_new_tokens,
                            "temperature": args.temperature, "repeats": args.repeats, "seed": args.seed,

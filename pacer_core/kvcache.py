@@ -1,7 +1,12 @@
 """A model with its KV cache and the count of tokens the cache holds.
 
 Invariant: the cache holds exactly the first ``length`` tokens of the sequence being decoded.
-Rolling back is ``crop``; SMC copies rows with ``reorder``. Decoders never touch cache internals."""
+Rolling back is ``crop``; SMC copies rows with ``reorder``. Decoders never touch cache internals.
+
+Devices: ``device`` is the model's first parameter's (its input embedding's). Token ids are moved there
+before the forward and the logits and hidden states are returned there, even when ``device_map="auto"``
+put the last layer on another GPU; recorded ``features`` stay where the output layer read them (readers
+move them). The KV cache's layers stay on their own devices (``reorder_cache`` moves the index)."""
 from __future__ import annotations
 
 import torch
@@ -46,9 +51,9 @@ class CachedModel:
             self.features = new_features if self.features is None else torch.cat([self.features, new_features], 1)
         self.length += new_token_ids.shape[1]
         self.calls += 1
-        logits = outputs.logits[..., : self.vocab_size].float()
+        logits = outputs.logits[..., : self.vocab_size].float().to(self.device)
         if output_hidden_states:
-            return logits, outputs.hidden_states[-1].float()
+            return logits, outputs.hidden_states[-1].float().to(self.device)
         return logits
 
     def crop(self, length: int) -> None:
@@ -63,7 +68,7 @@ class CachedModel:
         """Copy batch rows: row i becomes old row ancestor_index[i] (SMC resampling)."""
         self.cache.reorder_cache(ancestor_index.to(self.device))
         if self.features is not None:
-            self.features = self.features.index_select(0, ancestor_index.to(self.device))
+            self.features = self.features.index_select(0, ancestor_index.to(self.features.device))
 
     def feed_sequence(self, sequence: list[int], extra: list[int] = (), output_hidden_states=False):
         """Crop to what ``sequence`` shares with the cache, then feed the rest of ``sequence`` plus

@@ -50,11 +50,11 @@ class ModelPair:
             from .drafters import IndependentDrafter
             self.drafter = IndependentDrafter(self.draft, self.vocab_size, self.draft_id)
 
-    def use_head(self, directory, name: str | None = None, max_kept: int | None = None) -> "ModelPair":
+    def use_head(self, directory, name: str | None = None, kept=None) -> "ModelPair":
         """Draft with a feature head (a folder with head_config.json) instead of the draft model."""
         from .drafters.feature_head import FeatureHeadDrafter
         self.drafter = FeatureHeadDrafter.load(directory, self.target, self.vocab_size, name or str(directory),
-                                               max_kept=max_kept)
+                                               kept=kept)
         self.draft_id = self.drafter.name
         return self
 

@@ -69,8 +69,9 @@ def systematic_resample(weights: torch.Tensor, generator: torch.Generator | None
     if n_particles == 0:
         return torch.zeros(0, dtype=torch.long)
     if uniform is None:
-        uniform = float(torch.rand((), generator=generator, dtype=torch.float64))
-    points = (uniform + torch.arange(n_particles, dtype=torch.float64)) / n_particles
+        device = None if generator is None else generator.device
+        uniform = float(torch.rand((), generator=generator, dtype=torch.float64, device=device))
+    points = (uniform + torch.arange(n_particles, dtype=torch.float64, device=weights.device)) / n_particles
     points.clamp_(max=math.nextafter(1.0, 0.0))   # [N] in [0, 1): (u + N-1)/N may round to 1.0
     # Rounding must not leave a point past the last particle that has weight: the cumulative sum is 1
     # from it on, so every point lands on a particle with weight (or the last, if none has any).

@@ -57,12 +57,18 @@ def residual_distribution(target_probs: torch.Tensor, draft_probs: torch.Tensor)
 
 
 def sample_token(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    """One id drawn from a [V] distribution."""
+    """One id drawn from a [V] distribution; ``probs`` must be on the generator's device."""
     return int(torch.multinomial(probs, 1, generator=generator).item())
 
 
 def uniform(generator: torch.Generator | None) -> float:
-    return float(torch.rand((), generator=generator).item())
+    """One U[0, 1) draw on the generator's own device (a CUDA generator cannot fill a CPU tensor)."""
+    return float(torch.rand((), generator=generator, device=generator_device(generator)).item())
+
+
+def generator_device(generator: torch.Generator | None) -> torch.device | None:
+    """Where a generator can draw: its own device (None: torch's default generator and device)."""
+    return None if generator is None else generator.device
 
 
 def count_greedy_matches(drafted_ids: list[int], target_argmax_ids: list[int]) -> int:

@@ -103,6 +103,18 @@ def _choice(value, options: tuple[str, ...], label: str) -> str:
     return value
 
 
+MIN_TEMPERATURE = 0.05   # logits / T stays far from float overflow (below ~1e-37 every sampler hit inf/nan)
+
+
+def _temperature(value) -> float:
+    """0 means greedy; a sampling temperature must be at least MIN_TEMPERATURE."""
+    temperature = _as_float("temperature", value, 0.0, 5.0, "Temperature")
+    if 0.0 < temperature < MIN_TEMPERATURE:
+        raise SettingsError(f"Temperature must be 0 (greedy) or at least {MIN_TEMPERATURE} (got {value!r}); "
+                            "smaller values overflow the softmax.")
+    return temperature
+
+
 def validate_settings(limits: Limits | None = None, **raw) -> DecodeSettings:
     """Check and convert every given setting; unknown names are an error too."""
     limits = limits or Limits.from_env()
@@ -115,7 +127,7 @@ def validate_settings(limits: Limits | None = None, **raw) -> DecodeSettings:
         values["max_new_tokens"] = min(values["max_new_tokens"], limits.max_new_tokens)
     checked = {
         "max_new_tokens": _as_int("max_new_tokens", values["max_new_tokens"], 1, limits.max_new_tokens, "Max new tokens"),
-        "temperature": _as_float("temperature", values["temperature"], 0.0, 5.0, "Temperature"),
+        "temperature": _temperature(values["temperature"]),
         "top_k": _as_int("top_k", values["top_k"], 0, 1_000_000, "Top-k (0 = off)"),
         "top_p": _as_float("top_p", values["top_p"], 0.01, 1.0, "Top-p"),
         "seed": _as_int("seed", values["seed"], 0, 2**31 - 1, "Seed"),
@@ -129,7 +141,7 @@ def validate_settings(limits: Limits | None = None, **raw) -> DecodeSettings:
         "draft_len": _as_int("draft_len", values["draft_len"], 1, 32, "SMC draft length K"),
         "ess_threshold": _as_float("ess_threshold", values["ess_threshold"], 0.0, 1.0, "ESS threshold"),
         "draft_temperature": None if values["draft_temperature"] is None else
-        _as_float("draft_temperature", values["draft_temperature"], 0.05, 5.0, "Draft temperature"),
+        _as_float("draft_temperature", values["draft_temperature"], MIN_TEMPERATURE, 5.0, "Draft temperature"),
         "power": _as_float("power", values["power"], 0.0, 4.0, "Power exponent"),
         "final": _choice(values["final"], ("sample", "argmax"), "Final particle choice"),
     }

@@ -10,6 +10,24 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 REAL_MODEL_FIXTURES = {"embedded_pair"}
+DEVICE_ENV = "PACER_TEST_DEVICE"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--device", default=None,
+                     help=f"device for the device tier (tests/test_cuda_tier.py): cpu (default) or cuda[:N]; "
+                          f"the environment variable {DEVICE_ENV} sets it too")
+
+
+@pytest.fixture(scope="session")
+def test_device(request) -> torch.device:
+    """The device the device tier runs on. CUDA without a visible GPU skips those tests."""
+    device = torch.device(request.config.getoption("--device") or os.environ.get(DEVICE_ENV) or "cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        pytest.skip(f"no CUDA device visible (asked for {device}); the device tier needs a GPU")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        pytest.skip(f"no CUDA device {device} visible ({torch.cuda.device_count()} GPU(s) visible)")
+    return device
 
 
 @pytest.fixture(autouse=True)

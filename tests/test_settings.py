@@ -87,3 +87,26 @@ def test_validator_either_accepts_in_range_or_raises_settings_error(raw):
     assert 1 <= checked.gamma <= 32 and 1 <= checked.block_size <= checked.max_draft_len
     assert 1 <= checked.n_particles <= limits.max_particles and 0 <= checked.ess_threshold <= 1
     assert checked.on_fail in ("submit", "discard") and checked.final in ("sample", "argmax")
+
+
+@pytest.mark.parametrize("method", ["ar", "fixed", "pacer", "smc"])
+@pytest.mark.parametrize("temperature", [1e-40, 1e-30, 1e-3, 0.049])
+def test_tiny_temperatures_are_refused_on_every_method(method, temperature):
+    from pacer_core import generate
+    from tiny import tiny_pair
+    with pytest.raises(SettingsError, match="at least 0.05"):
+        generate(tiny_pair(), method, "t1 t2", max_new_tokens=4, temperature=temperature)
+
+
+@pytest.mark.parametrize("method", ["ar", "fixed", "pacer", "smc"])
+def test_the_smallest_temperature_runs_on_every_method(method):
+    from pacer_core import generate
+    from tiny import tiny_pair
+    result = generate(tiny_pair(scale=50.0), method, "t1 t2", max_new_tokens=6, temperature=0.05,
+                      draft_temperature=0.05 if method == "smc" else None)
+    assert len(result.token_ids) == 6
+
+
+def test_tiny_draft_temperature_is_refused():
+    with pytest.raises(SettingsError):
+        validate_settings(temperature=0.7, draft_temperature=1e-40)

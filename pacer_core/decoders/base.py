@@ -2,7 +2,15 @@
 speculative decoding (section 2 of ALGORITHMS.md), and the final Result.
 
 Fixed-length SD and PACER differ only in how they *propose* a draft (``propose``); verification
-and acceptance below are the lossless rule of Leviathan et al. 2023 / Chen et al. 2023."""
+and acceptance below are the lossless rule of Leviathan et al. 2023 / Chen et al. 2023.
+
+Device rule (every decoder, SMC-SD included): a run computes on ONE device, the target cache's
+(``CachedModel.device``: where the target's input ids go and its logits come back). The sampling
+generator is created on that device, every probability row the decoder builds lives there, and a row
+that comes from another device (the draft on another GPU, or the target's last layer elsewhere under
+``device_map="auto"``) is moved there before it is combined with anything. Random draws come from that
+generator, so a seeded run is reproducible on the same device (and dtype, and library versions); CPU and
+CUDA generators are different streams, so the same seed gives different samples on different devices."""
 from __future__ import annotations
 
 import time
@@ -33,6 +41,11 @@ class DecodeState:
     started: float = field(default_factory=time.perf_counter)
 
     @property
+    def device(self) -> torch.device:
+        """Where this run samples and combines probabilities: the target cache's device."""
+        return self.target.device
+
+    @property
     def new_tokens(self) -> int:
         return len(self.sequence) - self.prompt_len
 
@@ -56,8 +69,9 @@ class Proposal:
     seconds: float = 0.0
 
 
-def new_generator(seed: int) -> torch.Generator:
-    generator = torch.Generator(device="cpu")
+def new_generator(seed: int, device="cpu") -> torch.Generator:
+    """A seeded generator on ``device``, the device of the probabilities it will sample from."""
+    generator = torch.Generator(device=torch.device(device))
     generator.manual_seed(int(seed))
     return generator
 
@@ -73,7 +87,7 @@ def make_state(pair, prompt_ids: list[int], settings: DecodeSettings, with_draft
         if pair.drafter.reads_target_features and len(prompt_ids) > 1:
             target.forward(list(prompt_ids[:-1]))
     return DecodeState(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target, draft=draft,
-                       generator=new_generator(settings.seed), eos_ids=pair.eos_token_ids)
+                       generator=new_generator(settings.seed, target.device), eos_ids=pair.eos_token_ids)
 
 
 def commit(state: DecodeState, emitted_ids: list[int], settings: DecodeSettings) -> list[int]:
@@ -122,14 +136,18 @@ class Verdict:
 
 def judge(drafted_ids: list[int], draft_probs: torch.Tensor, target_logits: torch.Tensor,
           settings: DecodeSettings, generator) -> Verdict:
-    """Accept a prefix of the draft. target_logits: [G+1, V], row i scores drafted_ids[i]."""
+    """Accept a prefix of the draft. target_logits: [G+1, V], row i scores drafted_ids[i]. Everything is
+    combined on the target logits' device (the generator's, see the module docstring)."""
     gamma = len(drafted_ids)
-    drafted = torch.tensor(drafted_ids, dtype=torch.long)
     if settings.greedy:
         return _judge_greedy(drafted_ids, target_logits)
+    device = target_logits.device
+    drafted = torch.tensor(drafted_ids, dtype=torch.long, device=device)
+    positions = torch.arange(gamma, device=device)
+    draft_probs = draft_probs.to(device)
     target_probs = sampling.logits_to_probs(target_logits, settings.temperature, settings.top_k, settings.top_p)
-    target_token_probs = target_probs[torch.arange(gamma), drafted] if gamma else torch.zeros(0)
-    draft_token_probs = draft_probs[torch.arange(gamma), drafted] if gamma else torch.zeros(0)
+    target_token_probs = target_probs[positions, drafted] if gamma else torch.zeros(0, device=device)
+    draft_token_probs = draft_probs[positions, drafted] if gamma else torch.zeros(0, device=device)
     accept = sampling.acceptance_probs(target_token_probs, draft_token_probs)
     for index in range(gamma):
         if sampling.uniform(generator) >= float(accept[index]):
@@ -227,12 +245,14 @@ class SpeculativeDecoder:
 def draft_one(pair, state: DecodeState, draft_sequence: list[int], settings: DecodeSettings,
               with_hidden: bool = False):
     """One draft forward over what the draft cache lacks of ``draft_sequence``; returns the chosen id,
-    its sampling distribution [V], the raw logits row [V] and (optionally) the hidden row [H]."""
+    its sampling distribution [V], the raw logits row [V] and (optionally) the hidden row [H]. The logits
+    row is moved to the run's device (the generator's) before anything is drawn from it."""
     if with_hidden:
         logits, hidden = state.draft.feed_sequence(draft_sequence, output_hidden_states=True)
         logits_row, hidden_row = logits[-1], hidden[-1]
     else:
         logits_row, hidden_row = state.draft.feed_sequence(draft_sequence)[-1], None
+    logits_row = logits_row.to(state.device)
     draft_probs = draft_distribution(logits_row, settings)
     token_id = int(torch.argmax(draft_probs)) if settings.greedy else sampling.sample_token(draft_probs, state.generator)
     return token_id, draft_probs, logits_row, hidden_row
@@ -281,5 +301,6 @@ class DraftBuilder:
         return token_id, logits_row, hidden_row
 
     def proposal(self, **extra) -> Proposal:
-        draft_probs = torch.stack(self.rows) if self.rows else torch.zeros(0, self.pair.vocab_size)
+        draft_probs = (torch.stack(self.rows) if self.rows
+                       else torch.zeros(0, self.pair.vocab_size, device=self.state.device))
         return Proposal(self.drafted_ids, draft_probs, self.shown, seconds=time.perf_counter() - self.started, **extra)

@@ -39,6 +39,10 @@ Design decisions (documented here because the UI and the validation layer rely o
   ``alpha`` is None (nothing is accepted or rejected); draft tokens of all particles are counted in
   ``info["drafted_tokens"]``.
 
+Devices: every per-particle tensor (histories, lengths, masks, log-weights, drafted ids, EOS ids) and
+the generator live on the target cache's device; the draft's logits are moved there before sampling
+(the rule of ``decoders/base.py``). Seeded runs are reproducible per device.
+
 Shape letters: N particles, K drafted tokens this cycle, L tokens in every row's history, V vocabulary.
 """
 from __future__ import annotations
@@ -85,6 +89,11 @@ class ParticleState:
         return self.histories.shape[0]
 
     @property
+    def device(self) -> torch.device:
+        """Where the particles' tensors live: the target cache's device."""
+        return self.histories.device
+
+    @property
     def generated(self) -> int:
         """Positions generated so far in every row (live particles' length)."""
         return self.histories.shape[1] - self.prompt_len
@@ -108,19 +117,21 @@ def start_particles(pair, prompt_ids: list[int], n_particles: int) -> ParticleSt
     if not prompt_ids:
         raise ValueError("SMC-SD needs at least one prompt token.")
     target, draft = new_caches(pair)      # the target runs first below, so a feature head sees its states
-    expand = torch.zeros(n_particles, dtype=torch.long)
+    device = target.device
+    expand = torch.zeros(n_particles, dtype=torch.long, device=device)
     if len(prompt_ids) > 1:
-        prefix = torch.tensor([list(prompt_ids[:-1])], dtype=torch.long)   # [1, P-1]
+        prefix = torch.tensor([list(prompt_ids[:-1])], dtype=torch.long, device=device)   # [1, P-1]
         for model in (target, draft):
             model.forward(prefix)
         for model in (target, draft):
             model.reorder(expand)                                           # [1, ...] → [N, ...]
-    histories = torch.tensor([list(prompt_ids)], dtype=torch.long).expand(n_particles, -1).clone()
+    histories = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device).expand(n_particles, -1).clone()
     return ParticleState(prompt_len=len(prompt_ids), histories=histories,
-                         lengths=torch.zeros(n_particles, dtype=torch.long),
-                         finished=torch.zeros(n_particles, dtype=torch.bool),
-                         ended_with_eos=torch.zeros(n_particles, dtype=torch.bool),
-                         log_weights=torch.zeros(n_particles, dtype=torch.float64), target=target, draft=draft)
+                         lengths=torch.zeros(n_particles, dtype=torch.long, device=device),
+                         finished=torch.zeros(n_particles, dtype=torch.bool, device=device),
+                         ended_with_eos=torch.zeros(n_particles, dtype=torch.bool, device=device),
+                         log_weights=torch.zeros(n_particles, dtype=torch.float64, device=device),
+                         target=target, draft=draft)
 
 
 @dataclass
@@ -161,10 +172,11 @@ class SMC:
             raise SettingsError("SMC-SD samples, so it needs a temperature above 0 (for example 0.7 or 1.0). "
                                 "For greedy decoding choose AR, fixed SD or PACER.")
         started = time.perf_counter()
-        generator = new_generator(settings.seed)
-        eos_ids = torch.tensor(sorted(pair.eos_token_ids), dtype=torch.long)
-        pad_id = int(eos_ids[0]) if eos_ids.numel() else 0
         state = start_particles(pair, prompt_ids, self.n_particles)
+        generator = new_generator(settings.seed, state.device)
+        sorted_eos_ids = sorted(pair.eos_token_ids)
+        eos_ids = torch.tensor(sorted_eos_ids, dtype=torch.long, device=state.device)
+        pad_id = sorted_eos_ids[0] if sorted_eos_ids else 0
         prefill_calls = {"target": state.target.calls, "draft": state.draft.calls}
         events, resamples, drafted_tokens, cancelled = [], 0, 0, False
         while not bool(state.finished.all()):
@@ -191,11 +203,12 @@ class SMC:
 
         # 1. Draft: d_k ~ q_Td(· | row), one [N, ·] draft forward per token.
         started = time.perf_counter()
-        drafted_ids = torch.zeros(n_particles, n_draft, dtype=torch.long)          # [N, K]
-        draft_log_probs = torch.zeros(n_particles, n_draft, dtype=torch.float64)   # [N, K] log q_Td(d_k)
+        device = state.device
+        drafted_ids = torch.zeros(n_particles, n_draft, dtype=torch.long, device=device)          # [N, K]
+        draft_log_probs = torch.zeros(n_particles, n_draft, dtype=torch.float64, device=device)   # [N, K] log q_Td
         pending = state.histories[:, state.draft.length:]                           # [N, 1 or 2]
         for k in range(n_draft):
-            draft_logits = state.draft.forward(pending)[:, -1]                      # [N, V]
+            draft_logits = state.draft.forward(pending)[:, -1].to(device)           # [N, V] on the run's device
             draft_log_dist = token_log_probs(draft_logits, draft_temperature, settings.top_k, settings.top_p)
             drafted_ids[:, k] = sample_rows(draft_log_dist, generator)
             draft_log_probs[:, k] = draft_log_dist.gather(-1, drafted_ids[:, k: k + 1]).squeeze(-1)
@@ -206,7 +219,7 @@ class SMC:
         #    score d_1..d_K and the bonus.
         started = time.perf_counter()
         target_input = torch.cat([state.histories[:, state.target.length:], drafted_ids], dim=1)
-        target_logits = state.target.forward(target_input)[:, -(n_draft + 1):]     # [N, K+1, V]
+        target_logits = state.target.forward(target_input)[:, -(n_draft + 1):].to(device)  # [N, K+1, V]
         target_log_dist = token_log_probs(target_logits, temperature, settings.top_k, settings.top_p)
         target_log_probs = target_log_dist[:, :n_draft].gather(-1, drafted_ids.unsqueeze(-1)).squeeze(-1)  # [N, K]
         bonus_ids = sample_rows(target_log_dist[:, n_draft], generator)             # [N]
@@ -231,7 +244,7 @@ class SMC:
         hit_eos = (is_eos & live_tokens).any(dim=1)
         state.ended_with_eos = state.ended_with_eos | hit_eos
         state.finished = state.finished | hit_eos | (state.lengths >= settings.max_new_tokens)
-        new_tokens = [new_ids[i, : int(new_counts[i])].tolist() for i in range(n_particles)]
+        new_tokens = [row[:count] for row, count in zip(new_ids.tolist(), new_counts.tolist())]  # two host syncs
         return CycleOutcome(new_tokens, draft_seconds, verify_seconds)
 
     # ------------------------------------------------------------------ 5. resampling
@@ -253,9 +266,9 @@ class SMC:
         if resampled:
             ancestors = systematic_resample(weights, generator)                     # [N] long
             state.reorder(ancestors)
-            state.log_weights = torch.zeros(n_particles, dtype=torch.float64)
+            state.log_weights = torch.zeros(n_particles, dtype=torch.float64, device=state.device)
         else:
-            ancestors = torch.arange(n_particles)
+            ancestors = torch.arange(n_particles, device=state.device)
         return SMCCycleEvent(
             method=self.name, step=step, particle_texts=[pair.decode(ids) for ids in outcome.new_tokens],
             particle_token_ids=outcome.new_tokens, log_weights=log_weights, weights=weights.tolist(), ess=ess,

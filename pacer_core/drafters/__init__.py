@@ -11,6 +11,8 @@ PACER, the oracle and SMC-SD run on any kind unchanged. Two kinds:
   arXiv 2502.14856); see ``feature_head.py``."""
 from __future__ import annotations
 
+import contextlib
+
 from ..kvcache import CachedModel
 
 
@@ -40,4 +42,39 @@ def new_caches(pair, batch_prefix: list[int] | None = None):
     return target, drafter.new_cache(target)
 
 
-__all__ = ["IndependentDrafter", "new_caches"]
+def valid_drafter_name(name: str) -> bool:
+    """Names for comparing drafters on one pair: small, head, head-N (its N most frequent ids), head-all."""
+    return name in ("small", "head", "head-all") or (name.startswith("head-") and name[5:].isdigit())
+
+
+def load_drafter(pair, name: str, head_dir=None):
+    """A drafter by name, bound to the pair's target (the head folder defaults to the embedded one)."""
+    from .feature_head import FeatureHeadDrafter
+    if not valid_drafter_name(name):
+        raise ValueError(f"Unknown drafter {name!r}: use small, head, head-N or head-all.")
+    if name == "small":
+        if pair.draft is None:
+            raise ValueError("The drafter 'small' needs an independent draft model in the pair.")
+        return IndependentDrafter(pair.draft, pair.vocab_size, "small draft model")
+    if head_dir is None:
+        from ..embedded import EmbeddedModelMissing, embedded_head_dir
+        try:
+            head_dir = embedded_head_dir()
+        except EmbeddedModelMissing as missing:
+            raise ValueError(str(missing)) from None
+    kept = "all" if name == "head-all" else (int(name[5:]) if name.startswith("head-") else None)
+    return FeatureHeadDrafter.load(head_dir, pair.target, pair.vocab_size, f"feature head ({name})", kept=kept)
+
+
+@contextlib.contextmanager
+def drafter_swapped(pair, drafter):
+    """Decode with another drafter inside the block, then restore the pair's own."""
+    saved = pair.drafter
+    pair.drafter = drafter
+    try:
+        yield
+    finally:
+        pair.drafter = saved
+
+
+__all__ = ["IndependentDrafter", "new_caches", "load_drafter", "drafter_swapped", "valid_drafter_name"]

@@ -8,7 +8,12 @@ causal LM fed x_j. f_{j-1} is the target's real feature when the target has alre
 j-1 (the target cache records features, see ``CachedModel(keep_features=True)``), otherwise the head's
 own prediction f̂_{j-1}. An entry built from a predicted feature is recomputed as soon as the real one
 exists (after the next target pass), so the head always conditions on everything the target has verified.
-Token x_0 has no predecessor and gets no entry."""
+Token x_0 has no predecessor and gets no entry.
+
+Devices: the head lives on its ``device`` (the target's first parameter's, i.e. its input embedding's);
+kept ids, output rows, embeddings of fed tokens, the target's recorded features (which sit wherever the
+target's output layer ran, another GPU under ``device_map="auto"``) and positions are all moved or created
+there, and the logits come back there."""
 from __future__ import annotations
 
 import json
@@ -40,20 +45,24 @@ class FeatureHeadDrafter:
         self.device, self.dtype = parameter.device, parameter.dtype
         self.kept_ids = kept_ids.to(self.device)
         self.embedding = target.get_input_embeddings()
-        self.output_rows = target.get_output_embeddings().weight.detach()[self.kept_ids].to(self.dtype)
+        output_weight = target.get_output_embeddings().weight.detach()        # may sit on another GPU
+        self.output_rows = output_weight[self.kept_ids.to(output_weight.device)].to(self.device, self.dtype)
         self.hidden_size = head.config.hidden_size
 
     @classmethod
-    def load(cls, directory, target, vocab_size: int, name: str, dtype=None, max_kept: int | None = None):
-        """Read head_config.json + head.safetensors; ``max_kept`` keeps only the first (most frequent) ids."""
+    def load(cls, directory, target, vocab_size: int, name: str, dtype=None, kept=None):
+        """Read head_config.json + head.safetensors. ``kept``: None keeps the saved ids, N only the first
+        (most frequent) N of them, "all" every id of the vocabulary (the target's rows are all there)."""
         from safetensors.torch import load_file
         directory = Path(directory)
         config = json.loads((directory / CONFIG_FILE).read_text())
         head = FeatureHead(HeadConfig(**config["head"]))
         state = load_file(str(directory / WEIGHTS_FILE))
         kept_ids = state.pop("kept_ids").long()
-        if max_kept:
-            kept_ids = kept_ids[:max_kept]
+        if kept == "all":
+            kept_ids = torch.arange(vocab_size)
+        elif kept:
+            kept_ids = kept_ids[: int(kept)]
         head.load_state_dict(state)
         parameter = next(target.parameters())
         head.to(device=parameter.device, dtype=dtype or parameter.dtype)
@@ -123,7 +132,7 @@ class FeatureHeadCache:
         pieces = [torch.zeros(batch, first - start, self.drafter.hidden_size, dtype=self.drafter.dtype,
                               device=self.device)] if first > start else []
         if real_end > first:
-            features = self.target.features[:, first - 1: real_end - 1].to(self.drafter.dtype)
+            features = self.target.features[:, first - 1: real_end - 1].to(self.device, self.drafter.dtype)
             pieces.append(self._append(features, tokens[:, first - start: real_end - start], first))
             self.real_length = real_end
         for position in range(max(real_end, first), start + count):
@@ -134,7 +143,7 @@ class FeatureHeadCache:
         return torch.cat(pieces, dim=1)
 
     def _append(self, features: torch.Tensor, tokens: torch.Tensor, first_token: int) -> torch.Tensor:
-        embeddings = self.drafter.embedding(tokens).to(self.drafter.dtype)
+        embeddings = self.drafter.embedding(tokens).to(self.device, self.drafter.dtype)
         positions = torch.arange(first_token - 1, first_token - 1 + tokens.shape[1], device=self.device)
         predicted, (keys, values) = self.drafter.head.predict_features(features, embeddings, positions, self.past)
         if self.past is None:

@@ -246,7 +246,7 @@ def extra_instructions(seed: int = 0, max_overlap: float = 0.5) -> list[str]:
 def evaluation_prompts() -> list[str]:
     """Every prompt the project evaluates or benchmarks with: the held-out list plus the prompts in
     assets/prompts/*.jsonl (benchmark and pre-verifier validation sets)."""
-    from ..bench import load_prompts   # the benchmark's own reader of these files
+    from ..prompts import load_prompts
 
     prompts = list(heldout_instructions())
     for path in sorted((Path(__file__).resolve().parents[2] / "assets" / "prompts").glob("*.jsonl")):

@@ -1,0 +1,255 @@
+"""Device check, part 2 (issue 17): where a decoding step's time goes on models of real shapes.
+
+A SmolLM2-1.7B-shaped target (hidden 2048, 24 layers, 32 heads, 32 KV heads, MLP 8192, vocabulary 49152)
+and a SmolLM2-135M-shaped draft (hidden 576, 30 layers, 9 heads, 3 KV heads, MLP 1536), both with RANDOM
+weights in bf16, decode the same random prompt with AR, fixed SD (γ = 4), PACER and SMC-SD (N = 8, K = 4).
+Each step's wall time is split into draft, verify and everything else; overhead = everything else / step.
+
+    python benchmarks/device_check.py             # a GPU (cuda), real shapes, bf16; about 1-2 min on an H200
+    python benchmarks/device_check.py --dry-run   # the CPU, tiny shapes, fp32; seconds (CI runs it)
+
+scripts/device_check.sh runs this after the device test tier. Writes device_check.json and summary.txt to --out.
+
+How a step is timed: draft_seconds and verify_seconds come from the decoders' own events (StepEvent,
+SMCCycleEvent); the step's time is the wall time from the previous event to this one, so "other" is the
+rest of the decoder's loop (committing, cache crops, token texts, event objects, SMC-SD's weights and
+resampling). Both brackets end in host syncs (.item(), .tolist()), so on a GPU they time finished work.
+The first step of every run (the prompt's prefill) is left out. Per method:
+  AR      draft = 0; verify = the target forward plus picking the token.
+  fixed   draft = the drafting loop (draft forwards + sampling); verify = the target forward + acceptance.
+  PACER   as fixed, with the pre-verifier's scoring inside draft.
+  SMC-SD  draft = K batched draft forwards with sampling; verify = the target forward, its log-probs and
+          the bonus tokens; other includes the weights, ESS and resampling.
+Random weights make acceptance near chance, so tokens per step say nothing about a trained pair; the split
+of a step's time is what this measures. This module imports neither tests/ nor gradio.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pacer_core.api import make_decoder  # noqa: E402
+from pacer_core.events import Result  # noqa: E402
+from pacer_core.models import ModelPair  # noqa: E402
+from pacer_core.settings import validate_settings  # noqa: E402
+
+TARGET_SHAPE = {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 32,
+                "num_key_value_heads": 32, "intermediate_size": 8192}
+DRAFT_SHAPE = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
+               "num_key_value_heads": 3, "intermediate_size": 1536}
+VOCAB_SIZE = 49152
+DRY_TARGET_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                    "num_key_value_heads": 2, "intermediate_size": 128}
+DRY_DRAFT_SHAPE = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+                   "num_key_value_heads": 2, "intermediate_size": 64}
+DRY_VOCAB_SIZE = 512
+OVERHEAD_LIMIT = 0.10   # the issue's bar: above it, the per-step Python work needs reducing
+
+
+@dataclass
+class MethodRow:
+    """One method and temperature in the report."""
+    label: str
+    method: str
+    temperature: float
+    overrides: dict
+
+
+ROWS = [MethodRow("ar", "ar", 0.0, {}), MethodRow("fixed:4", "fixed", 0.0, {"gamma": 4}),
+        MethodRow("pacer", "pacer", 0.0, {}),
+        MethodRow("ar T=1", "ar", 1.0, {}), MethodRow("fixed:4 T=1", "fixed", 1.0, {"gamma": 4}),
+        MethodRow("pacer T=1", "pacer", 1.0, {}),
+        MethodRow("smc:8:4 T=1", "smc", 1.0, {"n_particles": 8, "draft_len": 4})]
+
+
+class NumberTokenizer:
+    """Id i ↔ the text 't<i> ': all the decoders need from a tokenizer (decode, token texts)."""
+
+    chat_template = None
+    eos_token_id = None
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def decode(self, ids, skip_special_tokens=False) -> str:
+        return "".join(f"t{int(i)} " for i in ids)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+
+def random_llama(shape: dict, vocab_size: int, device: torch.device, dtype: torch.dtype, seed: int):
+    """A Llama of the given shape with transformers' random initialisation, built directly on ``device``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=vocab_size, max_position_embeddings=8192, tie_word_embeddings=True,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None, **shape)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = LlamaForCausalLM(config)
+    return model.to(dtype).eval()
+
+
+def random_pair(dry_run: bool, device: torch.device, dtype: torch.dtype) -> ModelPair:
+    vocab_size = DRY_VOCAB_SIZE if dry_run else VOCAB_SIZE
+    target = random_llama(DRY_TARGET_SHAPE if dry_run else TARGET_SHAPE, vocab_size, device, dtype, seed=0)
+    draft = random_llama(DRY_DRAFT_SHAPE if dry_run else DRAFT_SHAPE, vocab_size, device, dtype, seed=1)
+    names = ("tiny random target", "tiny random draft") if dry_run else (
+        "random SmolLM2-1.7B-shaped target", "random SmolLM2-135M-shaped draft")
+    return ModelPair.from_models(target, draft, NumberTokenizer(vocab_size), *names, use_chat_template=False)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_run(pair, row: MethodRow, prompt_ids: list[int], max_new_tokens: int, seed: int):
+    """One run: (per-step (step, draft, verify) seconds without the first step, the Result)."""
+    settings = validate_settings(max_new_tokens=max_new_tokens, temperature=row.temperature, seed=seed,
+                                 **row.overrides)
+    decoder = make_decoder(row.method, settings, pair)
+    steps, result = [], None
+    synchronize(pair.device)
+    previous = time.perf_counter()
+    for item in decoder.run(pair, prompt_ids, settings):
+        now = time.perf_counter()
+        if isinstance(item, Result):
+            result = item
+            break
+        steps.append((now - previous, item.draft_seconds, item.verify_seconds))
+        previous = now
+    return steps[1:], result
+
+
+def summarize(row: MethodRow, steps: list[tuple], results: list[Result]) -> dict:
+    """Per-step milliseconds (means over every timed step of every repeat) and the overhead share."""
+    step_total = sum(step for step, _, _ in steps)
+    draft_total = sum(draft for _, draft, _ in steps)
+    verify_total = sum(verify for _, _, verify in steps)
+    other_total = max(step_total - draft_total - verify_total, 0.0)
+    count = max(len(steps), 1)
+    new_tokens = sum(result.metrics.new_tokens for result in results)
+    target_calls = sum(result.metrics.target_calls for result in results)
+    return {"label": row.label, "method": row.method, "temperature": row.temperature, "steps": len(steps),
+            "step_ms": 1e3 * step_total / count, "draft_ms": 1e3 * draft_total / count,
+            "verify_ms": 1e3 * verify_total / count, "other_ms": 1e3 * other_total / count,
+            "median_step_ms": 1e3 * statistics.median(step for step, _, _ in steps) if steps else 0.0,
+            "overhead": other_total / step_total if step_total > 0 else 0.0,
+            "tokens_per_target_call": new_tokens / target_calls if target_calls else 0.0,
+            "tokens_per_s": statistics.median(result.metrics.tokens_per_s for result in results)}
+
+
+def measure(pair, row: MethodRow, prompt_ids: list[int], args) -> dict:
+    timed_run(pair, row, prompt_ids, min(8, args.max_new_tokens), seed=0)      # warm-up (kernels, allocator)
+    steps, results = [], []
+    for repeat in range(args.repeats):
+        run_steps, result = timed_run(pair, row, prompt_ids, args.max_new_tokens, seed=repeat)
+        steps += run_steps
+        results.append(result)
+    return summarize(row, steps, results)
+
+
+def table(rows: list[dict]) -> str:
+    header = (f"{'method':<13} {'steps':>5} {'step ms':>8} {'draft ms':>9} {'verify ms':>9} {'other ms':>9} "
+              f"{'overhead':>8} {'tok/call':>8} {'tok/s':>8}")
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        flag = "  > 10%" if row["overhead"] > OVERHEAD_LIMIT else ""
+        lines.append(f"{row['label']:<13} {row['steps']:>5} {row['step_ms']:>8.2f} {row['draft_ms']:>9.2f} "
+                     f"{row['verify_ms']:>9.2f} {row['other_ms']:>9.2f} {100 * row['overhead']:>7.1f}% "
+                     f"{row['tokens_per_target_call']:>8.2f} {row['tokens_per_s']:>8.1f}{flag}")
+    return "\n".join(lines)
+
+
+def machine(device: torch.device, dtype: torch.dtype) -> dict:
+    import transformers
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    return {"device": str(device), "device_name": name, "dtype": str(dtype).replace("torch.", ""),
+            "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version()}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU in fp32 (CI)")
+    parser.add_argument("--device", default=None, help="default: cuda (the CPU with --dry-run)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default 64 (16 with --dry-run)")
+    parser.add_argument("--prompt-tokens", type=int, default=None, help="default 128 (8 with --dry-run)")
+    parser.add_argument("--repeats", type=int, default=None, help="default 2 (1 with --dry-run)")
+    parser.add_argument("--budget-seconds", type=float, default=360.0, help="skip the remaining rows after this")
+    parser.add_argument("--out", default=None, help="folder for device_check.json and summary.txt")
+    return parser
+
+
+def apply_defaults(args) -> argparse.Namespace:
+    dry = args.dry_run
+    args.device = torch.device(args.device or ("cpu" if dry else "cuda"))
+    args.max_new_tokens = args.max_new_tokens or (16 if dry else 64)
+    args.prompt_tokens = args.prompt_tokens or (8 if dry else 128)
+    args.repeats = args.repeats or (1 if dry else 2)
+    return args
+
+
+def run_check(args) -> dict:
+    started = time.perf_counter()
+    dtype = torch.float32 if args.dry_run else torch.bfloat16
+    if args.dry_run:
+        torch.set_num_threads(1)   # tiny models are dispatch-bound; one thread is fastest on a shared CPU
+    pair = random_pair(args.dry_run, args.device, dtype)
+    prompt_ids = torch.randint(pair.vocab_size, (args.prompt_tokens,), generator=torch.Generator().manual_seed(0)).tolist()
+    rows, skipped = [], []
+    for row in ROWS:
+        if time.perf_counter() - started > args.budget_seconds:
+            skipped.append(row.label)
+            continue
+        rows.append(measure(pair, row, prompt_ids, args))
+        print(f"  {row.label}: {rows[-1]['step_ms']:.2f} ms/step, overhead {100 * rows[-1]['overhead']:.1f}%",
+              flush=True)
+    return {"dry_run": args.dry_run, "machine": machine(args.device, dtype), "target": pair.target_id,
+            "draft": pair.draft_id, "prompt_tokens": args.prompt_tokens, "max_new_tokens": args.max_new_tokens,
+            "repeats": args.repeats, "rows": rows, "skipped": skipped, "overhead_limit": OVERHEAD_LIMIT,
+            "seconds": time.perf_counter() - started}
+
+
+def summary_text(report: dict) -> str:
+    over = [row["label"] for row in report["rows"] if row["overhead"] > OVERHEAD_LIMIT]
+    lines = [f"{report['target']} + {report['draft']} on {report['machine']['device_name']} "
+             f"({report['machine']['device']}, {report['machine']['dtype']}), prompt {report['prompt_tokens']} tokens, "
+             f"{report['max_new_tokens']} new tokens x {report['repeats']} repeat(s), {report['seconds']:.0f} s",
+             table(report["rows"]),
+             f"overhead = other / step time; above {100 * OVERHEAD_LIMIT:.0f}%: {', '.join(over) or 'none'}"]
+    if report["skipped"]:
+        lines.append(f"skipped (time budget): {', '.join(report['skipped'])}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = apply_defaults(build_parser().parse_args(argv))
+    if args.device.type == "cuda" and not torch.cuda.is_available():
+        print("device_check: no CUDA device visible; run with --dry-run for the CPU check.", file=sys.stderr)
+        return 2
+    report = run_check(args)
+    text = summary_text(report)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "device_check.json").write_text(json.dumps(report, indent=2))
+        (out / "summary.txt").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

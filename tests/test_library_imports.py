@@ -1,0 +1,81 @@
+"""The library (pacer_core without pacer_core.ui) imports and decodes without gradio or plotly installed,
+as on a GPU machine that has torch, transformers and pandas but not the UI's packages (issue 17).
+
+A fresh interpreter gets an import hook that makes ``import gradio`` / ``import plotly`` (and their
+submodules) fail as if they were not installed; it then imports the public API and the CLIs' modules and
+runs every decoder on a tiny random Llama pair."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = textwrap.dedent("""
+    import importlib.abc
+    import sys
+
+    BLOCKED = ("gradio", "plotly")
+
+    class NotInstalled(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in BLOCKED:
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)", name=name)
+            return None
+
+    sys.meta_path.insert(0, NotInstalled())
+    for blocked in BLOCKED:
+        try:
+            __import__(blocked)
+        except ImportError:
+            pass
+        else:
+            raise SystemExit(f"the hook failed to block {blocked}")
+
+    import pacer_core
+    from pacer_core import generate, load_pair, stream
+    import pacer_core.analysis, pacer_core.bench, pacer_core.decoders.smc, pacer_core.drafters.feature_head
+    import pacer_core.preverifier.train
+
+    import torch
+    torch.set_num_threads(1)
+    from tiny import tiny_pair
+
+    pair = tiny_pair(scale=4.0)
+    for method, temperature in (("ar", 0.0), ("fixed", 0.0), ("pacer", 0.8), ("smc", 0.8)):
+        result = generate(pair, method, "t3 t4 t5", max_new_tokens=8, temperature=temperature, seed=1)
+        assert len(result.token_ids) == 8, (method, result.token_ids)
+    items = list(stream(pair, "fixed", "t1 t2", max_new_tokens=4))
+    assert items[-1].kind == "result"
+    loaded = sorted(name for name in sys.modules if name.split(".")[0] in BLOCKED and sys.modules[name])
+    assert not loaded, loaded
+    print("library ok without", ", ".join(BLOCKED))
+""")
+
+
+def child_environment(*paths) -> dict:
+    return os.environ | {"PYTHONPATH": os.pathsep.join(str(path) for path in paths), "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def test_library_imports_and_runs_without_gradio_or_plotly():
+    completed = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                               env=child_environment(ROOT, ROOT / "tests"))
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-4000:]
+    assert "library ok without gradio, plotly" in completed.stdout
+
+
+def test_the_ui_is_what_needs_gradio():
+    """The hook really blocks: importing the UI package under it fails on gradio or plotly."""
+    child = CHILD.split("import pacer_core\n")[0] + textwrap.dedent("""
+        try:
+            import pacer_core.ui.layout
+        except ImportError as missing:
+            print("ui needs", missing.name)
+        else:
+            print("ui imported")
+    """)
+    completed = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                               env=child_environment(ROOT))
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    assert "ui needs gradio" in completed.stdout or "ui needs plotly" in completed.stdout
