@@ -16,8 +16,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="PACER Lab: fixed-length SD, PACER and SMC-SD side by side, live.")
     parser.add_argument("--target", default=None, help="target model: hub id, local dir or 'embedded' "
                         "(default: $PACER_TARGET or embedded)")
-    parser.add_argument("--draft", default=None, help="draft model: hub id, local dir or 'embedded' "
-                        "(default: $PACER_DRAFT or embedded)")
+    parser.add_argument("--draft", default=None, help="drafter: hub id or local dir of a draft model, a folder "
+                        "with a trained feature head, or for the embedded target 'embedded' (the shipped default), "
+                        "'embedded-head' or 'embedded-small' (default: $PACER_DRAFT or embedded)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: $PACER_DEVICE or auto)")
     parser.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default: $PACER_DTYPE)")
     parser.add_argument("--device-map", default=None, dest="device_map",
@@ -46,7 +47,8 @@ def main(argv=None) -> int:
         print(f"[pacer] {error}", file=sys.stderr)
         return 2
     info = pair.describe()
-    print(f"[pacer] target {info['target']} | draft {info['draft']} | {info['device']} {info['dtype']}",
+    print(f"[pacer] target {info['target']} | drafter {info['draft']} ({info['drafter']['kind']}) | "
+          f"{info['device']} {info['dtype']}",
           file=sys.stderr, flush=True)
     demo = build_ui(pair)
     serve(demo, host=args.host, port=args.port, concurrency=args.concurrency)

@@ -81,6 +81,47 @@ def greedy_match_flags(pair, prompt_ids, output_ids) -> list[bool]:
     return (draft_logits.argmax(-1) == torch.tensor(list(output_ids))).tolist()
 
 
+@torch.inference_mode()
+def drafted_run_lengths(pair, prompt_ids, output_ids, starts: list[int], max_len: int) -> list[int]:
+    """γ*_t by drafting greedily from each start until the first token that differs from the output: exact
+    for a drafter whose deeper tokens read its own predictions (a feature head), where one teacher-forced
+    pass would only give first-token matches."""
+    from .drafters import new_caches
+    target, _ = new_caches(pair)
+    sequence = list(prompt_ids) + list(output_ids)
+    target.forward(sequence)
+    verified = FeaturePrefix(target.features)
+    draft = pair.drafter.new_cache(verified)
+    lengths = []
+    for start in starts:
+        committed = len(prompt_ids) + start
+        verified.length = committed - 1        # what the target had verified when this step began
+        draft.crop(min(draft.length, committed - 1))
+        drafted = []
+        while len(drafted) < max_len and committed + len(drafted) < len(sequence):
+            token_id = int(draft.feed_sequence(sequence[:committed] + drafted)[-1].argmax())
+            if token_id != sequence[committed + len(drafted)]:
+                break
+            drafted.append(token_id)
+        lengths.append(len(drafted))
+    return lengths
+
+
+class FeaturePrefix:
+    """The target's recorded features seen only up to ``length`` (what a head reads of the target)."""
+
+    def __init__(self, features):
+        self.all_features, self.length = features, 0
+
+    @property
+    def features(self):
+        return self.all_features[:, : self.length]
+
+    @property
+    def feature_length(self) -> int:
+        return self.length
+
+
 def run_lengths(flags: list[bool], starts: list[int], max_len: int) -> list[int]:
     """For each start, the number of consecutive True flags from there, capped at max_len."""
     lengths = []
@@ -107,6 +148,8 @@ def expected_run_lengths(accept_rates: list[float], starts: list[int], max_len: 
 def oracle_lengths(pair, prompt_ids, output_ids, starts, temperature: float = 0.0, top_k: int = 0,
                    top_p: float = 1.0, max_len: int = 16) -> list[float]:
     """γ*_t for every step start (see module docstring for the sampling definition)."""
+    if temperature <= 0 and pair.drafter.reads_target_features:
+        return [float(n) for n in drafted_run_lengths(pair, prompt_ids, output_ids, starts, max_len)]
     if temperature <= 0:
         return [float(n) for n in run_lengths(greedy_match_flags(pair, prompt_ids, output_ids), starts, max_len)]
     draft_probs = logits_to_probs(draft_teacher_forced_logits(pair, prompt_ids, output_ids),

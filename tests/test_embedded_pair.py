@@ -49,9 +49,10 @@ def test_oracle_lengths_are_consistent_with_a_long_fixed_draft(embedded_pair):
     lengths = attach_oracle(embedded_pair, embedded_pair.encode_prompt(PROMPTS[2]), result, max_len=12)
     steps = [event for event in result.events]
     # gamma=12 is a forced long draft: each step's accepted count IS gamma* (unless the budget cut the draft)
-    for event, length in zip(steps, lengths):
-        if event.n_drafted == 12:
-            assert event.n_accepted == int(length)
+    full_drafts = [(event, length) for event, length in zip(steps, lengths) if event.n_drafted == 12]
+    assert full_drafts
+    for event, length in full_drafts:
+        assert event.n_accepted == int(length)
 
 
 def test_smc_runs_on_the_embedded_pair(embedded_pair):

@@ -180,3 +180,14 @@ def test_smc_runs_on_a_head_and_resampling_copies_its_rows(head_pair):
     fresh_head.forward(rows[1:])
     expected = fresh_head.forward(torch.tensor([[7]]))[0, -1]
     assert torch.allclose(copied[0], expected, atol=1e-5) and torch.allclose(copied[1], expected, atol=1e-5)
+
+
+def test_oracle_lengths_of_a_head_match_a_long_fixed_draft(head_pair):
+    from pacer_core.analysis import attach_oracle
+    pair, _ = head_pair
+    *_, result = FixedSpeculative(8).run(pair, [1, 2, 3], validate_settings(max_new_tokens=40))
+    lengths = attach_oracle(pair, [1, 2, 3], result, max_len=8)
+    full_drafts = [(event, length) for event, length in zip(result.events, lengths) if event.n_drafted == 8]
+    assert full_drafts and any(event.n_accepted > 0 for event, _ in full_drafts)
+    for event, length in full_drafts:
+        assert event.n_accepted == int(length)

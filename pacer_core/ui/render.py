@@ -392,12 +392,23 @@ def legend_html() -> str:
             "acceptance probability and block score. Thin bars separate target forward passes.</span></div>")
 
 
+def drafter_text(describe: dict) -> str:
+    """Which drafter runs, in words: a small model of its own, or a head that reads the target."""
+    drafter = describe.get("drafter") or {}
+    if drafter.get("kind") == "feature-head":
+        return (f"{describe.get('draft', '?')}: a 1-layer head that reads the target's hidden state "
+                f"(proposes {drafter.get('kept_ids', 0):,} most frequent ids)")
+    if drafter.get("kind") == "independent":
+        return f"{describe.get('draft', '?')}: a separate small model"
+    return str(describe.get("draft", "?"))
+
+
 def pair_status_html(describe: dict, preverifier_kind: str, smc_available: bool, note: str | None = None) -> str:
     """Model-pair status: names, device, dtype, which pre-verifier PACER uses, SMC availability."""
     trained = preverifier_kind == "trained"
     pv = ("trained pre-verifier layer" if trained else
           "heuristic confidence rule (no trained pre-verifier for this pair)")
-    items = [("Target", describe.get("target", "?")), ("Draft", describe.get("draft", "?")),
+    items = [("Target", describe.get("target", "?")), ("Drafter", drafter_text(describe)),
              ("Device", describe.get("device", "?")), ("dtype", describe.get("dtype", "?")),
              ("PACER pre-verifier", pv)]
     if not smc_available:
