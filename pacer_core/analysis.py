@@ -36,12 +36,12 @@ def _teacher_forced_logits(model, prompt_ids, output_ids, vocab_size) -> torch.T
 
 
 @torch.inference_mode()
-def draft_teacher_forced_logits(pair, prompt_ids, output_ids) -> torch.Tensor:
+def draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support: bool = False) -> torch.Tensor:
     """The drafter's logits predicting each output token given the true prefix: [len(output), V].
     A feature head reads the target's real hidden states here, so these are its first-token
     predictions (deeper drafted tokens read its own predicted states)."""
     from .drafters import new_caches
-    target, draft = new_caches(pair)
+    target, draft = new_caches(pair, full_support)
     ids = list(prompt_ids) + list(output_ids)
     if pair.drafter.reads_target_features:
         target.forward(ids)
@@ -62,12 +62,13 @@ def proposal_divergence(pair, prompt_ids: list[int], output_ids: list[int], temp
                         draft_temperature: float | None = None, top_k: int = 0, top_p: float = 1.0
                         ) -> tuple[float, int]:
     """Sum over the output's positions of KL(p_T || q_Td) in nats (the target's sampling distribution at
-    ``temperature`` against the draft's at ``draft_temperature``, both after top-k/top-p, each given the
+    ``temperature`` against the draft's at ``draft_temperature`` as SMC-SD proposes it (full support: a
+    reduced-vocabulary head keeps a little mass on every id), both after top-k/top-p, each given the
     true prefix), and the number of positions. Divided, it is SMC-SD's per-token proposal divergence."""
     if not output_ids:
         return 0.0, 0
     target_logits = _teacher_forced_logits(pair.target, prompt_ids, output_ids, pair.vocab_size)
-    draft_logits = draft_teacher_forced_logits(pair, prompt_ids, output_ids)
+    draft_logits = draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support=True)
     divergence = proposal_kl(token_log_probs(target_logits, temperature, top_k, top_p),
                              token_log_probs(draft_logits, draft_temperature or temperature, top_k, top_p))
     return float(divergence.sum()), len(output_ids)

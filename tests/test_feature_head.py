@@ -191,3 +191,15 @@ def test_oracle_lengths_of_a_head_match_a_long_fixed_draft(head_pair):
     assert full_drafts and any(event.n_accepted > 0 for event, _ in full_drafts)
     for event, length in full_drafts:
         assert event.n_accepted == int(length)
+
+
+def test_smc_proposal_of_a_reduced_head_keeps_mass_on_every_id():
+    from pacer_core.drafters.feature_head import OFF_VOCABULARY_MASS
+    pair = tiny_pair()
+    pair.drafter = random_head_drafter(pair.target, pair.vocab_size, kept_ids=[1, 5, 9], seed=2)
+    target, head = new_caches(pair, full_support=True)
+    target.forward([3, 4])
+    probs = torch.softmax(head.feed_sequence([3, 4, 6])[-1], -1)
+    assert bool((probs > 0).all())
+    off = probs[[i for i in range(pair.vocab_size) if i not in (1, 5, 9)]].sum()
+    assert abs(float(off) - OFF_VOCABULARY_MASS) < 1e-5

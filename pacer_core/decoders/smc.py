@@ -116,7 +116,7 @@ def start_particles(pair, prompt_ids: list[int], n_particles: int) -> ParticleSt
     """Prefill prompt[:-1] once with batch 1 in both models, then expand the caches to N rows."""
     if not prompt_ids:
         raise ValueError("SMC-SD needs at least one prompt token.")
-    target, draft = new_caches(pair)      # the target runs first below, so a feature head sees its states
+    target, draft = new_caches(pair, full_support=True)   # the target runs first below: a head sees its states
     device = target.device
     expand = torch.zeros(n_particles, dtype=torch.long, device=device)
     if len(prompt_ids) > 1:

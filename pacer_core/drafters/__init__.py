@@ -26,20 +26,21 @@ class IndependentDrafter:
         self.model, self.vocab_size, self.name = model, vocab_size, name
         self.hidden_size = int(getattr(model.config, "hidden_size", 0))
 
-    def new_cache(self, target_cache) -> CachedModel:
-        return CachedModel(self.model, self.vocab_size)
+    def new_cache(self, target_cache, full_support: bool = False) -> CachedModel:
+        return CachedModel(self.model, self.vocab_size)   # a causal LM's softmax already has full support
 
     def describe(self) -> dict:
         return {"kind": self.kind, "name": self.name,
                 "parameters": sum(p.numel() for p in self.model.parameters())}
 
 
-def new_caches(pair, batch_prefix: list[int] | None = None):
+def new_caches(pair, full_support: bool = False):
     """The target's cache and the drafter's cache for one run. A drafter that reads the target's
-    features gets them recorded by the target cache."""
+    features gets them recorded by the target cache. ``full_support``: the drafter's q must be > 0 on
+    every id (SMC-SD's proposal)."""
     drafter = pair.drafter
     target = CachedModel(pair.target, pair.vocab_size, keep_features=drafter.reads_target_features)
-    return target, drafter.new_cache(target)
+    return target, drafter.new_cache(target, full_support)
 
 
 def valid_drafter_name(name: str) -> bool:

@@ -17,6 +17,7 @@ there, and the logits come back there."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -24,6 +25,9 @@ import torch
 from .head_model import FeatureHead, HeadConfig, kept_logits
 
 CONFIG_FILE = "head_config.json"
+# SMC-SD's proposal from a reduced-vocabulary head: this much probability (at T = 1) spread evenly over the
+# ids the head does not propose, so q > 0 everywhere and the importance weights stay finite.
+OFF_VOCABULARY_MASS = 0.01
 WEIGHTS_FILE = "head.safetensors"
 
 
@@ -68,17 +72,26 @@ class FeatureHeadDrafter:
         head.to(device=parameter.device, dtype=dtype or parameter.dtype)
         return cls(head, kept_ids, target, vocab_size, name)
 
-    def new_cache(self, target_cache) -> "FeatureHeadCache":
-        return FeatureHeadCache(self, target_cache)
+    def new_cache(self, target_cache, full_support: bool = False) -> "FeatureHeadCache":
+        """``full_support``: every id keeps some probability (SMC-SD's importance weights need q > 0
+        wherever the target has mass); exact methods do not need it and draft only from the kept ids."""
+        return FeatureHeadCache(self, target_cache, OFF_VOCABULARY_MASS if full_support else 0.0)
 
     def describe(self) -> dict:
         return {"kind": self.kind, "name": self.name, "kept_ids": int(self.kept_ids.numel()),
                 "parameters": sum(p.numel() for p in self.head.parameters())}
 
-    def full_logits(self, predicted_features: torch.Tensor) -> torch.Tensor:
-        """[..., H] predicted features → float32 logits over the whole vocabulary, -inf off the kept ids."""
+    def full_logits(self, predicted_features: torch.Tensor, off_mass: float = 0.0) -> torch.Tensor:
+        """[..., H] predicted features → float32 logits over the whole vocabulary. Ids off the kept set get
+        -inf, or with ``off_mass`` > 0 one shared logit that gives them that much mass in all at T = 1."""
         scores = kept_logits(predicted_features, self.output_rows).float()
-        full = torch.full((*scores.shape[:-1], self.vocab_size), float("-inf"), device=scores.device)
+        off_count = self.vocab_size - self.kept_ids.numel()
+        if off_mass > 0 and off_count:
+            kept_mass_log = torch.logsumexp(scores, dim=-1, keepdim=True)
+            off_logit = kept_mass_log + math.log(off_mass / ((1 - off_mass) * off_count))
+            full = off_logit.expand(*scores.shape[:-1], self.vocab_size).clone()
+        else:
+            full = torch.full((*scores.shape[:-1], self.vocab_size), float("-inf"), device=scores.device)
         return full.index_copy_(-1, self.kept_ids, scores)
 
 
@@ -88,8 +101,8 @@ class FeatureHeadCache:
     Invariant (as for CachedModel): it accounts for the first ``length`` tokens of the sequence; entries
     exist for tokens 1..length-1; the first ``real_length`` tokens' entries used real target features."""
 
-    def __init__(self, drafter: FeatureHeadDrafter, target_cache):
-        self.drafter, self.target = drafter, target_cache
+    def __init__(self, drafter: FeatureHeadDrafter, target_cache, off_mass: float = 0.0):
+        self.drafter, self.target, self.off_mass = drafter, target_cache, off_mass
         self.vocab_size = drafter.vocab_size
         self.device = drafter.device
         self.length = self.real_length = self.calls = 0
@@ -111,7 +124,7 @@ class FeatureHeadCache:
         self.calls += 1
         outputs = self._run(pending, start)                                          # [B, P, H]
         outputs = outputs[:, -fed:]
-        logits = self.drafter.full_logits(outputs)
+        logits = self.drafter.full_logits(outputs, self.off_mass)
         return (logits, outputs.float()) if output_hidden_states else logits
 
     def _stale_tokens(self) -> torch.Tensor:

@@ -8,6 +8,7 @@ target's own greedy output:
   kl_T, one_minus_tv_T  KL(p_T || q_T) and 1 - TV between the target's and the drafter's distributions at
                       temperature T for the first drafted token (true prefix), averaged over positions;
                       1 - TV is the acceptance rate of speculative sampling there
+  smc_kl_0.7          KL(p || q) at T = 0.7 of the proposal SMC-SD draws from (full support)
   cost_ratio          median time of one drafted token / one target step, interleaved, same context
 
   python -m pacer_core.training.compare --drafters small,head,head-8192,head-all --out FILE.json"""
@@ -59,6 +60,8 @@ def divergences(pair, prompt_ids, output_ids) -> dict:
         overlap = torch.minimum(logits_to_probs(target_logits, temperature), logits_to_probs(draft_logits, temperature))
         figures[f"kl_{temperature}"] = kl.tolist()
         figures[f"one_minus_tv_{temperature}"] = overlap.sum(-1).tolist()
+    smc_logits = draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support=True)
+    figures["smc_kl_0.7"] = proposal_kl(token_log_probs(target_logits, 0.7), token_log_probs(smc_logits, 0.7)).tolist()
     return figures
 
 
@@ -102,11 +105,12 @@ def evaluate_drafter(pair, prompts: list[list[int]], references: list[list[int]]
 
 def markdown_table(rows: dict) -> str:
     lines = ["| drafter | agreement at depth 1 / 2 / 3 / 4 | tau (gamma 4) | KL T=0.7 | KL T=1 | 1-TV T=0.7 | "
-             "1-TV T=1 | cost / target step |", "|---" * 8 + "|"]
+             "1-TV T=1 | SMC proposal KL T=0.7 | cost / target step |", "|---" * 9 + "|"]
     for name, row in rows.items():
         depths = " / ".join("-" if value is None else f"{value:.2f}" for value in row["agreement_at_depth"])
         lines.append(f"| {name} | {depths} | {row['tau_gamma4']:.2f} | {row['kl_0.7']:.2f} | {row['kl_1.0']:.2f} | "
-                     f"{row['one_minus_tv_0.7']:.3f} | {row['one_minus_tv_1.0']:.3f} | {row['cost_ratio']:.3f} |")
+                     f"{row['one_minus_tv_0.7']:.3f} | {row['one_minus_tv_1.0']:.3f} | {row['smc_kl_0.7']:.2f} | "
+                     f"{row['cost_ratio']:.3f} |")
     return "\n".join(lines)
 
 
