@@ -44,8 +44,10 @@ class ModelPair:
     vocab_size: int = 0
     use_chat_template: bool = True
     drafter: object = None   # what the decoders draft with (drafters.py); the draft model by default
+    draft_model_id: str = ""  # name of the independent draft model (kept when a head drafts instead)
 
     def __post_init__(self):
+        self.draft_model_id = self.draft_model_id or self.draft_id
         if self.drafter is None and self.draft is not None:
             from .drafters import IndependentDrafter
             self.drafter = IndependentDrafter(self.draft, self.vocab_size, self.draft_id)
@@ -233,6 +235,8 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     pair = ModelPair.from_models(target_model, draft_model, target_tokenizer, target_name, draft_name,
                                  check_tokenizer=False, use_chat_template=use_chat_template)
     pair.device = device if not device_map else pair.device
+    if head_location and draft_location:
+        pair.draft_model_id = resolve_source(embedded.EMBEDDED_SMALL, "draft")[1]
     if head_location:
         try:
             pair.use_head(head_location, draft_name)

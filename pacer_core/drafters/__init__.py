@@ -56,26 +56,27 @@ def load_drafter(pair, name: str, head_dir=None):
     if name == "small":
         if pair.draft is None:
             raise ValueError("The drafter 'small' needs an independent draft model in the pair.")
-        return IndependentDrafter(pair.draft, pair.vocab_size, "small draft model")
-    if head_dir is None:
-        from ..embedded import EmbeddedModelMissing, embedded_head_dir
-        try:
-            head_dir = embedded_head_dir()
-        except EmbeddedModelMissing as missing:
-            raise ValueError(str(missing)) from None
+        return IndependentDrafter(pair.draft, pair.vocab_size, pair.draft_model_id)
+    from ..models import ModelLoadError, resolve_source
+    try:
+        head_dir, head_name = (str(head_dir), str(head_dir)) if head_dir else resolve_source("embedded-head", "draft")
+    except ModelLoadError as missing:
+        raise ValueError(str(missing)) from None
     kept = "all" if name == "head-all" else (int(name[5:]) if name.startswith("head-") else None)
-    return FeatureHeadDrafter.load(head_dir, pair.target, pair.vocab_size, f"feature head ({name})", kept=kept)
+    shown = head_name if kept is None else f"{head_name} [{name}]"
+    return FeatureHeadDrafter.load(head_dir, pair.target, pair.vocab_size, shown, kept=kept)
 
 
 @contextlib.contextmanager
 def drafter_swapped(pair, drafter):
-    """Decode with another drafter inside the block, then restore the pair's own."""
-    saved = pair.drafter
-    pair.drafter = drafter
+    """Decode with another drafter inside the block, then restore the pair's own (the name goes with it,
+    so a pre-verifier trained for that drafter is found)."""
+    saved = pair.drafter, pair.draft_id
+    pair.drafter, pair.draft_id = drafter, drafter.name
     try:
         yield
     finally:
-        pair.drafter = saved
+        pair.drafter, pair.draft_id = saved
 
 
 __all__ = ["IndependentDrafter", "new_caches", "load_drafter", "drafter_swapped", "valid_drafter_name"]
