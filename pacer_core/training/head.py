@@ -123,7 +123,7 @@ def stage_train(args) -> None:
         kept_ids = frequent_ids(training, args.kept_ids, always=tuple(sorted(set(_special_ids(target)))))
         step, history = 0, []
     embedding = target.get_input_embeddings()
-    output_rows = target.get_output_embeddings().weight.detach()[kept_ids].float()
+    output_rows = target.get_output_embeddings().weight.detach()[kept_ids[: args.train_ids]].float()
     optimizer = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0)
     if checkpoint_path.exists():
         optimizer.load_state_dict(state["optimizer"])
@@ -198,7 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     train = stages.add_parser("train", help="fit the head on the written feature shards")
     train.add_argument("--target", default="embedded")
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--kept-ids", type=int, default=16384, help="output ids the head trains on (most frequent)")
+    train.add_argument("--kept-ids", type=int, default=16384, help="output ids the head may propose (most frequent)")
+    train.add_argument("--train-ids", type=int, default=8192,
+                       help="the loss covers the first N kept ids (the output layer dominates a step's cost)")
     train.add_argument("--tokens-per-batch", type=int, default=2048)
     train.add_argument("--max-length", type=int, default=320)
     train.add_argument("--epochs", type=int, default=1)
