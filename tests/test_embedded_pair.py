@@ -60,3 +60,22 @@ def test_smc_runs_on_the_embedded_pair(embedded_pair):
                       draft_len=4, seed=1)
     assert result.info["approximate"] is True and 0 < len(result.token_ids) <= 16
     assert result.to_json()
+
+
+def test_both_embedded_drafters_are_exact(embedded_pair):
+    from pacer_core.drafters import drafter_swapped, load_drafter
+    reference = generate(embedded_pair, "ar", PROMPTS[1], max_new_tokens=24)
+    for name in ("small", "head"):
+        with drafter_swapped(embedded_pair, load_drafter(embedded_pair, name)):
+            result = generate(embedded_pair, "fixed", PROMPTS[1], max_new_tokens=24, gamma=3)
+        assert result.token_ids == reference.token_ids, name
+        assert result.metrics.accepted_tokens > 0, name
+
+
+def test_embedded_drafters_load_by_name():
+    from pacer_core import load_pair
+    head_pair = load_pair("embedded", "embedded-head", device="cpu", dtype="float32")
+    assert head_pair.drafter.kind == "feature-head" and head_pair.draft is not None   # hf baselines keep the model
+    assert head_pair.describe()["drafter"]["kept_ids"] > 0
+    small_pair = load_pair("embedded", "embedded-small", device="cpu", dtype="float32")
+    assert small_pair.drafter.kind == "independent"

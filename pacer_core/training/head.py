@@ -107,31 +107,35 @@ def validate(head, batches, embedding, output_rows, regression_weight) -> dict:
 
 def stage_train(args) -> None:
     torch.manual_seed(args.seed)
-    target, _ = load_target(args.target, "cpu", torch.float32)
+    target, _ = load_target(args.target, args.device, torch.float32)
     sequences = load_shards(WORK_DIR / "features")
     validation, training = sequences[: args.validation_sequences], sequences[args.validation_sequences:]
     log(f"{len(training)} training sequences ({sum(len(s['ids']) for s in training):,} tokens), "
         f"{len(validation)} validation")
     checkpoint_path = WORK_DIR / "checkpoint.pt"
     if checkpoint_path.exists():
-        state = torch.load(checkpoint_path)
+        state = torch.load(checkpoint_path, map_location=args.device)
         head = FeatureHead(HeadConfig(**state["config"]))
         head.load_state_dict(state["head"])
+        head.to(args.device)
         kept_ids, step, history = state["kept_ids"], state["step"], state["history"]
+        if args.restart_lr:
+            step, history = 0, history + [{"round": "restart", "reply_only": args.reply_only}]
     else:
-        head = initial_head(target)
+        head = initial_head(target.cpu()).to(args.device)
+        target.to(args.device)
         kept_ids = frequent_ids(training, args.kept_ids, always=tuple(sorted(set(_special_ids(target)))))
         step, history = 0, []
     embedding = target.get_input_embeddings()
-    output_rows = target.get_output_embeddings().weight.detach()[kept_ids[: args.train_ids]].float()
+    output_rows = target.get_output_embeddings().weight.detach()[kept_ids[: args.train_ids].to(args.device)].float()
     optimizer = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0)
-    if checkpoint_path.exists():
+    if checkpoint_path.exists() and not args.restart_lr:
         optimizer.load_state_dict(state["optimizer"])
     rng = random.Random(args.seed)
     per_epoch = token_batches(training, args.tokens_per_batch, args.max_length, rng)
     total_steps = args.epochs * len(per_epoch)
-    validation_batches = [collate(b, args.max_length) for b in token_batches(validation, args.tokens_per_batch,
-                                                                             args.max_length, random.Random(1))]
+    validation_batches = [collate(b, args.max_length, args.device, args.reply_only) for b in token_batches(
+        validation, args.tokens_per_batch, args.max_length, random.Random(1))]
     deadline = time.time() + args.minutes * 60
     head.train()
     from tqdm import tqdm
@@ -139,7 +143,7 @@ def stage_train(args) -> None:
     while step < total_steps and time.time() < deadline:
         epoch_batches = token_batches(training, args.tokens_per_batch, args.max_length,
                                       random.Random(args.seed + step // len(per_epoch)))
-        batch = collate(epoch_batches[step % len(per_epoch)], args.max_length)
+        batch = collate(epoch_batches[step % len(per_epoch)], args.max_length, args.device, args.reply_only)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, total_steps, args.lr)
         loss, stats = head_losses(head, batch, embedding, output_rows, args.regression_weight)
@@ -171,14 +175,14 @@ def stage_export(args) -> None:
     from safetensors.torch import save_file
 
     from ..drafters.feature_head import CONFIG_FILE, WEIGHTS_FILE
-    state = torch.load(WORK_DIR / "checkpoint.pt")
+    state = torch.load(WORK_DIR / "checkpoint.pt", map_location="cpu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {name: tensor.to(torch.bfloat16).contiguous() for name, tensor in state["head"].items()}
-    tensors["kept_ids"] = state["kept_ids"].to(torch.int32)
+    tensors = {name: tensor.to(torch.bfloat16).contiguous().cpu() for name, tensor in state["head"].items()}
+    tensors["kept_ids"] = state["kept_ids"][: args.kept_ids].to(torch.int32).cpu()
     save_file(tensors, str(out / WEIGHTS_FILE))
     config = {"kind": "feature-head", "target": args.target, "head": state["config"], "trained_steps": state["step"],
-              "kept_ids": int(state["kept_ids"].numel()), "history": state["history"][-1:]}
+              "kept_ids": int(tensors["kept_ids"].numel()), "history": state["history"][-1:]}
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     log(f"exported step {state['step']} to {out}")
 
@@ -198,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = stages.add_parser("train", help="fit the head on the written feature shards")
     train.add_argument("--target", default="embedded")
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--device", default="cpu")
     train.add_argument("--kept-ids", type=int, default=16384, help="output ids the head may propose (most frequent)")
     train.add_argument("--train-ids", type=int, default=8192,
                        help="the loss covers the first N kept ids (the output layer dominates a step's cost)")
@@ -208,10 +213,16 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--regression-weight", type=float, default=1.0)
     train.add_argument("--validation-sequences", type=int, default=64)
     train.add_argument("--every", type=int, default=25, help="validate and checkpoint every N steps")
+    train.add_argument("--reply-only", action="store_true",
+                       help="score only the positions that predict reply tokens (the prompt still gives context)")
+    train.add_argument("--restart-lr", action="store_true",
+                       help="continue from the checkpoint with a fresh schedule of --epochs (a second round)")
     train.add_argument("--minutes", type=float, default=600.0, help="stop (and checkpoint) after this long")
     export = stages.add_parser("export", help="save the trained head (bfloat16) for decoding")
     export.add_argument("--target", default="embedded")
     export.add_argument("--out", default=str(REPO_ROOT / "assets" / "head-smollm2"))
+    export.add_argument("--kept-ids", type=int, default=8192,
+                        help="ids the shipped head proposes (the most frequent; keep those the loss covered)")
     return parser
 
 

@@ -120,8 +120,9 @@ def token_batches(sequences: list[dict], tokens_per_batch: int, max_length: int,
     return batches
 
 
-def collate(batch: list[dict], max_length: int) -> dict:
-    """Right-padded ids [B, L] (long), features [B, L, H] (float32) and a validity mask [B, L]."""
+def collate(batch: list[dict], max_length: int, device="cpu", reply_only: bool = False) -> dict:
+    """Right-padded ids [B, L] (long), features [B, L, H] (float32) and a validity mask [B, L] over the
+    feature positions whose logits the loss scores (``reply_only``: only those scoring reply tokens)."""
     length = min(max(len(s["ids"]) for s in batch), max_length)
     hidden = batch[0]["features"].shape[-1]
     ids = torch.zeros(len(batch), length, dtype=torch.long)
@@ -132,4 +133,6 @@ def collate(batch: list[dict], max_length: int) -> dict:
         ids[row, :size] = sequence["ids"][:size].long()
         features[row, :size] = sequence["features"][:size].float()
         valid[row, :size] = True
-    return {"ids": ids, "features": features, "valid": valid}
+        if reply_only:
+            valid[row, : max(sequence["prompt_len"] - 1, 0)] = False   # f_{P-1} scores the first reply token
+    return {"ids": ids.to(device), "features": features.to(device), "valid": valid.to(device)}

@@ -42,7 +42,7 @@ def head_losses(head, batch: dict, embedding, output_rows: torch.Tensor, regress
     with torch.no_grad():
         next_embeddings = embedding(ids[:, 1:]).float()                    # e(x_1..x_{L-1})
         teacher_logits = features[:, 1:] @ output_rows.t()                  # scores x_2..x_L
-    positions = torch.arange(length - 1)
+    positions = torch.arange(length - 1, device=ids.device)
     predicted, past = head.predict_features(features[:, :-1], next_embeddings, positions)
     valid_first = valid[:, 1:]
     student_logits = predicted @ output_rows.t()
@@ -50,9 +50,9 @@ def head_losses(head, batch: dict, embedding, output_rows: torch.Tensor, regress
             + regression_weight * regression_loss(predicted, features[:, 1:], valid_first))
     stats = {"agree1": agreement(student_logits, teacher_logits, valid_first)}
     if second_pass and length > 2:
-        mask = second_pass_mask(length - 1)
+        mask = second_pass_mask(length - 1).to(ids.device)
         predicted_2, _ = head.predict_features(predicted[:, :-1].detach(), next_embeddings[:, 1:],
-                                               torch.arange(1, length - 1), past, mask)
+                                               torch.arange(1, length - 1, device=ids.device), past, mask)
         valid_second = valid[:, 2:]
         student_logits_2 = predicted_2 @ output_rows.t()
         loss = loss + (distribution_loss(student_logits_2, teacher_logits[:, 1:], valid_second)
