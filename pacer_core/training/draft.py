@@ -707,13 +707,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def ensure_passive_openmp(argv) -> None:
+def ensure_passive_openmp(argv, module: str = "pacer_core.training.draft") -> None:
     """On a shared 2-core CPU, OpenMP's default busy-waiting makes 2-thread torch 5-7x slower whenever
     another process competes (measured: 7.2 s vs 1.0 s per batched decode step). The policy must be set
-    before torch loads, so re-execute once with OMP_WAIT_POLICY=PASSIVE."""
+    before torch loads, so re-execute ``module`` once with OMP_WAIT_POLICY=PASSIVE."""
     if os.environ.get("OMP_WAIT_POLICY") is None:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-        os.execv(sys.executable, [sys.executable, "-m", "pacer_core.training.draft", *argv])
+        os.execv(sys.executable, [sys.executable, "-m", module, *argv])
 
 
 def main(argv=None) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from ..drafters.head_model import FeatureHead, HeadConfig
+from .draft import ensure_passive_openmp
 from .head_data import (collate, frequent_ids, load_shards, read_replies, shard_plan, token_batches,
                         training_sequences, write_shard)
 from .head_loss import head_losses
@@ -226,18 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def ensure_passive_openmp(argv) -> None:
-    """On a shared 2-core CPU OpenMP's busy-waiting slows torch several-fold whenever another process
-    competes; the policy must be set before torch loads, so re-execute once with it."""
-    if os.environ.get("OMP_WAIT_POLICY") is None:
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-        os.execv(sys.executable, [sys.executable, "-m", "pacer_core.training.head", *argv])
-
-
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    ensure_passive_openmp(argv)
+    ensure_passive_openmp(argv, "pacer_core.training.head")
     WORK_DIR.mkdir(parents=True, exist_ok=True)
     {"features": stage_features, "train": stage_train, "export": stage_export}[args.stage](args)
 
