@@ -31,11 +31,9 @@ def sampled_sequences(pair, count: int, length: int, seed: int) -> list[list[int
     sequences = []
     for _ in range(count):
         ids = [int(torch.randint(0, pair.vocab_size, (1,), generator=generator))]
-        logits = pair.target(input_ids=torch.tensor([ids])).logits
         for _ in range(length - 1):
             probs = torch.softmax(pair.target(input_ids=torch.tensor([ids])).logits[0, -1] / 1.5, -1)
             ids.append(int(torch.multinomial(probs, 1, generator=generator)))
-        del logits
         sequences.append(ids)
     return sequences
 
