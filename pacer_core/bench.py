@@ -14,7 +14,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,56 +22,11 @@ import torch
 from .analysis import proposal_divergence, target_log_likelihood
 from .api import make_decoder, prepare_prompt
 from .decoders.oracle import OracleLength
-from .drafters import drafter_swapped, load_drafter, valid_drafter_name
+from .drafters import drafter_swapped, load_drafter
+from .methods import HF_METHODS, MethodSpec, parse_method
 from .models import ModelLoadError, load_pair
 from .prompts import load_prompts
 from .settings import SettingsError, validate_settings
-
-HF_METHODS = ("hf", "hf-assisted", "hf-assisted-dynamic")
-
-
-@dataclass
-class MethodSpec:
-    label: str
-    kind: str                 # ar | fixed | pacer | smc | oracle | hf | hf-assisted | hf-assisted-dynamic
-    overrides: dict = field(default_factory=dict)
-    drafter: str | None = None  # "small", "head", "head-N" (N most frequent ids), "head-all"; None: the pair's
-
-
-def parse_method(text: str) -> MethodSpec:
-    """ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T], oracle,
-    each speculative one optionally followed by @DRAFTER (small, head, head-N, head-all)."""
-    method_text, _, drafter = text.strip().partition("@")
-    spec = _parse_method_name(method_text)
-    if drafter:
-        if spec.kind in ("ar", "hf") or spec.kind.startswith("hf-assisted") or not valid_drafter_name(drafter):
-            raise SettingsError(f"{text!r}: @{drafter} needs a speculative method of ours and one of "
-                                "small, head, head-N, head-all.")
-        spec.label, spec.drafter = text.strip(), drafter
-    return spec
-
-
-def _parse_method_name(text: str) -> MethodSpec:
-    parts = text.strip().split(":")
-    name, numbers = parts[0], parts[1:]
-    try:
-        if name in ("ar", "hf", "hf-assisted-dynamic", "oracle") and not numbers:
-            return MethodSpec(text, name)
-        if name in ("fixed", "hf-assisted") and len(numbers) <= 1:
-            return MethodSpec(text, name, {"gamma": int(numbers[0])} if numbers else {})
-        if name == "pacer" and len(numbers) in (0, 2, 3):
-            keys = ("block_size", "max_draft_len", "threshold")
-            return MethodSpec(text, name, {k: float(v) if k == "threshold" else int(v) for k, v in zip(keys, numbers)})
-        if name == "smc" and len(numbers) in (2, 3):
-            overrides = {"n_particles": int(numbers[0]), "draft_len": int(numbers[1])}
-            if len(numbers) == 3:
-                overrides["draft_temperature"] = float(numbers[2])
-            return MethodSpec(text, name, overrides)
-    except ValueError:
-        pass
-    raise SettingsError(f"Unknown benchmark method {text!r}. Use ar, hf, hf-assisted[:G], hf-assisted-dynamic, "
-                        "fixed:G, pacer[:B:L[:T]], smc:N:K[:DRAFT_T] or oracle.")
-
 
 def select_prompts(prompts: list[dict], per_category: int) -> list[dict]:
     if not per_category:

@@ -11,7 +11,7 @@ import json
 import math
 from pathlib import Path
 
-from ..bench import parse_method
+from ..methods import parse_method
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 MEASURED_RUNS = (RESULTS / "smc-embedded-heldout40" / "results.json",

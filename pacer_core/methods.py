@@ -1,0 +1,59 @@
+"""The method grammar shared by the bench CLI and the UI's measured-results table.
+
+    ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T], oracle
+
+each speculative one optionally followed by @DRAFTER (small, head, head-N, head-all). Example:
+``parse_method("pacer:2:8:0.4@head")`` is a PACER run with block size 2, at most 8 drafted tokens and threshold
+0.4, drafted by the feature head.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .drafters import valid_drafter_name
+from .settings import SettingsError
+
+HF_METHODS = ("hf", "hf-assisted", "hf-assisted-dynamic")
+
+
+@dataclass
+class MethodSpec:
+    label: str
+    kind: str                 # ar | fixed | pacer | smc | oracle | hf | hf-assisted | hf-assisted-dynamic
+    overrides: dict = field(default_factory=dict)
+    drafter: str | None = None  # "small", "head", "head-N" (N most frequent ids), "head-all"; None: the pair's
+
+
+def parse_method(text: str) -> MethodSpec:
+    """ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T], oracle,
+    each speculative one optionally followed by @DRAFTER (small, head, head-N, head-all)."""
+    method_text, _, drafter = text.strip().partition("@")
+    spec = _parse_method_name(method_text)
+    if drafter:
+        if spec.kind in ("ar", "hf") or spec.kind.startswith("hf-assisted") or not valid_drafter_name(drafter):
+            raise SettingsError(f"{text!r}: @{drafter} needs a speculative method of ours and one of "
+                                "small, head, head-N, head-all.")
+        spec.label, spec.drafter = text.strip(), drafter
+    return spec
+
+
+def _parse_method_name(text: str) -> MethodSpec:
+    parts = text.strip().split(":")
+    name, numbers = parts[0], parts[1:]
+    try:
+        if name in ("ar", "hf", "hf-assisted-dynamic", "oracle") and not numbers:
+            return MethodSpec(text, name)
+        if name in ("fixed", "hf-assisted") and len(numbers) <= 1:
+            return MethodSpec(text, name, {"gamma": int(numbers[0])} if numbers else {})
+        if name == "pacer" and len(numbers) in (0, 2, 3):
+            keys = ("block_size", "max_draft_len", "threshold")
+            return MethodSpec(text, name, {k: float(v) if k == "threshold" else int(v) for k, v in zip(keys, numbers)})
+        if name == "smc" and len(numbers) in (2, 3):
+            overrides = {"n_particles": int(numbers[0]), "draft_len": int(numbers[1])}
+            if len(numbers) == 3:
+                overrides["draft_temperature"] = float(numbers[2])
+            return MethodSpec(text, name, overrides)
+    except ValueError:
+        pass
+    raise SettingsError(f"Unknown benchmark method {text!r}. Use ar, hf, hf-assisted[:G], hf-assisted-dynamic, "
+                        "fixed:G, pacer[:B:L[:T]], smc:N:K[:DRAFT_T] or oracle.")
