@@ -36,7 +36,7 @@ CHILD = textwrap.dedent("""
     import pacer_core
     from pacer_core import generate, load_pair, stream
     import pacer_core.analysis, pacer_core.bench, pacer_core.decoders.smc, pacer_core.drafters.feature_head
-    import pacer_core.preverifier.train
+    import pacer_core.training.preverifier
 
     import torch
     torch.set_num_threads(1)

@@ -305,7 +305,7 @@ def test_a_decoder_failing_mid_run_shows_one_line_and_the_app_keeps_serving(wide
 @pytest.mark.parametrize("argv, expected", [
     (["app.py", "--target", "/nonexistent/path"], "does not exist"),
     (["-m", "pacer_core.bench", "--methods", "nope"], "Unknown benchmark method 'nope'"),
-    (["-m", "pacer_core.preverifier.train", "fit", "--work", "/nonexistent/pacer-work"], "collect"),
+    (["-m", "pacer_core.training.preverifier", "fit", "--work", "/nonexistent/pacer-work"], "collect"),
 ], ids=["app-target", "bench-methods", "train-fit-work"])
 def test_cli_errors_are_one_line_without_a_traceback(argv, expected):
     completed = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=180, cwd=ROOT,

@@ -1,9 +1,9 @@
 """Collect pre-verifier training data for any pair and train the layer (ALGORITHMS.md section 3).
 
-    python -m pacer_core.preverifier.train collect --prompts 120 --draft-len 12 --max-new-tokens 64
-    python -m pacer_core.preverifier.train fit
-    python -m pacer_core.preverifier.train threshold      # measured end-to-end speed per threshold
-    python -m pacer_core.preverifier.train all            # the three above in order
+    python -m pacer_core.training.preverifier collect --prompts 120 --draft-len 12 --max-new-tokens 64
+    python -m pacer_core.training.preverifier fit
+    python -m pacer_core.training.preverifier threshold      # measured end-to-end speed per threshold
+    python -m pacer_core.training.preverifier all            # the three above in order
 
 Collection runs greedy speculative decoding with a FORCED draft length L: every step drafts L tokens
 and the target verifies them in one pass, so every drafted token gets labels at once:
@@ -26,9 +26,9 @@ import torch
 from ..decoders.base import DecodeState, DraftBuilder, Proposal
 from ..decoders.fixed import FixedSpeculative
 from ..models import ModelLoadError, load_pair
+from ..preverifier.features import token_features
+from ..preverifier.model import FEATURE_SPEC, PreVerifierLayer, TrainedPreVerifier, pair_slug, save, scalar_features, search_dirs
 from ..settings import SettingsError, validate_settings
-from .features import token_features
-from .model import FEATURE_SPEC, PreVerifierLayer, TrainedPreVerifier, pair_slug, save, scalar_features, search_dirs
 
 WORK_DIR = Path("work/preverifier")
 
@@ -68,7 +68,7 @@ class RecordingDrafter(FixedSpeculative):
 
 
 def collection_prompts(count: int, seed: int) -> list[str]:
-    from ..training.instructions import training_instructions
+    from .instructions import training_instructions
 
     prompts = training_instructions(seed)
     random.Random(seed).shuffle(prompts)
@@ -243,7 +243,7 @@ def export(pair, layer: PreVerifierLayer, metrics: dict, chosen: dict, args) -> 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pacer_core.preverifier.train", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pacer_core.training.preverifier", description=__doc__.split("\n\n")[0])
     parser.add_argument("stage", choices=["collect", "fit", "threshold", "all"])
     parser.add_argument("--target", default="embedded")
     parser.add_argument("--draft", default="embedded")
