@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pacer_core import load_pair
 from pacer_core.preverifier import default_preverifier
-from pacer_core.ui import plots, render, tables
+from pacer_core.ui import columns, plots, tables
 from pacer_core.ui.layout import COLUMN_METHODS, PLOT_INTERVAL_S
 from pacer_core.ui.session import RunSession
 
@@ -29,8 +29,7 @@ def run_once(pair, preverifier, settings, with_ui: bool) -> float:
         if with_ui:
             for method in COLUMN_METHODS:
                 run = session.runs[method]
-                render.column_html(method, run.events, run.result, run.error, running=not run.done,
-                                   smc_texts=run.token_texts)
+                columns.column_html(method, run.events, run.result, run.error, running=not run.done)
             if time.perf_counter() - last_plot > PLOT_INTERVAL_S:
                 runs = session.runs
                 plots.draft_length_figure(runs["fixed"].events, runs["pacer"].events).to_plotly_json()

@@ -1,13 +1,25 @@
 """Typed step events: the only contract between the decoders and everything that shows them.
 
 Every event is a dataclass of plain numbers, strings and lists, so ``asdict`` gives JSON.
-Token states (ALGORITHMS.md section 6): drafted, accepted, rejected, stopped (the block the
-pre-verifier failed; its tokens also carry accepted/rejected once verified), discarded (that block
-in "discard" mode, never verified), corrected, bonus, target (a plain AR token)."""
+Token states are ``TokenState`` (docs/algorithms.md, token states and colours); "stopped" is not a
+state but a flag on the tokens of the block the pre-verifier failed (they also carry accepted or
+rejected once verified)."""
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+
+
+class TokenState(StrEnum):
+    """What happened to one token. A str: ``TokenState.ACCEPTED == "accepted"``, and JSON shows the value."""
+    DRAFTED = "drafted"        # proposed by the draft: not yet verified, or (SMC-SD) kept and reweighted
+    ACCEPTED = "accepted"      # drafted, then accepted by the target
+    REJECTED = "rejected"      # drafted, then rejected by the target
+    DISCARDED = "discarded"    # PACER "discard" mode: the failed block, never sent to the target
+    CORRECTED = "corrected"    # the target's own token in place of the first rejected one
+    BONUS = "bonus"            # the target's extra token after every draft was accepted
+    TARGET = "target"          # produced by the target alone (AR)
 
 
 @dataclass
@@ -15,13 +27,16 @@ class TokenRecord:
     """One token shown in a column, with what the models thought of it."""
     token_id: int
     text: str
-    state: str                          # accepted | rejected | discarded | corrected | bonus | target
+    state: TokenState                   # a plain string is accepted and converted
     draft_prob: float | None = None     # q(x) at the decoding temperature (T=1 softmax when greedy)
     target_prob: float | None = None    # p(x) likewise
     accept_prob: float | None = None    # min(1, p/q); 1/0 under greedy
     block: int | None = None            # PACER block index of a drafted token
     preverifier_prob: float | None = None  # PACER per-token acceptance estimate
     stopped: bool = False               # inside the block the pre-verifier failed
+
+    def __post_init__(self):
+        self.state = TokenState(self.state)
 
 
 @dataclass
@@ -71,6 +86,8 @@ class SMCCycleEvent:
     verify_seconds: float
     total_new_tokens: int               # length of the longest particle's continuation
     leader_text: str = ""               # the currently heaviest particle's full continuation
+    particle_tokens: list[list[TokenRecord]] = field(default_factory=list)  # each particle's new tokens this
+    #                                     cycle, each with its own text: DRAFTED (kept, reweighted) or BONUS
     kind: str = "smc_cycle"
 
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pacer_core.events import BlockDecision, Metrics, Result, SMCCycleEvent, StepEvent, TokenRecord
-from pacer_core.ui import render, tables
+from pacer_core.ui import columns, escape, genealogy, narration, page, tables
 
 ALLOWED_TAGS = {"span", "br", "div", "b", "p"}
 ALLOWED_ATTRS = {"class", "title", "style", "role"}
@@ -97,53 +97,53 @@ def smc_event(texts, step=0, resampled=False, ancestors=None, weights=None):
 
 @pytest.mark.parametrize("text", NASTY)
 def test_escape_text_shows_markup_as_characters(text):
-    out = render.escape_text(text)
+    out = escape.escape_text(text)
     assert_safe(out)
     assert "<script" not in out and "<b>" not in out and "<img" not in out
 
 
 def test_script_and_bold_tags_become_visible_characters():
-    parsed = assert_safe(render.escape_text("<b>hi</b><script>x</script>"))
+    parsed = assert_safe(escape.escape_text("<b>hi</b><script>x</script>"))
     assert "".join(parsed.text) == "<b>hi</b><script>x</script>"
 
 
 def test_entities_are_shown_literally_not_decoded():
-    parsed = assert_safe(render.escape_text("&amp; &lt;b&gt; &#60;"))
+    parsed = assert_safe(escape.escape_text("&amp; &lt;b&gt; &#60;"))
     assert "".join(parsed.text) == "&amp; &lt;b&gt; &#60;"
 
 
 @pytest.mark.parametrize("char", HIDDEN)
 def test_invisible_and_bidi_characters_become_visible_markers(char):
-    out = render.escape_text(f"a{char}b")
+    out = escape.escape_text(f"a{char}b")
     assert char not in out
     visible = "".join(parse(out).text)
     assert visible.startswith("a") and visible.endswith("b") and len(visible) > 2
 
 
 def test_specific_markers():
-    assert "\u27e8U+200B\u27e9" in render.escape_text("\u200b")
-    assert "\u27e8U+202E\u27e9" in render.escape_text("\u202e")
-    assert "\u2400" in render.escape_text("\x00")       # ␀
-    assert "\u241b" in render.escape_text("\x1b")       # ␛
-    out = render.escape_text("line1\nline2\ttab")
+    assert "\u27e8U+200B\u27e9" in escape.escape_text("\u200b")
+    assert "\u27e8U+202E\u27e9" in escape.escape_text("\u202e")
+    assert "\u2400" in escape.escape_text("\x00")       # ␀
+    assert "\u241b" in escape.escape_text("\x1b")       # ␛
+    out = escape.escape_text("line1\nline2\ttab")
     assert "\u21b5" in out and "<br>" in out and "\u2192" in out
 
 
 def test_byte_fallback_replacement_char_is_marked():
-    out = render.escape_text("\ufffd")
+    out = escape.escape_text("\ufffd")
     assert 'class="bytefrag"' in out and "\ufffd" in out
     assert_safe(out)
 
 
 def test_template_characters_are_entities():
-    out = render.escape_text("${value} `x` {{y}}")
+    out = escape.escape_text("${value} `x` {{y}}")
     assert "$" not in out and "{" not in out and "}" not in out and "`" not in out
     assert "".join(parse(out).text) == "${value} `x` {{y}}"
 
 
 @pytest.mark.parametrize("text", NASTY + HIDDEN)
 def test_escape_attr_is_safe_inside_double_quotes(text):
-    markup = f'<span title="{render.escape_attr(text)}">x</span>'
+    markup = f'<span title="{escape.escape_attr(text)}">x</span>'
     parsed = assert_safe(markup)
     assert parsed.tags == ["span"] and parsed.attrs == ["title"]
 
@@ -151,9 +151,9 @@ def test_escape_attr_is_safe_inside_double_quotes(text):
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=40))
 def test_any_text_renders_safely(text):
-    out = render.escape_text(text)
+    out = escape.escape_text(text)
     assert_safe(out)
-    attr = render.escape_attr(text)
+    attr = escape.escape_attr(text)
     assert '"' not in attr and "<" not in attr and ">" not in attr
 
 
@@ -162,7 +162,7 @@ def test_any_text_renders_safely(text):
 @pytest.mark.parametrize("text", NASTY + HIDDEN)
 def test_column_with_hostile_tokens_is_safe(text):
     event = step_event(["ok", text, "<b>fix</b>"], states=["accepted", "rejected", "corrected"])
-    markup = render.column_html("fixed", [event])
+    markup = columns.column_html("fixed", [event])
     parsed = assert_safe(markup)
     states = {value for value in parse(markup).attrs}
     assert "data-state" in states
@@ -177,7 +177,7 @@ def test_token_states_and_tooltips():
               TokenRecord(4, "d", "rejected", 0.4, 0.1, 0.25, block=1, preverifier_prob=0.6, stopped=True),
               TokenRecord(5, "e", "corrected", target_prob=0.7)]
     event = StepEvent("pacer", 1, tokens, [1, 2, 3, 5], "abce", 4, 3, 0.0, 0.0, 8, blocks, "preverifier")
-    markup = render.column_html("pacer", [event])
+    markup = columns.column_html("pacer", [event])
     assert markup.count('data-state="accepted"') == 3
     assert 'data-state="rejected"' in markup and 'data-state="corrected"' in markup
     assert markup.count('data-stopped="1"') == 2 and "tok-stopped" in markup
@@ -190,7 +190,7 @@ def test_smc_column_marks_duplicated_and_resampled_away_and_escapes():
     first = smc_event(["<b>x", "y\u202e", "z", "&amp;"], step=0)
     second = smc_event(["<script>", "q", "r", "s"], step=1, resampled=True, ancestors=[0, 0, 2, 3],
                        weights=[0.7, 0.1, 0.1, 0.1])
-    markup = render.column_html("smc", [first, second])
+    markup = columns.column_html("smc", [first, second])
     assert_safe(markup)
     assert 'data-particle-state="duplicated"' in markup
     assert 'data-particle-state="resampled-away"' in markup
@@ -200,37 +200,55 @@ def test_smc_column_marks_duplicated_and_resampled_away_and_escapes():
 def test_smc_histories_follow_the_genealogy():
     first = smc_event(["a", "b", "c"], step=0, resampled=True, ancestors=[1, 1, 2])
     second = smc_event(["d", "e", "f"], step=1)
-    texts = [[["a"], ["b"], ["c"]], [["d"], ["e"], ["f"]]]
-    histories = render.smc_histories([first, second], texts)
-    assert ["".join(p for p, _, _ in h) for h in histories] == ["bd", "be", "cf"]
+    histories = genealogy.particle_histories([first, second])
+    assert ["".join(piece.token.text for piece in h) for h in histories] == ["bd", "be", "cf"]
+    lines = genealogy.lineage([first, second])
+    assert lines[1].parents == [1, 1, 2] and lines[0].copies == [0, 2, 1]
+    assert lines[0].fates == [genealogy.Fate.RESAMPLED_AWAY, genealogy.Fate.DUPLICATED, genealogy.Fate.KEPT]
+
+
+def test_smc_column_takes_each_tokens_kind_from_the_event():
+    """The decoder says which token was the bonus; the column does not guess from lengths. Particle 2
+    ended after one drafted token (an EOS), so it has no bonus although it grew by as much as particle 1."""
+    tokens = [[TokenRecord(1, "a", "drafted"), TokenRecord(2, "<b>", "bonus")],
+              [TokenRecord(3, "c", "drafted"), TokenRecord(4, "d", "drafted")]]
+    event = smc_event(["a<b>", "cd"], weights=[0.9, 0.1])
+    event.particle_tokens = tokens
+    markup = columns.column_html("smc", [event])
+    assert_safe(markup)
+    leader = markup.split('<div class="tokens">')[1].split("</div>")[0]
+    assert leader.count('data-state="bonus"') == 1 and "&lt;b&gt;" in leader
+    event.weights = [0.1, 0.9]
+    leader = columns.column_html("smc", [event]).split('<div class="tokens">')[1].split("</div>")[0]
+    assert 'data-state="bonus"' not in leader and leader.count('data-state="accepted"') == 2
 
 
 def test_error_box_and_status_and_narration_escape():
-    for markup in (render.error_html("<script>alert(1)</script> & more"),
-                   render.column_html("smc", [], error="bad <img src=x onerror=alert(1)>"),
-                   render.run_status_html("<b>no</b>", "error"),
-                   render.narration_html({"fixed": "chose <b>x</b>\u202e"}),
-                   render.pair_status_html({"target": "<script>t</script>", "draft": "d\u200b", "device": "cpu",
-                                            "dtype": "bfloat16"}, "heuristic", False)):
+    for markup in (columns.error_html("<script>alert(1)</script> & more"),
+                   columns.column_html("smc", [], error="bad <img src=x onerror=alert(1)>"),
+                   page.run_status_html("<b>no</b>", "error"),
+                   narration.narration_html({"fixed": "chose <b>x</b>\u202e"}),
+                   page.pair_status_html({"target": "<script>t</script>", "draft": "d\u200b", "device": "cpu",
+                                            "dtype": "bfloat16"}, "heuristic")):
         assert_safe(markup)
         assert "<script" not in markup and "<img" not in markup
 
 
 def test_pair_status_names_preverifier_kind():
     info = {"target": "T", "draft": "D", "device": "cpu", "dtype": "float32"}
-    assert "heuristic" in render.pair_status_html(info, "heuristic", True)
-    assert "trained pre-verifier" in render.pair_status_html(info, "trained", True)
+    assert "heuristic" in page.pair_status_html(info, "heuristic")
+    assert "trained pre-verifier" in page.pair_status_html(info, "trained")
 
 
 def test_explain_step_sentences():
     blocks = [BlockDecision(0, 3, 0.8, 0.5, True), BlockDecision(1, 3, 0.31, 0.5, False)]
     event = step_event(["a", "b", "c", "d", "e", "f", "g"], method="pacer", blocks=blocks, stop_reason="preverifier",
                        states=["accepted"] * 4 + ["rejected", "rejected", "corrected"])
-    text = render.explain_step(event)
+    text = narration.explain_step(event)
     assert "scored block 2 at 0.31 < 0.50, so drafting stopped" in text
     assert "accepted 4 of 6" in text
-    assert "accepted all 2" in render.explain_step(step_event(["a", "b", "c"]))
-    smc = render.explain_step(smc_event(["a", "b"], resampled=True, ancestors=[0, 0], weights=[0.9, 0.1]))
+    assert "accepted all 2" in narration.explain_step(step_event(["a", "b", "c"]))
+    smc = narration.explain_step(smc_event(["a", "b"], resampled=True, ancestors=[0, 0], weights=[0.9, 0.1]))
     assert "resampled" in smc and "dropped: 2" in smc
 
 
@@ -239,7 +257,7 @@ def test_legend_and_css_use_the_okabe_ito_colours():
     for colour in ("#009E73", "#D55E00", "#E69F00", "#0072B2", "#CC79A7"):
         assert colour in css
     assert "line-through" in css and "dashed" in css
-    legend = render.legend_html()
+    legend = page.legend_html()
     for cls in ("tok-accepted", "tok-rejected", "tok-stopped", "tok-corrected", "particle-duplicated"):
         assert cls in legend
 
@@ -275,10 +293,10 @@ def test_summarize_run_sentence():
     blocks = [BlockDecision(0, 3, 0.2, 0.5, False)]
     events = [step_event(["a", "b", "c", "d"], method="pacer", blocks=blocks, stop_reason="preverifier")]
     result = make_result("pacer", 8, 1.0, 2, alpha=0.75, reason="eos")
-    text = render.summarize_run(result, events)
+    text = narration.summarize_run(result, events)
     assert "8 tokens in 2 target forward passes" in text and "α = 0.75" in text
     assert "cut the draft short in 1 of 1 steps" in text
-    smc = render.summarize_run(make_result("smc", 6, 1.0, 3, alpha=None),
+    smc = narration.summarize_run(make_result("smc", 6, 1.0, 3, alpha=None),
                                [smc_event(["a", "b"], resampled=True, ancestors=[0, 0])])
     assert "resampled in 1 of 1 cycles" in smc
 
@@ -290,7 +308,7 @@ def test_pacer_block_boundaries_are_marked():
                                                                                   stopped=True),
               TokenRecord(5, "e", "corrected")]
     event = StepEvent("pacer", 0, tokens, [1, 2, 3, 5], "abce", 4, 3, 0.0, 0.0, 4, blocks, "preverifier")
-    markup = render.step_html(event)
+    markup = columns.step_html(event)
     assert markup.count('class="block-sep"') == 1
     assert "PACER block 2: score 0.310 vs threshold 0.500" in markup
     assert_safe(markup)
@@ -312,7 +330,7 @@ def test_same_as_ar_for_greedy_runs_only():
 
 
 def test_narration_shows_a_space_token_visibly():
-    text = render.explain_step(step_event(["a", " "], states=["rejected", "corrected"]))
+    text = narration.explain_step(step_event(["a", " "], states=["rejected", "corrected"]))
     assert "\u201c\u2423\u201d" in text
 
 
@@ -322,23 +340,23 @@ def test_pending_step_shows_only_grey_drafts_and_the_draft_narration():
               TokenRecord(3, "c", "rejected", 0.4, 0.1, 0.2, block=1, stopped=True),
               TokenRecord(4, "d", "rejected", block=1, stopped=True), TokenRecord(5, "e", "corrected")]
     event = StepEvent("pacer", 0, tokens, [1, 2, 5], "a<b>e", 4, 2, 0.0, 0.0, 3, blocks, "preverifier")
-    markup = render.column_html("pacer", [event], pending=True)
+    markup = columns.column_html("pacer", [event], pending=True)
     assert_safe(markup)
     assert markup.count('data-state="drafted"') == 4 and 'data-state="corrected"' not in markup
     assert markup.count('data-stopped="1"') == 2 and "p (target)" not in markup
     assert "<b>steps</b>" not in markup and ">0</b>" in markup          # counters exclude the pending step
-    text = render.explain_draft(event)
+    text = narration.explain_draft(event)
     assert "proposed 4 tokens" in text and "0.90, 0.31" in text and "block 2 failed" in text
     smc = [smc_event(["a", "b"], step=0), smc_event(["c", "d"], step=1)]
-    assert render.column_html("smc", smc, pending=True) == render.column_html("smc", smc[:1])
-    assert "Cycle 2: each of 2 particles drafted" in render.explain_draft(smc[1])
+    assert columns.column_html("smc", smc, pending=True) == columns.column_html("smc", smc[:1])
+    assert "Cycle 2: each of 2 particles drafted" in narration.explain_draft(smc[1])
 
 
 def test_finished_smc_column_shows_the_chosen_particle():
     events = [smc_event(["a", "b", "c"], step=0, weights=[0.2, 0.5, 0.3])]
     result = make_result("smc", 2, 1.0, 1, alpha=None)
     result.info = {"chosen_particle": 2, "final": "sample"}
-    markup = render.column_html("smc", events, result, smc_texts=[[["a"], ["b"], ["c"]]])
+    markup = columns.column_html("smc", events, result)
     shown = markup.split('<div class="tokens">')[1].split("</div>")[0]
     assert "".join(parse(shown).text) == "c"
     assert "Output: the particle drawn at random from the final weights (#3)." in markup

@@ -54,7 +54,7 @@ from typing import Iterator
 import torch
 
 from ..drafters import new_caches
-from ..events import Metrics, Result, SMCCycleEvent
+from ..events import Metrics, Result, SMCCycleEvent, TokenRecord, TokenState
 from ..kvcache import CachedModel
 from ..particles import effective_sample_size, normalize_log_weights, systematic_resample
 from ..sampling import token_log_probs
@@ -134,9 +134,17 @@ def start_particles(pair, prompt_ids: list[int], n_particles: int) -> ParticleSt
                          target=target, draft=draft)
 
 
+def new_token_records(pair, token_ids: list[int], n_draft: int) -> list[TokenRecord]:
+    """One particle's new tokens of a cycle, each with its own text: the first ``n_draft`` were drafted
+    (kept and reweighted), the one after them is the target's bonus (absent after an EOS)."""
+    return [TokenRecord(token_id, text, TokenState.DRAFTED if index < n_draft else TokenState.BONUS)
+            for index, (token_id, text) in enumerate(zip(token_ids, pair.token_texts(token_ids)))]
+
+
 @dataclass
 class CycleOutcome:
     new_tokens: list[list[int]]        # each particle's valid new tokens (before resampling)
+    n_draft: int                       # K of this cycle: new_tokens[i][:K] drafted, new_tokens[i][K] the bonus
     draft_seconds: float
     verify_seconds: float
 
@@ -245,7 +253,7 @@ class SMC:
         state.ended_with_eos = state.ended_with_eos | hit_eos
         state.finished = state.finished | hit_eos | (state.lengths >= settings.max_new_tokens)
         new_tokens = [row[:count] for row, count in zip(new_ids.tolist(), new_counts.tolist())]  # two host syncs
-        return CycleOutcome(new_tokens, draft_seconds, verify_seconds)
+        return CycleOutcome(new_tokens, n_draft, draft_seconds, verify_seconds)
 
     # ------------------------------------------------------------------ 5. resampling
     def resample_and_report(self, pair, state: ParticleState, step: int, outcome: CycleOutcome,
@@ -274,7 +282,8 @@ class SMC:
             particle_token_ids=outcome.new_tokens, log_weights=log_weights, weights=weights.tolist(), ess=ess,
             ess_threshold=self.ess_threshold, resampled=resampled, ancestors=ancestors.tolist(), finished=finished,
             draft_seconds=outcome.draft_seconds, verify_seconds=outcome.verify_seconds,
-            total_new_tokens=total_new_tokens, leader_text=leader_text)
+            total_new_tokens=total_new_tokens, leader_text=leader_text,
+            particle_tokens=[new_token_records(pair, ids, outcome.n_draft) for ids in outcome.new_tokens])
 
     # ------------------------------------------------------------------ 6. the output particle
     def choose(self, state: ParticleState, generator: torch.Generator) -> tuple[int, torch.Tensor]:

@@ -19,8 +19,8 @@ import gradio as gr
 
 from ..models import ModelLoadError
 from ..settings import DecodeSettings, Limits, SettingsError
-from . import COLUMN_METHODS, METHOD_LABELS, measured, plots, render, tables
-from .session import RunSession, preverifier_kind, smc_available, user_message
+from . import COLUMN_METHODS, METHOD_LABELS, columns as column_views, measured, narration as narrative, page, plots, tables
+from .session import RunSession, preverifier_kind, user_message
 
 ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
 CSS_PATH = ASSETS / "style.css"
@@ -79,7 +79,6 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             traceback.print_exc(file=sys.stderr)
             preverifier = None
     pv_kind = getattr(preverifier, "kind", None) or preverifier_kind(pair)
-    has_smc = smc_available()
     defaults = DecodeSettings()
     examples = load_examples()
     explain_text = EXPLAIN_PATH.read_text(encoding="utf-8") if EXPLAIN_PATH.exists() else ""
@@ -94,7 +93,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                     "one forward pass. Three ways to use the guesses run side by side on the same prompt, seed and "
                     "temperature: **fixed-length SD**, **PACER** (adaptive length, pre-verification) and "
                     "**SMC-SD** (particles, approximate).", elem_id="pacer-title")
-                gr.HTML(render.pair_status_html(pair.describe(), pv_kind, has_smc, pair_note), elem_id="pair-status")
+                gr.HTML(page.pair_status_html(pair.describe(), pv_kind, pair_note), elem_id="pair-status")
                 with gr.Row(equal_height=False):
                     with gr.Column(scale=4):
                         prompt = gr.Textbox(label="Prompt", lines=2, max_lines=8, elem_id="prompt",
@@ -145,14 +144,14 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                             draft_len = gr.Slider(1, 16, value=defaults.draft_len, step=1, label="Draft length K")
                             ess_threshold = gr.Slider(0.0, 1.0, value=defaults.ess_threshold, step=0.05,
                                                       label="ESS threshold (fraction of N)")
-                gr.HTML(render.legend_html(), elem_id="legend")
-                status = gr.HTML(render.run_status_html("Ready."), elem_id="run-status", label="Run status")
-                narration = gr.HTML(render.narration_html({}), elem_id="narration", label="Step-through narration")
+                gr.HTML(page.legend_html(), elem_id="legend")
+                status = gr.HTML(page.run_status_html("Ready."), elem_id="run-status", label="Run status")
+                narration = gr.HTML(narrative.narration_html({}), elem_id="narration", label="Step-through narration")
                 columns = {}
                 with gr.Row(elem_id="pacer-columns", equal_height=False):
                     for method in COLUMN_METHODS:
                         with gr.Column(min_width=280):
-                            columns[method] = gr.HTML(render.column_html(method, []), elem_id=f"col-{method}",
+                            columns[method] = gr.HTML(column_views.column_html(method, []), elem_id=f"col-{method}",
                                                       label=METHOD_LABELS[method],
                                                       elem_classes=["pacer-col-box"], max_height=520,
                                                       autoscroll=True, container=True, padding=True)
@@ -175,7 +174,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                     download_json = gr.DownloadButton("⬇ JSON trace", value=None, elem_id="download-json")
                     download_csv = gr.DownloadButton("⬇ CSV metrics", value=None, elem_id="download-csv")
             with gr.Tab("Explain", id="explain"):
-                gr.HTML(render.legend_html())
+                gr.HTML(page.legend_html())
                 gr.Markdown(explain_text or "See the README.", elem_id="explain-text")
             with gr.Tab("Pre-verifier calibration", id="calibration"):
                 heldout = getattr(preverifier, "config", {}).get("heldout_metrics") if preverifier else None
@@ -219,10 +218,9 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 if method == "smc" and not run.error:
                     notes.append(measured.smc_column_note(session.pair.describe(), session.settings, session.logliks,
                                                            proposal_kl=session.proposal_kl))
-                out[columns[method]] = render.column_html(method, run.events, run.result, run.error,
+                out[columns[method]] = column_views.column_html(method, run.events, run.result, run.error,
                                                           running=running and not run.done,
-                                                          note=" ".join(notes) or None, pending=method in pending,
-                                                          smc_texts=run.token_texts)
+                                                          note=" ".join(notes) or None, pending=method in pending)
             return out
 
         def render_plots(session: RunSession) -> dict:
@@ -261,7 +259,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 if run.error:
                     lines[method] = run.error
                 elif run.events:
-                    lines[method] = render.explain_step(run.events[-1])
+                    lines[method] = narrative.explain_step(run.events[-1])
             return lines
 
         def summary_lines(session: RunSession) -> dict:
@@ -270,24 +268,24 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 if run.error:
                     lines[method] = run.error
                 elif run.result is not None:
-                    lines[method] = render.summarize_run(run.result, run.events)
+                    lines[method] = narrative.summarize_run(run.result, run.events)
             return lines
 
         def settings_failure(error: Exception, session) -> dict:
             message = user_message(error)
             gr.Warning(html.escape(message))      # the toast renders HTML: show any <...> as characters
-            return {status: render.run_status_html(message, "error"), session_state: session}
+            return {status: page.run_status_html(message, "error"), session_state: session}
 
         def finish_run(session: RunSession, want_ar: bool, started: float | None):
             """After the three columns: the AR baseline (if asked), the oracle, table and exports."""
             if want_ar and not session.cancel.is_set() and not (session.ar and session.ar.done):
-                yield {status: render.run_status_html("Finishing the AR baseline (target alone)…", "busy"),
+                yield {status: page.run_status_html("Finishing the AR baseline (target alone)…", "busy"),
                        table: render_table(session)}
                 for _ in session.ar_steps():
                     pass
             if not session.cancel.is_set():
                 if session.settings["temperature"] > 0:
-                    yield {status: render.run_status_html("Scoring each output under the target (log-likelihood "
+                    yield {status: page.run_status_html("Scoring each output under the target (log-likelihood "
                                                           "per token, for SMC-SD's error)…", "busy")}
                 session.compute_oracle()
                 session.compute_likelihoods()
@@ -302,8 +300,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 message += " " + session.oracle_note
             if session.prompt_note:
                 message += " " + session.prompt_note
-            update = {status: render.run_status_html(message, "error" if len(failed) == len(session.runs) else "done"), table: render_table(session),
-                      session_state: session, narration: render.narration_html(summary_lines(session))}
+            update = {status: page.run_status_html(message, "error" if len(failed) == len(session.runs) else "done"), table: render_table(session),
+                      session_state: session, narration: narrative.narration_html(summary_lines(session))}
             update.update(render_columns(session, running=False))
             update.update(render_plots(session))
             update.update(export_files(session))
@@ -322,7 +320,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                     traceback.print_exc(file=sys.stderr)
                     message = f"Something went wrong: {user_message(error)}"
                     gr.Warning(html.escape(message))
-                    yield {status: render.run_status_html(message, "error")}
+                    yield {status: page.run_status_html(message, "error")}
             return wrapper
 
         @_gpu
@@ -335,8 +333,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 yield settings_failure(error, values[session_state])
                 return
             started = time.perf_counter()
-            update = {session_state: session, narration: render.narration_html({}),
-                      status: render.run_status_html("Running…", "busy"), table: render_table(session)}
+            update = {session_state: session, narration: narrative.narration_html({}),
+                      status: page.run_status_html("Running…", "busy"), table: render_table(session)}
             update.update(render_columns(session, running=True))
             yield update
             last_plot = 0.0
@@ -344,10 +342,10 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 session.advance()
                 update = render_columns(session, running=True)
                 steps = max(len(run.events) for run in session.runs.values())
-                update[status] = render.run_status_html(f"Running… step {steps}", "busy")
+                update[status] = page.run_status_html(f"Running… step {steps}", "busy")
                 if time.perf_counter() - last_plot > PLOT_INTERVAL_S:
                     update.update(render_plots(session))
-                    update[narration] = render.narration_html(latest_lines(session))
+                    update[narration] = narrative.narration_html(latest_lines(session))
                     last_plot = time.perf_counter()
                 yield update
             yield from finish_run(session, bool(values[measure_ar]), started)
@@ -376,13 +374,13 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             for method, event in new_events.items():
                 run = session.runs[method]
                 if event is not None:
-                    lines[method] = render.explain_step(event) if verify_phase else render.explain_draft(event)
+                    lines[method] = narrative.explain_step(event) if verify_phase else narrative.explain_draft(event)
                 elif run.error:
                     lines[method] = run.error
                 else:
                     lines[method] = "finished."
             pending = {m for m, event in (session.pending_verdict or {}).items() if event is not None}
-            update = {session_state: session, narration: render.narration_html(lines)}
+            update = {session_state: session, narration: narrative.narration_html(lines)}
             update.update(render_columns(session, running=not session.finished, pending=pending))
             if not pending:                     # the plots would give the verdict away
                 update.update(render_plots(session))
@@ -392,14 +390,14 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             steps = max(len(run.events) for run in session.runs.values())
             phase = ("drafted; press Step for the target's verdict" if pending
                      else "verified; press Step for the next draft")
-            update[status] = render.run_status_html(f"Step-through: step {steps} {phase}.", "info")
+            update[status] = page.run_status_html(f"Step-through: step {steps} {phase}.", "info")
             update[table] = render_table(session)
             yield update
 
         def stop(session):
             if session is not None:
                 session.stop()
-            return render.run_status_html("Stopping after the current step…", "busy")
+            return page.run_status_html("Stopping after the current step…", "busy")
 
         run_button.click(run_all, inputs=inputs, outputs=outputs, concurrency_id="decode", api_name="run",
                          show_progress="minimal")

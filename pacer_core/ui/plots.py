@@ -9,18 +9,14 @@ import html
 
 import plotly.graph_objects as go
 
-from ..events import SMCCycleEvent, StepEvent
-from .render import plain_visible
+from ..events import SMCCycleEvent, StepEvent, TokenState
+from .columns import DRAFTED_STATES
+from .escape import hover_escape
+from .genealogy import Fate, lineage
 
 METHOD_COLOURS = {"ar": "#000000", "fixed": "#56B4E9", "pacer": "#0072B2", "smc": "#CC79A7", "oracle": "#000000"}
 ACCEPTED, REJECTED, STOPPED, DUPLICATED = "#009E73", "#D55E00", "#E69F00", "#CC79A7"
 PARTICLE_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
-
-
-def hover_escape(text: str) -> str:
-    """Untrusted text for a plotly hover label: invisible characters made visible, markup escaped,
-    and ``%`` doubled-free (we never use hovertemplate)."""
-    return html.escape(plain_visible(text), quote=True)
 
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int = 340) -> go.Figure:
@@ -47,7 +43,7 @@ def _steps(events) -> list[StepEvent]:
 
 
 def _draft_tokens_hover(event: StepEvent) -> str:
-    drafted = [t for t in event.tokens if t.state in ("accepted", "rejected", "discarded")]
+    drafted = [t for t in event.tokens if t.state in DRAFTED_STATES]
     text = "".join(t.text for t in drafted)
     return (f"step {event.step + 1}<br>drafted {event.n_drafted}, accepted {event.n_accepted}<br>"
             f"draft: {hover_escape(text[:80])}")
@@ -64,8 +60,8 @@ def draft_length_figure(fixed_events, pacer_events, oracle: list | None = None,
     for name, label, events, dash in (("fixed", "fixed γ", fixed, "solid"), ("pacer", "PACER", pacer, "solid")):
         if events:
             fig.add_trace(go.Scatter(
-                x=[e.step + 1 for e in events], y=[len([t for t in e.tokens if t.state != "corrected"
-                                                       and t.state != "bonus"]) for e in events],
+                x=[e.step + 1 for e in events],
+                y=[sum(t.state in DRAFTED_STATES for t in e.tokens) for e in events],
                 mode="lines+markers", name=f"{label} (drafted)", line={"color": METHOD_COLOURS[name], "shape": "hv",
                                                                       "dash": dash},
                 hovertext=[_draft_tokens_hover(e) for e in events], hoverinfo="text"))
@@ -90,11 +86,11 @@ def acceptance_by_position(events) -> tuple[list[int], list[float], list[int]]:
     for event in _steps(events):
         position = 0
         for token in event.tokens:
-            if token.state not in ("accepted", "rejected"):
+            if token.state not in (TokenState.ACCEPTED, TokenState.REJECTED):
                 continue
             position += 1
             totals[position] = totals.get(position, 0) + 1
-            accepted[position] = accepted.get(position, 0) + (token.state == "accepted")
+            accepted[position] = accepted.get(position, 0) + (token.state is TokenState.ACCEPTED)
     positions = sorted(totals)
     return positions, [accepted[p] / totals[p] for p in positions], [totals[p] for p in positions]
 
@@ -118,8 +114,9 @@ def acceptance_figure(runs: dict) -> go.Figure:
     return _layout(fig, title, "position in the draft", "accepted")
 
 
-def block_scores_figure(pacer_events, threshold: float | None = None) -> go.Figure:
-    """Every PACER block's pre-verifier score against the threshold (passed green, failed amber)."""
+def block_scores_figure(pacer_events) -> go.Figure:
+    """Every PACER block's pre-verifier score against the threshold (passed green, failed amber); the
+    dashed line is the highest threshold any block was judged by."""
     title = "PACER pre-verifier block scores"
     points = []
     for event in _steps(pacer_events):
@@ -139,8 +136,7 @@ def block_scores_figure(pacer_events, threshold: float | None = None) -> go.Figu
                 hovertext=[f"step {s}, block {b.index + 1} ({b.size} tokens)<br>score {b.score:.3f} vs "
                            f"threshold {b.threshold:.3f}<br>{hover_escape(t[:80])}" for s, b, t in chosen],
                 hoverinfo="text"))
-    thresholds = sorted({b.threshold for _, b, _ in points})
-    line = threshold if threshold is not None else thresholds[-1]
+    line = max(b.threshold for _, b, _ in points)
     fig.add_hline(y=line, line={"color": STOPPED, "dash": "dash"}, annotation_text=f"threshold {line:.2f}",
                   annotation_position="top left")
     fig.update_yaxes(range=[-0.02, 1.05])
@@ -194,44 +190,55 @@ def smc_ess_figure(smc_events) -> go.Figure:
     return _layout(fig, title, "cycle", "ESS")
 
 
+FATE_STYLES = ((Fate.KEPT, "kept", "#0072B2", 1.0), (Fate.DUPLICATED, "duplicated", DUPLICATED, 1.0),
+               (Fate.RESAMPLED_AWAY, "resampled away", "#bbbbbb", 0.6))    # (fate, legend name, colour, opacity)
+
+
+def _genealogy_edges(lines) -> tuple[list, list]:
+    """Plotly line segments (None-separated) from each particle to the one it continues."""
+    edge_x, edge_y = [], []
+    for previous, line in zip(lines, lines[1:]):
+        for row, parent in enumerate(line.parents):
+            edge_x += [previous.event.step + 1, line.event.step + 1, None]
+            edge_y += [parent + 1, row + 1, None]
+    return edge_x, edge_y
+
+
+def _genealogy_nodes(lines, fate: Fate, name: str) -> tuple[list, list, list, list]:
+    """x, y, marker sizes and hover texts of every (cycle, particle) node with this fate."""
+    xs, ys, sizes, texts = [], [], [], []
+    for line in lines:
+        cycle = line.event
+        for row, weight in enumerate(cycle.weights):
+            if line.fates[row] is not fate:
+                continue
+            xs.append(cycle.step + 1)
+            ys.append(row + 1)
+            sizes.append(6 + 22 * weight)
+            new_text = cycle.particle_texts[row][:60] if row < len(cycle.particle_texts) else ""
+            texts.append(f"cycle {cycle.step + 1}, particle {row + 1}<br>weight {weight:.3f} ({name})<br>"
+                         f"{hover_escape(new_text)}")
+    return xs, ys, sizes, texts
+
+
 def smc_genealogy_figure(smc_events) -> go.Figure:
     """Genealogy: a node per (cycle, particle) sized by weight; an edge from each particle to the one it
     descends from in the previous cycle. Duplicated parents purple, dropped ones faded."""
     title = "SMC-SD genealogy"
-    cycles = _cycles(smc_events)
-    if not cycles:
+    lines = lineage(smc_events)
+    if not lines:
         return empty_figure(title, "Which particle descends from which appears here.")
-    edge_x, edge_y = [], []
-    for index, cycle in enumerate(cycles[1:], start=1):
-        previous = cycles[index - 1]
-        parents = previous.ancestors if previous.resampled else list(range(len(cycle.weights)))
-        for row, parent in enumerate(parents[:len(cycle.weights)]):
-            edge_x += [previous.step + 1, cycle.step + 1, None]
-            edge_y += [parent + 1, row + 1, None]
+    edge_x, edge_y = _genealogy_edges(lines)
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=edge_x, y=edge_y, mode="lines", line={"color": "#9a9a9a", "width": 1.5},
                              hoverinfo="skip", showlegend=False))
-    for kind, colour, opacity in (("kept", "#0072B2", 1.0), ("duplicated", DUPLICATED, 1.0),
-                                  ("resampled away", "#bbbbbb", 0.6)):
-        xs, ys, sizes, texts = [], [], [], []
-        for cycle in cycles:
-            counts = [cycle.ancestors.count(i) for i in range(len(cycle.weights))] if cycle.resampled else None
-            for row, weight in enumerate(cycle.weights):
-                state = "kept"
-                if counts is not None:
-                    state = "resampled away" if counts[row] == 0 else "duplicated" if counts[row] > 1 else "kept"
-                if state != kind:
-                    continue
-                xs.append(cycle.step + 1)
-                ys.append(row + 1)
-                sizes.append(6 + 22 * weight)
-                texts.append(f"cycle {cycle.step + 1}, particle {row + 1}<br>weight {weight:.3f} ({state})<br>"
-                             f"{hover_escape(cycle.particle_texts[row][:60] if row < len(cycle.particle_texts) else '')}")
+    for fate, name, colour, opacity in FATE_STYLES:
+        xs, ys, sizes, texts = _genealogy_nodes(lines, fate, name)
         if xs:
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=kind, opacity=opacity,
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=name, opacity=opacity,
                                      marker={"color": colour, "size": sizes, "line": {"width": 1, "color": "#333"}},
                                      hovertext=texts, hoverinfo="text"))
-    n = max(len(c.weights) for c in cycles)
+    n = max(len(line.event.weights) for line in lines)
     fig.update_yaxes(range=[0.5, n + 0.5], dtick=1)
     return _layout(fig, title, "cycle", "particle")
 

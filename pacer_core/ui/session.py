@@ -6,27 +6,18 @@ One ``RunSession`` lives in a ``gr.State`` per browser session (never a global).
 HTML: the renderers turn its events into what is shown."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 
-from ..analysis import proposal_divergence, target_log_likelihood
+from ..analysis import oracle_lengths, proposal_divergence, target_log_likelihood
 from ..api import prepare_prompt, stream
-from ..events import Result, SMCCycleEvent
+from ..events import Result
 from ..models import ModelLoadError
 from ..settings import SettingsError, validate_prompt, validate_settings
 from . import COLUMN_METHODS
-
-
-def smc_available() -> bool:
-    """Whether this build ships the SMC-SD decoder (pacer_core/decoders/smc.py)."""
-    try:
-        return importlib.util.find_spec("pacer_core.decoders.smc") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def preverifier_kind(pair) -> str:
@@ -55,7 +46,6 @@ class MethodRun:
     method: str
     generator: object = None
     events: list = field(default_factory=list)
-    token_texts: list = field(default_factory=list)   # SMC: per cycle, per particle, token texts
     result: Result | None = None
     error: str | None = None
     busy_seconds: float = 0.0
@@ -129,15 +119,7 @@ class RunSession:
             run.generator = None          # frees the decoder's KV caches now, not when the session ends
         else:
             run.events.append(item)
-            if isinstance(item, SMCCycleEvent):
-                run.token_texts.append(self._particle_texts(item))
         return True
-
-    def _particle_texts(self, event: SMCCycleEvent) -> list[list[str]]:
-        try:
-            return [self.pair.token_texts(ids) for ids in event.particle_token_ids]
-        except Exception:  # noqa: BLE001
-            return [[text] for text in event.particle_texts]
 
     def advance(self) -> list[str]:
         """One step of every unfinished method, in column order (then the AR baseline's, if measured)."""
@@ -181,30 +163,19 @@ class RunSession:
             yield self.ar
 
     def compute_oracle(self) -> None:
-        """γ* per PACER step from pacer_core.analysis.oracle_lengths when this build has it: the
-        accepted length of a forced long draft (greedy), or its expectation along the emitted path
-        (sampling). Absent or failing, the plot simply leaves the oracle out."""
+        """γ* per PACER step (pacer_core.analysis.oracle_lengths): the accepted length of a forced long
+        draft (greedy), or its expectation along the emitted path (sampling). If it fails, the plot
+        leaves the oracle out and ``oracle_note`` says why."""
         pacer = self.runs.get("pacer")
         if pacer is None or pacer.result is None or not pacer.events:
-            return
-        try:
-            from ..analysis import oracle_lengths
-        except ImportError:
-            self.oracle_note = "Oracle γ* is not available in this build."
             return
         step_starts = [event.total_new_tokens - len(event.emitted_ids) for event in pacer.events]
         settings = self.settings
         max_len = max(16, int(settings.get("max_draft_len", 16)))
         try:
-            try:
-                lengths = oracle_lengths(self.pair, self.prompt_ids, pacer.result.token_ids, step_starts,
-                                         temperature=settings["temperature"], top_k=settings["top_k"],
-                                         top_p=settings["top_p"], max_len=max_len)
-            except TypeError:   # an engine whose oracle takes only the four positional arguments
-                if settings["temperature"] != 0:
-                    self.oracle_note = "Oracle γ* is shown for greedy runs (temperature 0) only."
-                    return
-                lengths = oracle_lengths(self.pair, self.prompt_ids, pacer.result.token_ids, step_starts)
+            lengths = oracle_lengths(self.pair, self.prompt_ids, pacer.result.token_ids, step_starts,
+                                     temperature=settings["temperature"], top_k=settings["top_k"],
+                                     top_p=settings["top_p"], max_len=max_len)
             self.oracle = [round(float(value), 3) for value in lengths]
             self.oracle_steps = [event.step + 1 for event in pacer.events][: len(self.oracle)]
             self.oracle_greedy = settings["temperature"] == 0

@@ -1,0 +1,52 @@
+"""The page's fixed pieces: the colour legend, the model-pair status line and the run status line.
+Model names, notes and messages are escaped like token text (a hub id or an error can hold markup)."""
+from __future__ import annotations
+
+from .escape import escape_attr, escape_text
+
+LEGEND_ITEMS = (   # (CSS classes, label, hover hint); colours: docs/algorithms.md, token states and colours
+    ("tok tok-drafted", "drafted", "drafted, not yet verified"),
+    ("tok tok-accepted", "accepted", "accepted by the target"),
+    ("tok tok-rejected", "rejected", "rejected by the target"),
+    ("tok tok-accepted tok-stopped", "pre-verifier stop", "in the block PACER's pre-verifier failed"),
+    ("tok tok-corrected", "corrected / bonus", "the target's own token"),
+    ("particle-chip particle-resampled-away", "resampled away", "SMC particle dropped"),
+    ("particle-chip particle-duplicated", "duplicated", "SMC particle copied"),
+)
+
+
+def legend_html() -> str:
+    spans = "".join(f'<span class="legend-item" title="{escape_attr(hint)}"><span class="{cls}">{escape_text(label)}'
+                    "</span></span>" for cls, label, hint in LEGEND_ITEMS)
+    return (f'<div class="pacer-legend">{spans}<span class="legend-hint">Hover a token for q, p, '
+            "acceptance probability and block score. Thin bars separate target forward passes.</span></div>")
+
+
+def drafter_text(describe: dict) -> str:
+    """Which drafter runs, in words: a small model of its own, or a head that reads the target."""
+    drafter = describe.get("drafter") or {}
+    if drafter.get("kind") == "feature-head":
+        return (f"{describe.get('draft', '?')}: a 1-layer head that reads the target's hidden state "
+                f"(proposes {drafter.get('kept_ids', 0):,} most frequent ids)")
+    if drafter.get("kind") == "independent":
+        return f"{describe.get('draft', '?')}: a separate small model"
+    return str(describe.get("draft", "?"))
+
+
+def pair_status_html(describe: dict, preverifier_kind: str, note: str | None = None) -> str:
+    """Model-pair status: names, device, dtype and which pre-verifier PACER uses."""
+    trained = preverifier_kind == "trained"
+    preverifier = ("trained pre-verifier layer" if trained else
+                   "heuristic confidence rule (no trained pre-verifier for this pair)")
+    items = [("Target", describe.get("target", "?")), ("Drafter", drafter_text(describe)),
+             ("Device", describe.get("device", "?")), ("dtype", describe.get("dtype", "?")),
+             ("PACER pre-verifier", preverifier)]
+    parts = "".join(f'<span class="pair-item"><span class="pair-key">{escape_text(key)}</span> '
+                    f'{escape_text(str(value))}</span>' for key, value in items)
+    extra = f'<div class="col-note">{escape_text(note)}</div>' if note else ""
+    return f'<div class="pair-status {"pv-trained" if trained else "pv-heuristic"}">{parts}{extra}</div>'
+
+
+def run_status_html(message: str, kind: str = "info") -> str:
+    """The line under the legend: kind is info, busy, done or error (a CSS class run-<kind>)."""
+    return f'<div class="run-status run-{escape_attr(kind)}">{escape_text(message)}</div>'
