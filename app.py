@@ -21,6 +21,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "'embedded-head' or 'embedded-small' (default: $PACER_DRAFT or embedded)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: $PACER_DEVICE or auto)")
     parser.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default: $PACER_DTYPE)")
+    parser.add_argument("--draft-dtype", default=None, dest="draft_dtype",
+                        help="the drafter's dtype when it should differ from the target's (default: $PACER_DRAFT_DTYPE "
+                        "or the target's); exactness depends only on the target's")
     parser.add_argument("--device-map", default=None, dest="device_map",
                         help="'auto' spreads a target too large for one GPU over all visible GPUs (accelerate)")
     parser.add_argument("--host", default=os.environ.get("PACER_HOST", os.environ.get("GRADIO_SERVER_NAME",
@@ -42,13 +45,13 @@ def main(argv=None) -> int:
     print("[pacer] loading the model pair (once per process)…", file=sys.stderr, flush=True)
     try:
         pair = pair_from_env(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
-                             device_map=args.device_map)
+                             draft_dtype=args.draft_dtype, device_map=args.device_map)
     except ModelLoadError as error:
         print(f"[pacer] {error}", file=sys.stderr)
         return 2
     info = pair.describe()
     print(f"[pacer] target {info['target']} | drafter {info['draft']} ({info['drafter']['kind']}) | "
-          f"{info['device']} {info['dtype']}",
+          f"{info['device']} {info['dtype']} (drafter {info['drafter'].get('dtype', info['dtype'])})",
           file=sys.stderr, flush=True)
     demo = build_ui(pair)
     serve(demo, host=args.host, port=args.port, concurrency=args.concurrency)

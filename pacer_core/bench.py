@@ -274,7 +274,8 @@ def markdown_report(report: dict, columns: list[str]) -> str:
     settings = report["settings"]
     lines = [f"# Benchmark {report['machine']['date']}", "",
              f"Pair: {report['machine']['target']} ← {report['machine']['draft']} on "
-             f"{report['machine']['device']} ({report['machine']['dtype']}), torch {report['machine']['torch']}, "
+             f"{report['machine']['device']} (target {report['machine']['dtype']}, drafter "
+             f"{report['machine']['drafter'].get('dtype', report['machine']['dtype'])}), torch {report['machine']['torch']}, "
              f"transformers {report['machine']['transformers']}, {report['machine']['threads']} threads.",
              f"{settings['prompt_count']} prompts from {settings['prompts']}, max_new_tokens={settings['max_new_tokens']}, "
              f"temperature={settings['temperature']}, repeats={settings['repeats']} (medians), seed={settings['seed']}.",
@@ -320,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--head", default=None, help="feature head folder for @head rows (default: the embedded one)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
+    parser.add_argument("--draft-dtype", default=None, help="the drafter's dtype (default: the target's)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     parser.add_argument("--loglik", action="store_true",
                         help="also report the target's mean log-likelihood per generated token (all repeats)")
@@ -360,7 +362,8 @@ def run_benchmark(args) -> int:
     if any(spec.kind == "oracle" for spec in specs) and not base.greedy:
         raise SettingsError("The oracle method needs --temperature 0.")
     prompts = select_prompts(load_prompts(args.prompts), args.per_category)[: args.limit or None]
-    pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
+    pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype,
+                     draft_dtype=args.draft_dtype)
     from .preverifier import default_preverifier
 
     preverifier = default_preverifier(pair)

@@ -52,11 +52,12 @@ class ModelPair:
             from .drafters import IndependentDrafter
             self.drafter = IndependentDrafter(self.draft, self.vocab_size, self.draft_id)
 
-    def use_head(self, directory, name: str | None = None, kept=None) -> "ModelPair":
-        """Draft with a feature head (a folder with head_config.json) instead of the draft model."""
+    def use_head(self, directory, name: str | None = None, kept=None, dtype=None) -> "ModelPair":
+        """Draft with a feature head (a folder with head_config.json) instead of the draft model;
+        ``dtype``: the head's (default: the target's)."""
         from .drafters.feature_head import FeatureHeadDrafter
         self.drafter = FeatureHeadDrafter.load(directory, self.target, self.vocab_size, name or str(directory),
-                                               kept=kept)
+                                               dtype=dtype, kept=kept)
         self.draft_id = self.drafter.name
         return self
 
@@ -209,12 +210,15 @@ def _load_one(location: str, name: str, role: str, device, dtype, device_map=Non
 
 
 def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dtype=None,
-              use_chat_template: bool = True, device_map: str | None = None) -> ModelPair:
+              use_chat_template: bool = True, device_map: str | None = None, draft_dtype=None) -> ModelPair:
     """Load a target and a draft (hub ids, local dirs or ``embedded``) on one device and dtype.
 
+    ``draft_dtype`` (default: ``dtype``) changes only the drafter's numerics: exactness depends on the
+    target's alone, so e.g. a float32 target with a bfloat16 draft still returns AR's greedy tokens.
     ``device_map="auto"`` spreads a target too large for one GPU over all visible GPUs (accelerate)."""
     device = torch.device(device) if device else default_device()
     dtype = parse_dtype(dtype) or default_dtype(device)
+    draft_dtype = parse_dtype(draft_dtype) or dtype
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("A CUDA device was requested but no GPU is visible.")
     target_location, target_name = resolve_source(target, "target")
@@ -226,7 +230,7 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
         if target_location == str(embedded.converted_target_dir()):
             draft_location, _ = resolve_source(embedded.EMBEDDED_SMALL, "draft")
     if draft_location:
-        draft_model, draft_tokenizer = _load_one(draft_location, draft_name, "draft", device, dtype)
+        draft_model, draft_tokenizer = _load_one(draft_location, draft_name, "draft", device, draft_dtype)
         check_tokenizers_match(target_tokenizer, draft_tokenizer, target_name, draft_name)
         if _parameter_count(draft_model) > _parameter_count(target_model):
             import warnings
@@ -239,7 +243,7 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
         pair.draft_model_id = resolve_source(embedded.EMBEDDED_SMALL, "draft")[1]
     if head_location:
         try:
-            pair.use_head(head_location, draft_name)
+            pair.use_head(head_location, draft_name, dtype=draft_dtype)
         except (OSError, KeyError, RuntimeError, ValueError) as failure:
             raise ModelLoadError(f"Could not load the feature head '{draft_name}': {failure}") from failure
     return pair
@@ -250,10 +254,11 @@ def _parameter_count(model) -> int:
 
 
 def pair_from_env(**overrides) -> ModelPair:
-    """load_pair with PACER_TARGET / PACER_DRAFT / PACER_DEVICE / PACER_DTYPE as defaults."""
+    """load_pair with PACER_TARGET / PACER_DRAFT / PACER_DEVICE / PACER_DTYPE / PACER_DRAFT_DTYPE as defaults."""
     settings = {"target": os.environ.get("PACER_TARGET", "embedded"),
                 "draft": os.environ.get("PACER_DRAFT", "embedded"),
                 "device": os.environ.get("PACER_DEVICE") or None,
-                "dtype": os.environ.get("PACER_DTYPE") or None}
+                "dtype": os.environ.get("PACER_DTYPE") or None,
+                "draft_dtype": os.environ.get("PACER_DRAFT_DTYPE") or None}
     settings.update({k: v for k, v in overrides.items() if v is not None})
     return load_pair(**settings)

@@ -30,7 +30,8 @@ class IndependentDrafter:
         return CachedModel(self.model, self.vocab_size)   # a causal LM's softmax already has full support
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "name": self.name,
+        parameter = next(self.model.parameters())
+        return {"kind": self.kind, "name": self.name, "dtype": str(parameter.dtype).replace("torch.", ""),
                 "parameters": sum(p.numel() for p in self.model.parameters())}
 
 

@@ -79,6 +79,7 @@ class FeatureHeadDrafter:
 
     def describe(self) -> dict:
         return {"kind": self.kind, "name": self.name, "kept_ids": int(self.kept_ids.numel()),
+                "dtype": str(self.dtype).replace("torch.", ""),
                 "parameters": sum(p.numel() for p in self.head.parameters())}
 
     def full_logits(self, predicted_features: torch.Tensor, off_mass: float = 0.0) -> torch.Tensor:
