@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from pacer_core.decoders.smc import SMC, token_log_probs  # noqa: E402
 from pacer_core.settings import DecodeSettings  # noqa: E402
-from tests.enumeration import target_sequence_distribution, total_variation  # noqa: E402
-from tests.tiny import tiny_pair  # noqa: E402
+from pacer_core.testing.enumeration import target_sequence_distribution, total_variation  # noqa: E402
+from pacer_core.testing.tiny import tiny_pair  # noqa: E402
 
 VOCAB, SCALE, DRAFT_NOISE = 6, 10.0, 0.5
 PROMPT = [1, 2]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tiny import tiny_pair
+from pacer_core.testing.tiny import tiny_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")     # offline CI: no telemetry calls
@@ -153,54 +153,32 @@ def test_sessions_advance_interleaved_and_independently():
     assert first.busy_seconds()["fixed"] > 0 and second.busy_seconds()["fixed"] == 0
 
 
-def test_oracle_lengths_used_when_the_engine_provides_them(monkeypatch):
-    import types
-
-    from pacer_core.ui.session import RunSession
-
-    calls = []
-
-    def oracle_lengths(pair, prompt_ids, output_ids, step_starts):
-        calls.append((list(prompt_ids), list(output_ids), list(step_starts)))
-        return [len(output_ids) - start for start in step_starts]
-
-    monkeypatch.setitem(sys.modules, "pacer_core.analysis", types.SimpleNamespace(oracle_lengths=oracle_lengths))
-    session = RunSession(tiny_pair(), "t1 t2", {"max_new_tokens": 6, "temperature": 0.0})
-    while not session.finished:
-        session.advance()
-    session.compute_oracle()
-    assert calls and calls[0][2][0] == 0
-    assert session.oracle[0] == 6 and len(session.oracle_steps) == len(session.oracle)
-    sampled = RunSession(tiny_pair(), "t1 t2", {"max_new_tokens": 4, "temperature": 0.8})
-    while not sampled.finished:
-        sampled.advance()
-    sampled.compute_oracle()          # a four-argument oracle: shown for greedy runs only
-    assert sampled.oracle is None and "greedy" in sampled.oracle_note
-
-
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
-def test_oracle_from_this_build_or_gracefully_absent(temperature):
+def test_oracle_gives_one_length_per_pacer_step(temperature):
+    """γ* is the accepted length of a forced long draft: under greedy decoding PACER drafted a prefix of
+    that same draft, so it can never have accepted more than γ* at any step."""
     from pacer_core.ui.session import RunSession
 
-    session = RunSession(tiny_pair(), "t1 t2", {"max_new_tokens": 5, "temperature": temperature})
+    session = RunSession(tiny_pair(), "t1 t2", {"max_new_tokens": 8, "temperature": temperature})
     while not session.finished:
         session.advance()
     session.compute_oracle()
-    if session.oracle is None:
-        assert session.oracle_note
-    else:
-        assert len(session.oracle) == len(session.runs["pacer"].events)
-        assert all(0 <= value <= 16 for value in session.oracle)
+    steps = session.runs["pacer"].events
+    assert session.oracle_note is None and len(session.oracle) == len(steps)
+    assert session.oracle_steps == [event.step + 1 for event in steps]
+    assert all(0 <= value <= 16 for value in session.oracle)
+    if temperature == 0:
+        assert all(oracle >= event.n_accepted for oracle, event in zip(session.oracle, steps))
 
 
 def test_unexpected_failure_becomes_one_error_line(monkeypatch, client):
-    from pacer_core.ui import render
+    from pacer_core.ui import narration
 
     def broken(*args, **kwargs):
         raise RuntimeError("renderer exploded <b>")
 
-    monkeypatch.setattr(render, "explain_step", broken)
-    monkeypatch.setattr(render, "explain_draft", broken)
+    monkeypatch.setattr(narration, "explain_step", broken)
+    monkeypatch.setattr(narration, "explain_draft", broken)
     out = Api(client, "/step")(**{"Prompt": "t1 t2", "Max new tokens": 3, "Temperature (0 = greedy)": 0.8})
     assert "run-error" in out["Run status"] and "renderer exploded &lt;b&gt;" in out["Run status"]
     monkeypatch.undo()

@@ -7,7 +7,7 @@ from pacer_core import SettingsError
 from pacer_core.bench import loglik_gap_interval, main
 from pacer_core.methods import parse_method
 from test_models import WORDS, save_model, word_tokenizer
-from tiny import noisy_copy, tiny_llama
+from pacer_core.testing.tiny import noisy_copy, tiny_llama
 
 
 def test_parse_method():

@@ -23,8 +23,8 @@ from pacer_core import Autoregressive, FixedSpeculative, Pacer, generate, valida
 from pacer_core.decoders.smc import SMC
 from pacer_core.drafters.feature_head import random_head_drafter
 from pacer_core.preverifier import ConfidencePreVerifier
-from enumeration import chi_square_p_value, target_sequence_distribution
-from tiny import tiny_pair
+from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
+from pacer_core.testing.tiny import tiny_pair
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = [[1, 2, 3], [7, 7, 7, 7, 9], list(range(20))]

@@ -4,7 +4,7 @@ import threading
 import pytest
 
 from pacer_core import generate, stream
-from tiny import tiny_pair
+from pacer_core.testing.tiny import tiny_pair
 
 
 @pytest.mark.parametrize("method", ["ar", "fixed", "pacer", "smc"])

@@ -10,8 +10,8 @@ import torch
 
 from pacer_core import Autoregressive, FixedSpeculative, Pacer, sampling, validate_settings
 from pacer_core.preverifier import ConfidencePreVerifier
-from enumeration import chi_square_p_value, target_sequence_distribution
-from tiny import tiny_pair
+from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
+from pacer_core.testing.tiny import tiny_pair
 
 SIGNIFICANCE = 1e-3
 

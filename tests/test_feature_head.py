@@ -13,8 +13,8 @@ from pacer_core.drafters import new_caches
 from pacer_core.drafters.feature_head import random_head_drafter
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.training.head_loss import head_losses, second_pass_mask
-from enumeration import chi_square_p_value, target_sequence_distribution
-from tiny import tiny_pair
+from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
+from pacer_core.testing.tiny import tiny_pair
 
 SIGNIFICANCE = 1e-3
 PROMPTS = [[1, 2, 3], [5, 9], [7, 7, 7, 7, 9], [11, 40, 2, 63, 8, 0], list(range(20))]

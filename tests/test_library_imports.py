@@ -40,7 +40,7 @@ CHILD = textwrap.dedent("""
 
     import torch
     torch.set_num_threads(1)
-    from tiny import tiny_pair
+    from pacer_core.testing.tiny import tiny_pair
 
     pair = tiny_pair(scale=4.0)
     for method, temperature in (("ar", 0.0), ("fixed", 0.0), ("pacer", 0.8), ("smc", 0.8)):

@@ -8,7 +8,7 @@ from transformers import PreTrainedTokenizerFast
 
 from pacer_core import ModelLoadError, generate, load_pair
 from pacer_core.models import check_tokenizers_match
-from tiny import tiny_llama
+from pacer_core.testing.tiny import tiny_llama
 
 
 def word_tokenizer(words):

@@ -9,8 +9,8 @@ from pacer_core.preverifier import ConfidencePreVerifier, default_preverifier, t
 from pacer_core.preverifier import model as preverifier_model
 from pacer_core.preverifier.model import PreVerifierLayer, TrainedPreVerifier, load, pair_slug, save
 from pacer_core.training.preverifier import reliability, roc_auc
-from enumeration import chi_square_p_value, target_sequence_distribution
-from tiny import tiny_pair
+from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
+from pacer_core.testing.tiny import tiny_pair
 
 
 def random_trained(hidden_size: int, seed: int = 0, threshold: float = 0.5) -> TrainedPreVerifier:

@@ -3,7 +3,7 @@ result; Stop ends a run within about one step; a client that cancels or disconne
 its run going; a decoder failing mid-run shows one error line and the app keeps serving; the CLIs
 report bad arguments in one line without a traceback.
 
-The apps here run in-process on the tiny pair (tests/tiny.py) with a forward pre-hook on the
+The apps here run in-process on the tiny pair (pacer_core/testing/tiny.py) with a forward pre-hook on the
 target model that counts target forward passes and can slow each one down, so "one step" and
 "the run stopped" can be measured on the server side."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from test_app_server import Api, free_port
-from tiny import tiny_pair
+from pacer_core.testing.tiny import tiny_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")

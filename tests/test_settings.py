@@ -6,7 +6,7 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from pacer_core import SettingsError, generate, validate_settings
 from pacer_core.settings import DecodeSettings, Limits, validate_prompt
-from tiny import tiny_pair
+from pacer_core.testing.tiny import tiny_pair
 
 BAD_VALUES = [
     ("max_new_tokens", 0), ("max_new_tokens", -5), ("max_new_tokens", 10**9), ("max_new_tokens", "lots"),
@@ -93,7 +93,7 @@ def test_validator_either_accepts_in_range_or_raises_settings_error(raw):
 @pytest.mark.parametrize("temperature", [1e-40, 1e-30, 1e-3, 0.049])
 def test_tiny_temperatures_are_refused_on_every_method(method, temperature):
     from pacer_core import generate
-    from tiny import tiny_pair
+    from pacer_core.testing.tiny import tiny_pair
     with pytest.raises(SettingsError, match="at least 0.05"):
         generate(tiny_pair(), method, "t1 t2", max_new_tokens=4, temperature=temperature)
 
@@ -101,7 +101,7 @@ def test_tiny_temperatures_are_refused_on_every_method(method, temperature):
 @pytest.mark.parametrize("method", ["ar", "fixed", "pacer", "smc"])
 def test_the_smallest_temperature_runs_on_every_method(method):
     from pacer_core import generate
-    from tiny import tiny_pair
+    from pacer_core.testing.tiny import tiny_pair
     result = generate(tiny_pair(scale=50.0), method, "t1 t2", max_new_tokens=6, temperature=0.05,
                       draft_temperature=0.05 if method == "smc" else None)
     assert len(result.token_ids) == 6

@@ -11,8 +11,8 @@ from pacer_core.decoders.smc import SMC, start_particles, token_log_probs
 from pacer_core.events import Result, SMCCycleEvent
 from pacer_core.models import ModelPair
 from pacer_core.settings import DecodeSettings, SettingsError
-from enumeration import target_sequence_distribution, total_variation
-from tiny import TinyTokenizer, tiny_pair
+from pacer_core.testing.enumeration import target_sequence_distribution, total_variation
+from pacer_core.testing.tiny import TinyTokenizer, tiny_pair
 
 PROMPT = [1, 2, 3]
 

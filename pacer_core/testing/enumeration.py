@@ -5,7 +5,7 @@ import itertools
 
 import torch
 
-from pacer_core.sampling import logits_to_probs
+from ..sampling import logits_to_probs
 
 
 @torch.inference_mode()

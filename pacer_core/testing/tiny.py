@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from ..models import ModelPair
+
 
 class TinyTokenizer:
     """Maps id i to the text 't<i> ' ; enough for decoders that only need decode()."""
@@ -54,8 +56,6 @@ def noisy_copy(model, noise: float, seed: int):
 def tiny_pair(vocab_size=64, target_seed=0, draft_seed=1, eos_token_id=None, scale=1.0, draft_noise=0.3,
               target_layers=2, hidden=32):
     """Target: 2-layer Llama. Draft: a noisy copy of it (draft_noise=None: an unrelated 1-layer model)."""
-    from pacer_core.models import ModelPair
-
     target = tiny_llama(vocab_size, hidden=hidden, layers=target_layers, seed=target_seed, eos_token_id=eos_token_id,
                         scale=scale)
     if draft_noise is None:
