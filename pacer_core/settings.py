@@ -66,7 +66,7 @@ class DecodeSettings:
         return asdict(self)
 
 
-def _as_int(name: str, value, low: int, high: int, label: str) -> int:
+def _as_int(value, low: int, high: int, label: str) -> int:
     if isinstance(value, bool) or value is None:
         raise SettingsError(f"{label} must be a whole number between {low} and {high}.")
     if isinstance(value, float):
@@ -85,7 +85,7 @@ def _as_int(name: str, value, low: int, high: int, label: str) -> int:
     return value
 
 
-def _as_float(name: str, value, low: float, high: float, label: str) -> float:
+def _as_float(value, low: float, high: float, label: str) -> float:
     if isinstance(value, bool) or value is None:
         raise SettingsError(f"{label} must be a number between {low} and {high}.")
     try:
@@ -108,7 +108,7 @@ MIN_TEMPERATURE = 0.05   # logits / T stays far from float overflow (below ~1e-3
 
 def _temperature(value) -> float:
     """0 means greedy; a sampling temperature must be at least MIN_TEMPERATURE."""
-    temperature = _as_float("temperature", value, 0.0, 5.0, "Temperature")
+    temperature = _as_float(value, 0.0, 5.0, "Temperature")
     if 0.0 < temperature < MIN_TEMPERATURE:
         raise SettingsError(f"Temperature must be 0 (greedy) or at least {MIN_TEMPERATURE} (got {value!r}); "
                             "smaller values overflow the softmax.")
@@ -126,23 +126,23 @@ def validate_settings(limits: Limits | None = None, **raw) -> DecodeSettings:
     if "max_new_tokens" not in raw:  # the default never exceeds a Space owner's cap
         values["max_new_tokens"] = min(values["max_new_tokens"], limits.max_new_tokens)
     checked = {
-        "max_new_tokens": _as_int("max_new_tokens", values["max_new_tokens"], 1, limits.max_new_tokens, "Max new tokens"),
+        "max_new_tokens": _as_int(values["max_new_tokens"], 1, limits.max_new_tokens, "Max new tokens"),
         "temperature": _temperature(values["temperature"]),
-        "top_k": _as_int("top_k", values["top_k"], 0, 1_000_000, "Top-k (0 = off)"),
-        "top_p": _as_float("top_p", values["top_p"], 0.01, 1.0, "Top-p"),
-        "seed": _as_int("seed", values["seed"], 0, 2**31 - 1, "Seed"),
-        "gamma": _as_int("gamma", values["gamma"], 1, 32, "Draft length γ"),
-        "block_size": _as_int("block_size", values["block_size"], 1, 16, "Block size"),
-        "max_draft_len": _as_int("max_draft_len", values["max_draft_len"], 1, 64, "Max draft length"),
+        "top_k": _as_int(values["top_k"], 0, 1_000_000, "Top-k (0 = off)"),
+        "top_p": _as_float(values["top_p"], 0.01, 1.0, "Top-p"),
+        "seed": _as_int(values["seed"], 0, 2**31 - 1, "Seed"),
+        "gamma": _as_int(values["gamma"], 1, 32, "Draft length γ"),
+        "block_size": _as_int(values["block_size"], 1, 16, "Block size"),
+        "max_draft_len": _as_int(values["max_draft_len"], 1, 64, "Max draft length"),
         "threshold": None if values["threshold"] is None else
-        _as_float("threshold", values["threshold"], 0.0, 1.0, "Pre-verifier threshold"),
+        _as_float(values["threshold"], 0.0, 1.0, "Pre-verifier threshold"),
         "on_fail": _choice(values["on_fail"], ("submit", "discard"), "On a failed block"),
-        "n_particles": _as_int("n_particles", values["n_particles"], 1, limits.max_particles, "Particles N"),
-        "draft_len": _as_int("draft_len", values["draft_len"], 1, 32, "SMC draft length K"),
-        "ess_threshold": _as_float("ess_threshold", values["ess_threshold"], 0.0, 1.0, "ESS threshold"),
+        "n_particles": _as_int(values["n_particles"], 1, limits.max_particles, "Particles N"),
+        "draft_len": _as_int(values["draft_len"], 1, 32, "SMC draft length K"),
+        "ess_threshold": _as_float(values["ess_threshold"], 0.0, 1.0, "ESS threshold"),
         "draft_temperature": None if values["draft_temperature"] is None else
-        _as_float("draft_temperature", values["draft_temperature"], MIN_TEMPERATURE, 5.0, "Draft temperature"),
-        "power": _as_float("power", values["power"], 0.0, 4.0, "Power exponent"),
+        _as_float(values["draft_temperature"], MIN_TEMPERATURE, 5.0, "Draft temperature"),
+        "power": _as_float(values["power"], 0.0, 4.0, "Power exponent"),
         "final": _choice(values["final"], ("sample", "argmax"), "Final particle choice"),
     }
     if checked["max_draft_len"] < checked["block_size"]:

@@ -8,9 +8,7 @@ __all__ = ["TokenFeatures", "token_features", "ConfidencePreVerifier", "default_
 
 def default_preverifier(pair):
     """The trained layer shipped for this pair when one exists, else the confidence rule."""
-    try:
-        from .model import load_for_pair
-    except ImportError:
-        return ConfidencePreVerifier()
+    from .model import load_for_pair
+
     trained = load_for_pair(pair)
     return trained if trained is not None else ConfidencePreVerifier()
