@@ -121,7 +121,7 @@ def slow_long_run(counting, client, run):
 
 def test_four_clients_at_once_each_get_their_own_exact_result(wide_app, monkeypatch):
     from pacer_core import generate
-    from pacer_core.ui import layout
+    from pacer_core.ui import handlers
     from pacer_core.ui.session import RunSession
 
     counting, url = wide_app
@@ -132,7 +132,7 @@ def test_four_clients_at_once_each_get_their_own_exact_result(wide_app, monkeypa
             windows.setdefault(self.prompt, []).append(time.perf_counter())
             return super().advance()
 
-    monkeypatch.setattr(layout, "RunSession", TimedSession)
+    monkeypatch.setattr(handlers, "RunSession", TimedSession)
     requests = [("t1 t2 t3", 0.0, 0), ("t9 t8", 0.8, 1), ("t20 t21 t22 t23", 0.0, 7), ("t40", 1.2, 123)]
     clients = [client_for(url) for _ in requests]
     apis = [Api(client, "/run") for client in clients]

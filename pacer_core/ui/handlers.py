@@ -1,0 +1,255 @@
+"""What the Run, Step and Stop buttons do, as ordinary functions: plain inputs in, ``ViewUpdate``s out.
+No Gradio here: ``layout`` maps each ViewUpdate onto its components, the tests and
+benchmarks/ui_overhead.py call these functions directly.
+
+Run streams one ViewUpdate per step of the three interleaved decoders (plots and narration at most
+every ``PLOT_INTERVAL_S``), then finishes: the AR baseline if asked, the oracle γ*, the target
+log-likelihoods, the metrics table and the downloads. Step is a two-click state machine per target
+pass (``RunSession.pending_verdict``): first what each draft proposed (grey), then the target's
+verdict. Bad settings give a ViewUpdate with an error line and a warning, never an exception."""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ..models import ModelLoadError
+from ..settings import SettingsError
+from . import COLUMN_METHODS, METHOD_LABELS, columns, measured, narration, page, plots, tables
+from .session import RunSession, user_message
+
+PLOT_INTERVAL_S = 2.0          # redraw plots at most this often while streaming (~30 ms per figure)
+
+
+@dataclass(frozen=True)
+class AppContext:
+    """What every handler of one app shares: the pair loaded once per process and PACER's pre-verifier."""
+    pair: object
+    preverifier: object = None
+    preverifier_kind: str = "heuristic"     # "trained" or "heuristic"
+
+
+@dataclass(frozen=True)
+class PageInputs:
+    """The controls' values for one click."""
+    prompt: str
+    settings: dict              # setting name → control value; threshold None: the pre-verifier's own
+    chat: bool = False
+    measure_ar: bool = True
+
+    def key(self) -> tuple:
+        """Equal to ``RunSession.key()`` of a session started from these inputs."""
+        return (self.prompt, tuple(sorted(self.settings.items())), self.chat)
+
+
+@dataclass
+class ViewUpdate:
+    """What one handler step changes on the page. A field left None keeps what the page shows."""
+    columns: dict[str, str] | None = None       # method → column HTML
+    plots: dict[str, object] | None = None      # plot name (plots_view's keys) → plotly figure
+    status: str | None = None                   # run-status HTML
+    narration: str | None = None                # narration HTML
+    table: object | None = None                 # metrics DataFrame
+    downloads: tuple[str, str] | None = None    # (JSON trace path, CSV metrics path)
+    session: RunSession | None = None           # the session to keep for the next click
+    warning: str | None = None                  # plain text for a toast (escaped by the wiring)
+
+
+# ---------------------------------------------------------------- views of a session
+
+def new_session(context: AppContext, inputs: PageInputs) -> RunSession:
+    """Validates the settings (SettingsError) and encodes the prompt; no model runs yet."""
+    return RunSession(context.pair, inputs.prompt, dict(inputs.settings), chat=bool(inputs.chat),
+                      preverifier=context.preverifier, measure_ar=bool(inputs.measure_ar))
+
+
+def column_note(context: AppContext, session: RunSession, method: str) -> str | None:
+    """The small print under a column: PACER's pre-verifier kind and discard mode, SMC-SD's error."""
+    settings, notes = session.settings, []
+    if method == "pacer" and context.preverifier_kind != "trained":
+        notes.append("Pre-verifier: heuristic confidence rule (no trained layer for this pair).")
+    if method == "pacer" and settings.get("on_fail") == "discard" and settings.get("temperature", 0) > 0:
+        notes.append("Discard mode under sampling is approximate (not lossless).")
+    if method == "smc" and not session.runs[method].error:
+        notes.append(measured.smc_column_note(session.pair.describe(), settings, session.logliks,
+                                              proposal_kl=session.proposal_kl))
+    return " ".join(notes) or None
+
+
+def columns_view(context: AppContext, session: RunSession, running: bool, pending=frozenset()) -> dict[str, str]:
+    """Every column's HTML; methods in ``pending`` show their newest step as drafted, not yet verified."""
+    return {method: columns.column_html(method, run.events, run.result, run.error, running=running and not run.done,
+                                        note=column_note(context, session, method), pending=method in pending)
+            for method, run in session.runs.items()}
+
+
+def plots_view(session: RunSession) -> dict[str, object]:
+    events = {method: run.events for method, run in session.runs.items()}
+    fixed, pacer, smc = events.get("fixed", []), events.get("pacer", []), events.get("smc", [])
+    oracle_label = "oracle γ*" if session.oracle_greedy else "oracle E[γ*] (sampling)"
+    return {"lengths": plots.draft_length_figure(fixed, pacer, session.oracle, session.oracle_steps, oracle_label),
+            "accept": plots.acceptance_figure({"fixed": fixed, "pacer": pacer}),
+            "blocks": plots.block_scores_figure(pacer),
+            "weights": plots.smc_weights_figure(smc),
+            "ess": plots.smc_ess_figure(smc),
+            "genealogy": plots.smc_genealogy_figure(smc)}
+
+
+def table_view(session: RunSession):
+    return tables.metrics_frame(session.results(), session.busy_seconds(), session.statuses(), session.logliks)
+
+
+def export_files(session: RunSession, folder: Path | None = None) -> tuple[str, str]:
+    """The run's JSON trace and CSV metrics, written to a fresh folder; returns both paths."""
+    folder = folder or Path(tempfile.mkdtemp(prefix="pacer-run-"))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    trace_path, csv_path = folder / f"pacer-trace-{stamp}.json", folder / f"pacer-metrics-{stamp}.csv"
+    trace_path.write_text(json.dumps(session.trace(), indent=1, ensure_ascii=False), encoding="utf-8")
+    table_view(session).to_csv(csv_path, index=False)
+    return str(trace_path), str(csv_path)
+
+
+def latest_lines(session: RunSession) -> dict[str, str]:
+    """The narration of each method's most recent step (what the columns just did)."""
+    return {method: run.error or narration.explain_step(run.events[-1])
+            for method, run in session.runs.items() if run.error or run.events}
+
+
+def summary_lines(session: RunSession) -> dict[str, str]:
+    return {method: run.error or narration.summarize_run(run.result, run.events)
+            for method, run in session.runs.items() if run.error or run.result is not None}
+
+
+def error_update(message: str) -> ViewUpdate:
+    return ViewUpdate(status=page.run_status_html(message, "error"), warning=message)
+
+
+def steps_so_far(session: RunSession) -> int:
+    return max((len(run.events) for run in session.runs.values()), default=0)
+
+
+# ---------------------------------------------------------------- finishing a run
+
+def final_status(session: RunSession, started: float | None, now: float) -> str:
+    """The status line once every column is done: time taken or stopped, failures, notes."""
+    message = f"Done in {now - started:.1f} s." if started is not None else "All methods finished (step-through)."
+    if session.cancel.is_set():
+        message = "Stopped."
+    failed = {method: run.error for method, run in session.runs.items() if run.error}
+    for method, error in failed.items():      # one column's failure must not read as a clean "Done"
+        message += f" {METHOD_LABELS.get(method, method)} did not finish: {error}"
+    message += "".join(f" {note}" for note in (session.oracle_note, session.prompt_note) if note)
+    return page.run_status_html(message, "error" if len(failed) == len(session.runs) else "done")
+
+
+def finish_run(context: AppContext, session: RunSession, measure_ar: bool, started: float | None) -> Iterator[ViewUpdate]:
+    """After the three columns: the AR baseline (if asked), the oracle, likelihoods, table and exports."""
+    if measure_ar and not session.cancel.is_set() and not (session.ar and session.ar.done):
+        yield ViewUpdate(status=page.run_status_html("Finishing the AR baseline (target alone)…", "busy"),
+                         table=table_view(session))
+        for _ in session.ar_steps():
+            pass
+    if not session.cancel.is_set():
+        if session.settings["temperature"] > 0:
+            yield ViewUpdate(status=page.run_status_html("Scoring each output under the target (log-likelihood "
+                                                         "per token, for SMC-SD's error)…", "busy"))
+        session.compute_oracle()
+        session.compute_likelihoods()
+    yield ViewUpdate(columns=columns_view(context, session, running=False), plots=plots_view(session),
+                     status=final_status(session, started, time.perf_counter()),
+                     narration=narration.narration_html(summary_lines(session)), table=table_view(session),
+                     downloads=export_files(session), session=session)
+
+
+# ---------------------------------------------------------------- the three buttons
+
+def run(context: AppContext, inputs: PageInputs, plot_interval_s: float = PLOT_INTERVAL_S) -> Iterator[ViewUpdate]:
+    """Run all three methods interleaved, one ViewUpdate per step, then the finished page."""
+    try:
+        session = new_session(context, inputs)
+    except (SettingsError, ModelLoadError) as error:
+        yield error_update(user_message(error))
+        return
+    started = time.perf_counter()
+    yield ViewUpdate(columns=columns_view(context, session, running=True), status=page.run_status_html("Running…", "busy"),
+                     narration=narration.narration_html({}), table=table_view(session), session=session)
+    last_plot = 0.0
+    while not session.finished:
+        session.advance()
+        update = ViewUpdate(columns=columns_view(context, session, running=True),
+                            status=page.run_status_html(f"Running… step {steps_so_far(session)}", "busy"))
+        if time.perf_counter() - last_plot > plot_interval_s:
+            update.plots, update.narration = plots_view(session), narration.narration_html(latest_lines(session))
+            last_plot = time.perf_counter()
+        yield update
+    yield from finish_run(context, session, inputs.measure_ar, started)
+
+
+def session_for_step(context: AppContext, inputs: PageInputs, session: RunSession | None) -> RunSession:
+    """The session a Step click continues: the current one unless it is done, stopped or its inputs changed."""
+    if session is None or session.finished or session.cancel.is_set() or session.key() != inputs.key():
+        return new_session(context, inputs)
+    return session
+
+
+def take_step(session: RunSession) -> tuple[dict, bool]:
+    """One click: the draft phase advances every method to its next event and holds it back as pending;
+    the verify phase releases the pending events. Returns ({method: event or None}, verify phase?)."""
+    if session.pending_verdict is not None:
+        new_events, session.pending_verdict = session.pending_verdict, None
+        return new_events, True
+    new_events = session.advance_until_event()
+    if any(event is not None for event in new_events.values()):
+        session.pending_verdict = new_events
+    return new_events, False
+
+
+def step_lines(session: RunSession, new_events: dict, verify_phase: bool) -> dict[str, str]:
+    explain = narration.explain_step if verify_phase else narration.explain_draft
+    return {method: explain(event) if event is not None else (session.runs[method].error or "finished.")
+            for method, event in new_events.items()}
+
+
+def step(context: AppContext, inputs: PageInputs, session: RunSession | None) -> Iterator[ViewUpdate]:
+    """Advance every method by half a target forward pass (draft, then verdict) and say what happened."""
+    try:
+        session = session_for_step(context, inputs, session)
+    except (SettingsError, ModelLoadError) as error:
+        yield error_update(user_message(error))
+        return
+    new_events, verify_phase = take_step(session)
+    pending = {method for method, event in (session.pending_verdict or {}).items() if event is not None}
+    update = ViewUpdate(columns=columns_view(context, session, running=not session.finished, pending=pending),
+                        narration=narration.narration_html(step_lines(session, new_events, verify_phase)),
+                        session=session)
+    if not pending:                           # the plots would give the verdict away
+        update.plots = plots_view(session)
+    if session.finished and not pending:       # the finished page replaces this step's view
+        yield from finish_run(context, session, inputs.measure_ar, None)
+        return
+    phase = "drafted; press Step for the target's verdict" if pending else "verified; press Step for the next draft"
+    update.status = page.run_status_html(f"Step-through: step {steps_so_far(session)} {phase}.", "info")
+    update.table = table_view(session)
+    yield update
+
+
+def stop(session: RunSession | None) -> ViewUpdate:
+    """Ask the running session to stop after its current step (the run handler then finishes)."""
+    if session is not None:
+        session.stop()
+    return ViewUpdate(status=page.run_status_html("Stopping after the current step…", "busy"))
+
+
+def guarded(updates: Iterator[ViewUpdate]) -> Iterator[ViewUpdate]:
+    """Any unexpected failure becomes one error line and a warning (and a log entry), never an
+    exception in the browser; the app keeps serving."""
+    try:
+        yield from updates
+    except Exception as error:  # noqa: BLE001
+        traceback.print_exc(file=sys.stderr)
+        yield error_update(f"Something went wrong: {user_message(error)}")

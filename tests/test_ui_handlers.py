@@ -1,0 +1,126 @@
+"""The Run, Step and Stop handlers as plain functions on a tiny random pair: no server, no browser.
+They return ViewUpdates; these tests read the column HTML, status lines and downloads from them."""
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from pacer_core.testing.tiny import tiny_pair
+from pacer_core.ui import COLUMN_METHODS, handlers
+from pacer_core.ui.handlers import AppContext, PageInputs, ViewUpdate
+
+
+@pytest.fixture(scope="module")
+def context():
+    return AppContext(tiny_pair())
+
+
+def inputs(prompt="t1 t2", measure_ar=False, **settings) -> PageInputs:
+    return PageInputs(prompt, {"max_new_tokens": 5, "temperature": 0.8, "seed": 3} | settings, chat=False,
+                      measure_ar=measure_ar)
+
+
+def last(updates) -> ViewUpdate:
+    *_, final = updates
+    return final
+
+
+def test_run_streams_every_step_then_the_finished_page(context, tmp_path):
+    updates = list(handlers.run(context, inputs(measure_ar=True), plot_interval_s=0.0))
+    streamed = [update for update in updates if update.columns and "run-busy" in (update.status or "")]
+    assert len(streamed) >= 2 and all(set(update.columns) == set(COLUMN_METHODS) for update in streamed)
+    final = updates[-1]
+    assert "run-done" in final.status and final.session is not None
+    for method in COLUMN_METHODS:
+        assert 'data-state="' in final.columns[method] and "badge-done" in final.columns[method]
+        assert "pacer-error" not in final.columns[method]
+    assert set(final.plots) == {"lengths", "accept", "blocks", "weights", "ess", "genealogy"}
+    assert list(final.table["method"])[0].startswith("Autoregressive")
+    trace = json.loads(open(final.downloads[0], encoding="utf-8").read())
+    assert set(trace["results"]) == {"ar", "fixed", "pacer", "smc"}
+    assert "tau" in open(final.downloads[1], encoding="utf-8").read()
+
+
+def test_greedy_run_finishes_with_smc_refused_in_its_column(context):
+    final = last(handlers.run(context, inputs(temperature=0.0)))
+    assert "run-done" in final.status and "did not finish" in final.status
+    assert "pacer-error" in final.columns["smc"] and "temperature above 0" in final.columns["smc"]
+    assert "pacer-error" not in final.columns["fixed"]
+
+
+@pytest.mark.parametrize("settings, message", [({"temperature": -1.0}, "temperature"),
+                                               ({"max_new_tokens": 0}, "max new tokens")])
+def test_bad_settings_give_one_error_update_not_an_exception(context, settings, message):
+    updates = list(handlers.run(context, inputs(**settings)))
+    assert len(updates) == 1
+    assert "run-error" in updates[0].status and message in updates[0].warning.lower()
+    assert updates[0].session is None              # the page keeps whatever session it had
+
+
+def test_empty_prompt_is_a_clear_message(context):
+    update = last(handlers.step(context, inputs(prompt="   "), None))
+    assert "run-error" in update.status and update.warning
+
+
+def test_step_through_drafts_then_verifies_one_pass_per_two_clicks(context):
+    session, phases = None, []
+    for _ in range(60):
+        update = last(handlers.step(context, inputs(max_new_tokens=8, gamma=2), session))
+        session = update.session
+        if "run-done" in (update.status or ""):
+            break
+        phases.append("drafted;" in update.status)
+        shown_as_drafted = ['data-state="drafted"' in markup for markup in update.columns.values()]
+        assert any(shown_as_drafted) == phases[-1] and (update.plots is None) == phases[-1]
+    else:
+        pytest.fail("step-through never finished")
+    assert phases == [True, False] * (len(phases) // 2)
+    assert all(run.done for run in session.runs.values())
+    steps = max(len(run.events) for run in session.runs.values())
+    assert len(phases) == 2 * steps                # one draft click and one verdict click per target pass
+
+
+def test_step_starts_over_when_the_inputs_change(context):
+    first = last(handlers.step(context, inputs(), None)).session
+    again = last(handlers.step(context, inputs(), first)).session
+    assert again is first
+    changed = last(handlers.step(context, inputs(seed=4), first)).session
+    assert changed is not first
+
+
+def test_stop_halts_a_run_after_the_current_step(context):
+    run = handlers.run(context, inputs(max_new_tokens=60))
+    session = next(run).session
+    next(run)
+    assert "Stopping" in handlers.stop(session).status
+    final = last(run)
+    assert "Stopped." in final.status
+    assert all(run.result is None or run.result.finish_reason == "cancelled" for run in session.runs.values())
+    assert max(len(run.events) for run in session.runs.values()) < 20
+    assert "Stopping" in handlers.stop(None).status    # nothing running: still an answer
+
+
+def test_an_unexpected_failure_becomes_one_error_update(context, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("renderer exploded <b>")
+
+    monkeypatch.setattr(handlers.narration, "explain_draft", broken)
+    update = last(handlers.guarded(handlers.step(context, inputs(), None)))
+    assert "run-error" in update.status and "renderer exploded &lt;b&gt;" in update.status
+    assert update.warning == "Something went wrong: RuntimeError: renderer exploded <b>"
+
+
+def test_column_notes_name_the_heuristic_preverifier_and_discard_mode(context):
+    session = handlers.new_session(context, inputs(on_fail="discard"))
+    note = handlers.column_note(context, session, "pacer")
+    assert "heuristic" in note and "approximate" in note
+    assert handlers.column_note(AppContext(context.pair, preverifier_kind="trained"), session, "fixed") is None
+
+
+def test_sessions_of_two_clicks_do_not_share_a_cancel_flag(context):
+    first = next(handlers.run(context, inputs())).session
+    second = next(handlers.run(context, inputs())).session
+    handlers.stop(first)
+    assert isinstance(first.cancel, threading.Event) and first.cancel.is_set() and not second.cancel.is_set()
