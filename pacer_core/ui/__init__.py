@@ -1,8 +1,11 @@
 """The live explainer: pure renderers (events → escaped HTML, plotly figures, metrics tables), the
-per-session run state, and ``build_ui(pair)`` that lays out the Gradio app and wires its events.
+per-session run state, the button handlers, and ``build_ui(pair)`` that lays out the Gradio app and
+wires its events.
 
-Data flows one way: decoders yield events → ``session`` collects them → ``render``/``plots``/``tables``
-turn them into what the browser shows. Nothing here touches a KV cache."""
+Data flows one way: decoders yield events → ``session`` collects them → ``handlers`` turn each click
+into ``ViewUpdate``s built by the renderers (``columns``, ``smc_panel``, ``narration``, ``page``,
+``plots``, ``tables``; all untrusted text through ``escape``) → ``layout`` puts them on the page.
+Only ``layout`` imports Gradio. Nothing here touches a KV cache."""
 
 METHOD_LABELS = {
     "ar": "Autoregressive (AR)",
