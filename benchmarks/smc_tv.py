@@ -1,4 +1,4 @@
-"""How far is SMC-SD from the target's distribution, and does the gap shrink with N? (ALGORITHMS.md §7)
+"""How far is SMC-SD from the target's distribution, and does the gap shrink with N? (docs/algorithms.md#smc-sd)
 
 On a tiny random Llama pair with a 6-token vocabulary, the exact distribution of the first 3 generated
 tokens is enumerated from the target (216 outcomes). SMC-SD (Emara et al. 2026, arXiv 2604.15672; an

@@ -93,7 +93,7 @@ class SMCCycleEvent:
 
 @dataclass
 class Metrics:
-    """Names as in ALGORITHMS.md section 5."""
+    """Names as in docs/algorithms.md#metrics."""
     tau: float
     alpha: float | None
     target_calls: int

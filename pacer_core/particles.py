@@ -1,8 +1,8 @@
 """Pure math of SMC-SD's particles: normalised weights, effective sample size, systematic resampling,
 and the divergence of the proposal (draft) from the target that decides how many particles are needed.
 
-No model, no cache; float64 throughout. Shape letter: N particles. Follows section 4 of
-ALGORITHMS.md (Emara et al. 2026, "Faster LLM Inference via Sequential Monte Carlo",
+No model, no cache; float64 throughout. Shape letter: N particles. Follows
+docs/algorithms.md#smc-sd (Emara et al. 2026, "Faster LLM Inference via Sequential Monte Carlo",
 arXiv 2604.15672). Invariants the tests check:
 
 * ``normalize_log_weights`` returns non-negative weights summing to 1 (uniform when every log-weight

@@ -1,4 +1,4 @@
-"""Exactness (ALGORITHMS.md section 7): greedy token identity with AR, and the sampling
+"""Exactness (docs/algorithms.md#how-exactness-is-tested): greedy token identity with AR, and the sampling
 distribution of the first tokens against the target's, enumerated on a tiny vocabulary.
 
 Significance level of every chi-square test: 0.001, with fixed seeds (so the outcome is repeatable)."""

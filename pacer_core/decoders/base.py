@@ -1,5 +1,5 @@
 """What every decoder shares: the decoding state, the draft → verify → accept → commit loop of
-speculative decoding (section 2 of ALGORITHMS.md), and the final Result.
+speculative decoding (docs/algorithms.md#speculative-sampling), and the final Result.
 
 Fixed-length SD and PACER differ only in how they *propose* a draft (``propose``); verification
 and acceptance below are the lossless rule of Leviathan et al. 2023 / Chen et al. 2023.

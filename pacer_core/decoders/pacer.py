@@ -1,5 +1,5 @@
 """PACER: draft in blocks, let a small pre-verifier score each block, stop drafting at the first
-block that scores below the threshold (ALGORITHMS.md section 3; Zhang et al. 2026, arXiv 2602.01274).
+block that scores below the threshold (docs/algorithms.md#pacer; Zhang et al. 2026, arXiv 2602.01274).
 
 on_fail="submit" sends the failing block to the target too: the stopping rule only looks at drafted
 tokens, so the output keeps the target's distribution exactly. on_fail="discard" drops that block;

@@ -1,4 +1,4 @@
-"""SMC-SD: sequential Monte Carlo speculative decoding (section 4 of ALGORITHMS.md).
+"""SMC-SD: sequential Monte Carlo speculative decoding (docs/algorithms.md#smc-sd).
 
 Emara, Barba da Costa, Chang, Freer, Vieira, Cotterell, Abdelfattah 2026, "Faster LLM Inference via
 Sequential Monte Carlo" (arXiv 2604.15672); reference engine github.com/abdelfattah-lab/smcsd

@@ -1,4 +1,5 @@
-"""Exact distributions on tiny-vocabulary models, for the sampling tests (ALGORITHMS.md section 7)."""
+"""Exact distributions on tiny-vocabulary models, for the sampling tests and benchmarks/smc_tv.py
+(docs/algorithms.md#how-exactness-is-tested)."""
 from __future__ import annotations
 
 import itertools

@@ -1,4 +1,4 @@
-"""Collect pre-verifier training data for any pair and train the layer (ALGORITHMS.md section 3).
+"""Collect pre-verifier training data for any pair and train the layer (docs/algorithms.md#pacer).
 
     python -m pacer_core.training.preverifier collect --prompts 120 --draft-len 12 --max-new-tokens 64
     python -m pacer_core.training.preverifier fit
