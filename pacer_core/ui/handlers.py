@@ -20,7 +20,7 @@ from typing import Iterator
 
 from ..models import ModelLoadError
 from ..settings import SettingsError
-from . import COLUMN_METHODS, METHOD_LABELS, columns, measured, narration, page, plots, tables
+from . import METHOD_LABELS, columns, measured, narration, page, plots, tables
 from .session import RunSession, user_message
 
 PLOT_INTERVAL_S = 2.0          # redraw plots at most this often while streaming (~30 ms per figure)
@@ -147,7 +147,8 @@ def final_status(session: RunSession, started: float | None, now: float) -> str:
     return page.run_status_html(message, "error" if len(failed) == len(session.runs) else "done")
 
 
-def finish_run(context: AppContext, session: RunSession, measure_ar: bool, started: float | None) -> Iterator[ViewUpdate]:
+def finish_run(context: AppContext, session: RunSession, measure_ar: bool,
+               started: float | None) -> Iterator[ViewUpdate]:
     """After the three columns: the AR baseline (if asked), the oracle, likelihoods, table and exports."""
     if measure_ar and not session.cancel.is_set() and not (session.ar and session.ar.done):
         yield ViewUpdate(status=page.run_status_html("Finishing the AR baseline (target alone)…", "busy"),
@@ -176,7 +177,8 @@ def run(context: AppContext, inputs: PageInputs, plot_interval_s: float = PLOT_I
         yield error_update(user_message(error))
         return
     started = time.perf_counter()
-    yield ViewUpdate(columns=columns_view(context, session, running=True), status=page.run_status_html("Running…", "busy"),
+    yield ViewUpdate(columns=columns_view(context, session, running=True),
+                     status=page.run_status_html("Running…", "busy"),
                      narration=narration.narration_html({}), table=table_view(session), session=session)
     last_plot = 0.0
     while not session.finished:

@@ -134,7 +134,8 @@ class PageView:
         return out
 
 
-def settings_panel(pair, preverifier, limits: Limits, defaults: DecodeSettings) -> tuple[dict, gr.Checkbox, gr.Checkbox]:
+def settings_panel(pair, preverifier, limits: Limits,
+                   defaults: DecodeSettings) -> tuple[dict, gr.Checkbox, gr.Checkbox]:
     """The Settings accordion: shared settings, then one column per method. Returns (settings by name,
     the chat-template switch, the "use the pre-verifier's own threshold" switch)."""
     with gr.Accordion("Settings", open=False, elem_id="settings"), gr.Row():
@@ -235,7 +236,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                                             placeholder="Type a prompt, or pick an example below")
                     with gr.Column(scale=1, min_width=200):
                         run_button = gr.Button("▶ Run", variant="primary", elem_id="run-button")
-                        step_button = gr.Button("Step ▸ draft, then verify", variant="secondary", elem_id="step-button")
+                        step_button = gr.Button("Step ▸ draft, then verify", variant="secondary",
+                                                elem_id="step-button")
                         stop_button = gr.Button("■ Stop", variant="stop", elem_id="stop-button")
                         measure_ar = gr.Checkbox(value=True, label="Measure the AR baseline too", elem_id="measure-ar")
                         show_rejected = gr.Checkbox(value=True, label="Show rejected draft tokens",

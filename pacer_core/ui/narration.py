@@ -47,7 +47,8 @@ def explain_cycle(event: SMCCycleEvent) -> str:
 
 
 def _pacer_draft_sentences(event: StepEvent, drafted: list[TokenRecord]) -> list[str]:
-    parts = [f"Step {event.step + 1}: the draft proposed {len(drafted)} tokens in {_plural(len(event.blocks), 'block')}."]
+    parts = [f"Step {event.step + 1}: the draft proposed {len(drafted)} tokens in "
+             f"{_plural(len(event.blocks), 'block')}."]
     failed = [block for block in event.blocks if not block.passed]
     if failed:
         verb = "dropped" if any(t.state is TokenState.DISCARDED for t in drafted) else "sent to the target anyway"
