@@ -27,8 +27,8 @@ import torch
 
 from ..drafters.head_model import FeatureHead, HeadConfig
 from .draft import ensure_passive_openmp
-from .head_data import (collate, frequent_ids, load_shards, read_replies, shard_plan, token_batches,
-                        training_sequences, write_shard)
+from .head_data import (collate, frequent_ids, generated_sequences, load_shards, read_replies, shard_plan,
+                        token_batches, training_sequences, write_shard)
 from .head_loss import head_losses
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -52,9 +52,12 @@ def load_target(source: str, device: str, dtype: torch.dtype):
 
 def stage_features(args) -> None:
     target, tokenizer = load_target(args.target, args.device, torch.float32)
-    sequences = training_sequences(read_replies(Path(args.data)), tokenizer, args.seed)
+    if args.generated:
+        sequences = generated_sequences(Path(args.generated), args.seed)
+    else:
+        sequences = training_sequences(read_replies(Path(args.data)), tokenizer, args.seed)
     shards = shard_plan(sequences, args.tokens_per_shard)[: args.max_shards]
-    folder = WORK_DIR / "features"
+    folder = WORK_DIR / args.features
     folder.mkdir(parents=True, exist_ok=True)
     log(f"{len(sequences)} sequences, {sum(len(s['ids']) for s in sequences):,} tokens; writing {len(shards)} shards")
     from tqdm import tqdm
@@ -109,8 +112,11 @@ def validate(head, batches, embedding, output_rows, regression_weight) -> dict:
 def stage_train(args) -> None:
     torch.manual_seed(args.seed)
     target, _ = load_target(args.target, args.device, torch.float32)
-    sequences = load_shards(WORK_DIR / "features")
-    validation, training = sequences[: args.validation_sequences], sequences[args.validation_sequences:]
+    validation, training = [], []
+    for name in args.features.split(","):          # the first sequences of every folder validate
+        sequences = load_shards(WORK_DIR / name)
+        validation += sequences[: args.validation_sequences]
+        training += sequences[args.validation_sequences:]
     log(f"{len(training)} training sequences ({sum(len(s['ids']) for s in training):,} tokens), "
         f"{len(validation)} validation")
     checkpoint_path = WORK_DIR / "checkpoint.pt"
@@ -196,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     features.add_argument("--target", default="embedded")
     features.add_argument("--device", default="cpu")
     features.add_argument("--data", default=str(DEFAULT_DATA), help="target_replies.jsonl(.gz)")
+    features.add_argument("--generated", default=None,
+                          help="instead of --data: a folder of replies from `python -m pacer_core.training.draft generate`")
+    features.add_argument("--features", default="features", help="sub-folder of the work folder to write shards to")
     features.add_argument("--seed", type=int, default=0)
     features.add_argument("--tokens-per-shard", type=int, default=40_000)
     features.add_argument("--tokens-per-batch", type=int, default=2_400)
@@ -204,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--target", default="embedded")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--device", default="cpu")
+    train.add_argument("--features", default="features",
+                       help="comma-separated sub-folders of the work folder whose shards to train on")
     train.add_argument("--kept-ids", type=int, default=16384, help="output ids the head may propose (most frequent)")
     train.add_argument("--train-ids", type=int, default=8192,
                        help="the loss covers the first N kept ids (the output layer dominates a step's cost)")

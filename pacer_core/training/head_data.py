@@ -39,6 +39,23 @@ def training_sequences(records: list[dict], tokenizer, seed: int) -> list[dict]:
     return sequences
 
 
+def generated_sequences(folder: Path, seed: int) -> list[dict]:
+    """Replies the draft trainer generated (``python -m pacer_core.training.draft generate``: files of
+    samples with already-templated prompt ids and the target's reply ids), as training sequences. Its
+    instructions were filtered against the evaluation prompts when generated; filtered again here."""
+    evaluation = evaluation_prompts()
+    sequences = []
+    for path in sorted(Path(folder).glob("*.pt")):
+        for sample in torch.load(path):
+            if resembles_evaluation(sample["instruction"], evaluation):
+                continue
+            prompt_ids = sample["prompt"].tolist()
+            sequences.append({"ids": prompt_ids + sample["reply"].tolist(), "prompt_len": len(prompt_ids),
+                              "kind": f"generated-{sample['kind']}"})
+    random.Random(seed).shuffle(sequences)
+    return sequences
+
+
 def shard_plan(sequences: list[dict], tokens_per_shard: int) -> list[list[dict]]:
     shards, current, size = [], [], 0
     for sequence in sequences:
