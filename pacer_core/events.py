@@ -1,7 +1,7 @@
 """Typed step events: the only contract between the decoders and everything that shows them.
 
 Every event is a dataclass of plain numbers, strings and lists, so ``asdict`` gives JSON.
-Token states are ``TokenState`` (docs/algorithms.md, token states and colours); "stopped" is not a
+Token states are ``TokenState`` (docs/algorithms.md#token-states-and-colours); "stopped" is not a
 state but a flag on the tokens of the block the pre-verifier failed (they also carry accepted or
 rejected once verified)."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Pure renderers for the three live columns: step events → escaped HTML (header, counters, coloured
 tokens, notes). Every piece of token or error text goes through ``escape`` (see that module). Colours
-and cues: docs/algorithms.md, token states and colours (Okabe–Ito)."""
+and cues: docs/algorithms.md#token-states-and-colours (Okabe–Ito)."""
 from __future__ import annotations
 
 from ..events import Result, SMCCycleEvent, StepEvent, TokenRecord, TokenState

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .escape import escape_attr, escape_text
 
-LEGEND_ITEMS = (   # (CSS classes, label, hover hint); colours: docs/algorithms.md, token states and colours
+LEGEND_ITEMS = (   # (CSS classes, label, hover hint); docs/algorithms.md#token-states-and-colours
     ("tok tok-drafted", "drafted", "drafted, not yet verified"),
     ("tok tok-accepted", "accepted", "accepted by the target"),
     ("tok tok-rejected", "rejected", "rejected by the target"),

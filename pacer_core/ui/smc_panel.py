@@ -2,8 +2,8 @@
 the latest cycle's particles with weight bars — resampled-away rows faded, duplicated rows purple.
 
 SMC-SD never rejects: a drafted token is kept and its particle reweighted, so drafted tokens show in
-the accepted colour and the target's bonus token in blue (docs/algorithms.md, token states and
-colours). Each token's kind comes from the decoder's event (``SMCCycleEvent.particle_tokens``)."""
+the accepted colour and the target's bonus token in blue (docs/algorithms.md#token-states-and-colours).
+Each token's kind comes from the decoder's event (``SMCCycleEvent.particle_tokens``)."""
 from __future__ import annotations
 
 from ..events import Result, SMCCycleEvent, TokenState

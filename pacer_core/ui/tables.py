@@ -1,6 +1,6 @@
 """Pure metrics table: Results (plus each method's own busy time) in, a pandas DataFrame out.
 
-Names follow docs/algorithms.md (metrics). The three columns run interleaved, so a decoder's own
+Names follow docs/algorithms.md#metrics. The three columns run interleaved, so a decoder's own
 wall-clock (``Metrics.seconds``) would include its neighbours' steps; the session therefore times
 each method's own steps and passes that in as ``seconds``. ``speedup`` is the ratio of tokens per
 second to AR's, measured in the same session on the same prompt and settings. ``same_as_ar`` (greedy
