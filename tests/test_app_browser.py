@@ -21,9 +21,10 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 RUN_TIMEOUT_S = 420
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                reason=f"chromium not found at {CHROMIUM}: install it with "
-                                       "'apt-get update && apt-get install -y chromium'")
+pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.embedded,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                 reason=f"chromium not found at {CHROMIUM}: install it with "
+                                        "'apt-get update && apt-get install -y chromium'")]
 
 
 @pytest.fixture(scope="module")

@@ -57,6 +57,7 @@ class Api:
         return dict(zip(self.returns, values))
 
 
+@pytest.mark.server
 def test_full_run_streams_three_columns_metrics_and_exports(client):
     run = Api(client, "/run")
     out = run(**{"Prompt": "t1 t2 t3", "Max new tokens": 8, "Temperature (0 = greedy)": 0.8, "Seed": 3})
@@ -79,6 +80,7 @@ def test_full_run_streams_three_columns_metrics_and_exports(client):
     assert json.loads(out["Draft length per step"]["plot"])["data"]
 
 
+@pytest.mark.server
 def test_greedy_run_reports_smc_needs_sampling_and_keeps_serving(client):
     run = Api(client, "/run")
     out = run(**{"Prompt": "t4 t5", "Max new tokens": 4, "Temperature (0 = greedy)": 0.0,
@@ -89,6 +91,7 @@ def test_greedy_run_reports_smc_needs_sampling_and_keeps_serving(client):
     assert "Traceback" not in json.dumps(out, default=str)
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("bad, message", [
     ({"Prompt": "   "}, "Please type a prompt"),
     ({"Prompt": "t1", "Top-k (0 = off)": -3}, "Top-k"),
@@ -102,6 +105,7 @@ def test_bad_settings_show_a_message_not_a_stack_trace(client, bad, message):
     assert "run-done" in out["Run status"]
 
 
+@pytest.mark.server
 def test_step_through_shows_the_draft_then_the_verdict(ui_server_url):
     from gradio_client import Client
 
@@ -121,6 +125,7 @@ def test_step_through_shows_the_draft_then_the_verdict(ui_server_url):
     assert "Step 2" in following["Step-through narration"] or "badge-done" in following["PACER"]
 
 
+@pytest.mark.server
 def test_app_help_lists_the_flags():
     completed = subprocess.run([sys.executable, str(ROOT / "app.py"), "--help"], capture_output=True, text=True,
                                timeout=60, cwd=ROOT)
@@ -129,6 +134,7 @@ def test_app_help_lists_the_flags():
         assert flag in completed.stdout
 
 
+@pytest.mark.server
 def test_app_reports_a_missing_model_in_one_line(tmp_path):
     missing = tmp_path / "no-such-model"
     completed = subprocess.run([sys.executable, str(ROOT / "app.py"), "--target", str(missing), "--draft",
@@ -171,6 +177,7 @@ def test_oracle_gives_one_length_per_pacer_step(temperature):
         assert all(oracle >= event.n_accepted for oracle, event in zip(session.oracle, steps))
 
 
+@pytest.mark.server
 def test_unexpected_failure_becomes_one_error_line(monkeypatch, client):
     from pacer_core.ui import narration
 
@@ -186,6 +193,8 @@ def test_unexpected_failure_becomes_one_error_line(monkeypatch, client):
     assert "run-done" in out["Run status"]
 
 
+@pytest.mark.server
+@pytest.mark.embedded
 def test_app_py_serves_the_pair_from_the_environment(tmp_path):
     """python app.py (embedded pair, or PACER_TARGET / PACER_DRAFT) answers a gradio_client run."""
     from gradio_client import Client

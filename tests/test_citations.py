@@ -3,6 +3,10 @@ that file, and nothing cites a document the repository does not hold."""
 import re
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.pure
+
 ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = ROOT / "docs" / "algorithms.md"
 CITATION = re.compile(r"docs/algorithms\.md#([a-z0-9-]+)")

@@ -1,10 +1,13 @@
 """End to end on the real embedded pair (SmolLM2-135M-Instruct target, the shipped draft), fp32."""
 import copy
 
+import pytest
 import torch
 
 from pacer_core import generate
 from pacer_core.analysis import attach_oracle
+
+pytestmark = pytest.mark.embedded
 
 PROMPTS = ["What is the capital of France?", "Write a Python function that adds two numbers.",
            "Once upon a time, a small dog"]

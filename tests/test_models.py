@@ -71,6 +71,7 @@ def test_unknown_hub_id_offline_is_a_clear_error(monkeypatch):
         load_pair("no-such-org/no-such-model-xyz", "embedded", device="cpu")
 
 
+@pytest.mark.embedded
 def test_embedded_target_loads_fast_and_answers_sensibly():
     from pacer_core.embedded import ensure_embedded_target
     from transformers import AutoModelForCausalLM, AutoTokenizer

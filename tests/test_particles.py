@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from pacer_core.particles import effective_sample_size, normalize_log_weights, proposal_kl, systematic_resample
 
+pytestmark = pytest.mark.pure
+
 log_weight_lists = st.lists(st.floats(min_value=-50, max_value=50, allow_nan=False), min_size=1, max_size=32)
 
 

@@ -23,6 +23,8 @@ import pytest
 from test_app_server import Api, free_port
 from pacer_core.testing.tiny import tiny_pair
 
+pytestmark = pytest.mark.server
+
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 COLUMNS = ("Fixed-length SD", "PACER", "SMC-SD (approximate)")

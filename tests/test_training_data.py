@@ -1,8 +1,12 @@
 """Pure helpers of the draft-distillation pipeline: prompt sets stay apart from evaluation prompts, story
 recasing, and the tau arithmetic the model card reports."""
+import pytest
+
 from pacer_core.training.draft import greedy_tau, recase_story
 from pacer_core.training.instructions import (evaluation_prompts, extra_instructions, heldout_instructions,
                                               resembles_evaluation, training_instructions)
+
+pytestmark = pytest.mark.pure
 
 
 def test_training_prompts_never_contain_heldout_prompts():

@@ -10,6 +10,8 @@ import pytest
 from pacer_core.events import BlockDecision, SMCCycleEvent, StepEvent, TokenRecord
 from pacer_core.ui import plots
 
+pytestmark = pytest.mark.pure
+
 HOSTILE = "\u202e<script>alert(1)</script><b>b</b><img src=x onerror=alert(1)>%{x}"
 
 

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from pacer_core.events import BlockDecision, Metrics, Result, SMCCycleEvent, StepEvent, TokenRecord
 from pacer_core.ui import columns, escape, genealogy, narration, page, tables
 
+pytestmark = pytest.mark.pure
+
 ALLOWED_TAGS = {"span", "br", "div", "b", "p"}
 ALLOWED_ATTRS = {"class", "title", "style", "role"}
 HIDDEN = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u200e", "\u200f", "\u202a", "\u202b", "\u202c",
