@@ -76,6 +76,7 @@ def test_seeded_runs_repeat_on_the_device(test_device, method):
     assert runs[0] == runs[1] and len(runs[0]) == 16
 
 
+@pytest.mark.statistical
 def test_fixed_sampling_matches_the_target_on_the_device(test_device):
     pair = tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=16)
     truth = target_sequence_distribution(pair.target, [1, 2], 2, temperature=1.0)   # enumerated on the CPU

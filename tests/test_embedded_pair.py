@@ -50,12 +50,12 @@ def test_greedy_equals_transformers_assisted_generation(embedded_pair):
 def test_oracle_lengths_are_consistent_with_a_long_fixed_draft(embedded_pair):
     result = generate(embedded_pair, "fixed", PROMPTS[2], max_new_tokens=24, gamma=12)
     lengths = attach_oracle(embedded_pair, embedded_pair.encode_prompt(PROMPTS[2]), result, max_len=12)
-    steps = [event for event in result.events]
-    # gamma=12 is a forced long draft: each step's accepted count IS gamma* (unless the budget cut the draft)
-    full_drafts = [(event, length) for event, length in zip(steps, lengths) if event.n_drafted == 12]
-    assert full_drafts
-    for event, length in full_drafts:
-        assert event.n_accepted == int(length)
+    # gamma=12 is a forced long draft: each step's accepted count IS gamma*, and a draft the budget cut
+    # short accepts min(its length, gamma*) since it is a prefix of that same greedy draft
+    assert len(lengths) == len(result.events) > 1
+    assert any(event.n_drafted == 12 for event in result.events)
+    for event, length in zip(result.events, lengths):
+        assert event.n_accepted == min(event.n_drafted, int(length)), (event.step, event.n_drafted, length)
 
 
 def test_smc_runs_on_the_embedded_pair(embedded_pair):

@@ -87,6 +87,7 @@ def test_systematic_copies_are_floor_or_ceil_of_expected(values, uniform):
         assert heaviest in ancestors.tolist(), "the max-weight particle (w > 1/N) must survive"
 
 
+@pytest.mark.statistical
 def test_systematic_copies_are_unbiased():
     """E[copies of i] = N * w_i over seeded draws of u (copies is floor or ceil, so std per draw <= 0.5)."""
     weights = torch.tensor([0.05, 0.3, 0.01, 0.24, 0.4], dtype=torch.float64)

@@ -211,6 +211,7 @@ def test_cancel_and_argmax_final(pair):
     assert result.info["chosen_particle"] == max(range(4), key=lambda i: events[-1].log_weights[i])
 
 
+@pytest.mark.statistical
 def test_total_variation_shrinks_with_particles():
     """Small version of benchmarks/smc_tv.py: vocab 6, first 2 tokens, one cycle (K=1: a drafted token
     weighted by p/q, then the bonus). N=1 is the draft's first token: TV ≈ 0.47 by construction here."""
