@@ -39,10 +39,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pacer_core.api import make_decoder  # noqa: E402
+from pacer_core.api import run_request  # noqa: E402
 from pacer_core.events import Result  # noqa: E402
 from pacer_core.models import ModelPair  # noqa: E402
-from pacer_core.settings import validate_settings  # noqa: E402
+from pacer_core.request import EncodedPrompt, RunRequest, chosen_names, request_for  # noqa: E402
+from pacer_core.settings import Limits, validate_settings  # noqa: E402
 
 TARGET_SHAPE = {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 32,
                 "num_key_value_heads": 32, "intermediate_size": 8192}
@@ -115,15 +116,20 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_run(pair, row: MethodRow, prompt_ids: list[int], max_new_tokens: int, seed: int):
+def row_request(pair, row: MethodRow, prompt_ids: list[int], max_new_tokens: int) -> RunRequest:
+    """The row's run request (seed 0), validated once: this script is a front door."""
+    limits = Limits.from_env()
+    raw = {"max_new_tokens": max_new_tokens, "temperature": row.temperature, **row.overrides}
+    return request_for(pair, row.method, validate_settings(limits, **raw), chosen_names(raw),
+                       EncodedPrompt(tuple(prompt_ids)), limits)
+
+
+def timed_run(pair, request: RunRequest):
     """One run: (per-step (step, draft, verify) seconds without the first step, the Result)."""
-    settings = validate_settings(max_new_tokens=max_new_tokens, temperature=row.temperature, seed=seed,
-                                 **row.overrides)
-    decoder = make_decoder(row.method, settings, pair)
     steps, result = [], None
     synchronize(pair.device)
     previous = time.perf_counter()
-    for item in decoder.run(pair, prompt_ids, settings):
+    for item in run_request(pair, request):
         now = time.perf_counter()
         if isinstance(item, Result):
             result = item
@@ -152,10 +158,11 @@ def summarize(row: MethodRow, steps: list[tuple], results: list[Result]) -> dict
 
 
 def measure(pair, row: MethodRow, prompt_ids: list[int], args) -> dict:
-    timed_run(pair, row, prompt_ids, min(8, args.max_new_tokens), seed=0)      # warm-up (kernels, allocator)
+    timed_run(pair, row_request(pair, row, prompt_ids, min(8, args.max_new_tokens)))   # warm-up (kernels, allocator)
+    request = row_request(pair, row, prompt_ids, args.max_new_tokens)
     steps, results = [], []
     for repeat in range(args.repeats):
-        run_steps, result = timed_run(pair, row, prompt_ids, args.max_new_tokens, seed=repeat)
+        run_steps, result = timed_run(pair, request.reseeded(repeat))
         steps += run_steps
         results.append(result)
     return summarize(row, steps, results)

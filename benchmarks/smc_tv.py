@@ -34,8 +34,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pacer_core.decoders.smc import SMC, token_log_probs  # noqa: E402
-from pacer_core.settings import DecodeSettings  # noqa: E402
+from pacer_core.api import run_request  # noqa: E402
+from pacer_core.request import EncodedPrompt, RunRequest, chosen_names, request_for  # noqa: E402
+from pacer_core.sampling import token_log_probs  # noqa: E402
+from pacer_core.settings import Limits, validate_settings  # noqa: E402
 from pacer_core.testing.enumeration import target_sequence_distribution, total_variation  # noqa: E402
 from pacer_core.testing.tiny import tiny_pair  # noqa: E402
 
@@ -77,6 +79,16 @@ def bootstrap_std(counts: Counter, exact: dict[tuple, float], generator: torch.G
     return float(torch.tensor(values).std())
 
 
+def smc_request(pair, n_particles: int) -> RunRequest:
+    """SMC-SD with N particles on PROMPT, seed 0, validated once. A study, not a Space: the particle cap
+    is N itself."""
+    limits = Limits(max_particles=n_particles)
+    raw = {"temperature": TEMPERATURE, "max_new_tokens": MAX_NEW_TOKENS, "n_particles": n_particles,
+           "draft_len": DRAFT_LEN, "ess_threshold": ESS_THRESHOLD, "power": 1.0, "final": "sample"}
+    return request_for(pair, "smc", validate_settings(limits, **raw), chosen_names(raw),
+                       EncodedPrompt(tuple(PROMPT)), limits)
+
+
 def run(particles: list[int], runs: int) -> dict:
     torch.set_num_threads(1)
     pair = tiny_pair(vocab_size=VOCAB, scale=SCALE, draft_noise=DRAFT_NOISE)
@@ -85,11 +97,10 @@ def run(particles: list[int], runs: int) -> dict:
     noise_floor = sum(sampled_tv(exact, runs, generator) for _ in range(20)) / 20
     rows = []
     for n_particles in particles:
-        decoder = SMC(n_particles, DRAFT_LEN, ESS_THRESHOLD, None, 1.0, "sample")
+        request = smc_request(pair, n_particles)
         counts, resampled_runs, started = Counter(), 0, time.perf_counter()
         for seed in range(runs):
-            settings = DecodeSettings(temperature=TEMPERATURE, max_new_tokens=MAX_NEW_TOKENS, seed=seed)
-            *events, result = decoder.run(pair, PROMPT, settings)
+            *events, result = run_request(pair, request.reseeded(seed))
             counts[tuple(result.token_ids[:N_TOKENS])] += 1
             resampled_runs += any(event.resampled for event in events)
         row = {"n_particles": n_particles, "runs": runs, "tv": total_variation(counts, exact),

@@ -20,13 +20,14 @@ from pathlib import Path
 import torch
 
 from .analysis import proposal_divergence, target_log_likelihood
-from .api import make_decoder, prepare_prompt
+from .api import make_decoder
 from .decoders.oracle import OracleLength
 from .drafters import drafter_swapped, load_drafter
 from .methods import HF_METHODS, MethodSpec, parse_method
 from .models import ModelLoadError, load_pair
 from .prompts import load_prompts
-from .settings import SettingsError, validate_settings
+from .request import RunRequest, chosen_names, encode_prompt, request_for
+from .settings import Limits, SettingsError, validate_settings
 
 def select_prompts(prompts: list[dict], per_category: int) -> list[dict]:
     if not per_category:
@@ -68,7 +69,8 @@ class RunRecord:
     text: str
 
 
-def run_hf(pair, spec: MethodSpec, prompt_ids, settings) -> RunRecord:
+def run_hf(pair, spec: MethodSpec, request: RunRequest) -> RunRecord:
+    settings, prompt_ids = request.settings, list(request.prompt_ids)
     eos_ids = sorted(pair.eos_token_ids)
     kwargs = {"max_new_tokens": settings.max_new_tokens, "eos_token_id": eos_ids or None,
               "pad_token_id": eos_ids[0] if eos_ids else 0}
@@ -87,7 +89,7 @@ def run_hf(pair, spec: MethodSpec, prompt_ids, settings) -> RunRecord:
         # not from generate() kwargs; set them there for this call and restore them afterwards.
         kwargs["assistant_model"] = pair.draft
     if spec.kind == "hf-assisted":
-        draft_config.num_assistant_tokens = spec.overrides.get("gamma", settings.gamma)
+        draft_config.num_assistant_tokens = settings.gamma
         draft_config.num_assistant_tokens_schedule = "constant"
         draft_config.assistant_confidence_threshold = 0.0
     target_counter = CallCounter(pair.target)
@@ -108,13 +110,10 @@ def run_hf(pair, spec: MethodSpec, prompt_ids, settings) -> RunRecord:
                      new_ids, pair.decode(new_ids))
 
 
-def run_ours(pair, spec: MethodSpec, prompt_ids, settings, preverifier, reference) -> RunRecord:
-    if spec.kind == "oracle":
-        decoder = OracleLength(reference, settings.max_draft_len)
-    else:
-        decoder = make_decoder(spec.kind, settings, pair, preverifier)
+def run_ours(pair, spec: MethodSpec, request: RunRequest, reference) -> RunRecord:
+    decoder = OracleLength(reference) if spec.kind == "oracle" else make_decoder(spec.kind, request.preverifier)
     started = time.perf_counter()
-    *events, result = decoder.run(pair, prompt_ids, settings)
+    *events, result = decoder.run(pair, list(request.prompt_ids), request.settings)
     seconds = time.perf_counter() - started
     metrics = result.metrics
     return RunRecord(seconds, metrics.new_tokens, metrics.target_calls, metrics.draft_calls, metrics.drafted_tokens,
@@ -340,6 +339,12 @@ def parse_settings(args) -> dict:
     return extra
 
 
+def cli_settings(args) -> dict:
+    """The settings the command line chose: its flags and every --setting (the rest are defaults)."""
+    return {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "seed": args.seed,
+            **coerce_numbers(parse_settings(args))}
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -357,8 +362,9 @@ def run_benchmark(args) -> int:
     specs = [parse_method(text) for text in args.methods.split(",") if text.strip()]
     if not any(spec.kind == "ar" for spec in specs):
         specs.insert(0, parse_method("ar"))
-    base = validate_settings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
-                             **coerce_numbers(parse_settings(args)))
+    limits = Limits.from_env()
+    raw = cli_settings(args)
+    base = validate_settings(limits, **raw)
     if any(spec.kind == "oracle" for spec in specs) and not base.greedy:
         raise SettingsError("The oracle method needs --temperature 0.")
     prompts = select_prompts(load_prompts(args.prompts), args.per_category)[: args.limit or None]
@@ -367,30 +373,25 @@ def run_benchmark(args) -> int:
     from .preverifier import default_preverifier
 
     preverifier = default_preverifier(pair)
-    prompt_ids = [prepare_prompt(pair, record["prompt"])[0] for record in prompts]
-    settings_for = {spec.label: validate_settings(**(base.to_dict() | spec.overrides)) for spec in specs}
+    encoded = [encode_prompt(pair, record["prompt"], None, limits) for record in prompts]
+    drafters = load_row_drafters(pair, specs, args.head)
+    requests = {spec.label: row_requests(pair, spec, raw, encoded, limits,
+                                         drafters[spec.drafter][1] if spec.drafter else preverifier)
+                for spec in specs}
+    settings_for = {label: row[0].settings for label, row in requests.items()}
+    prompt_ids = [list(prompt.ids) for prompt in encoded]
     references = {}
-    drafters = {}
-    for name in sorted({spec.drafter for spec in specs if spec.drafter}):
-        try:
-            drafter = load_drafter(pair, name, args.head)
-        except ValueError as bad:
-            raise SettingsError(str(bad)) from None
-        with drafter_swapped(pair, drafter):
-            drafters[name] = (drafter, default_preverifier(pair))
 
     def run_one(spec, index, repeat=0):
-        settings = settings_for[spec.label]
-        if not settings.greedy:  # sampling: a different seed per repeat, so log-likelihoods see varied samples
-            settings = validate_settings(**(settings.to_dict() | {"seed": settings.seed + repeat}))
+        request = requests[spec.label][index]
+        if not request.settings.greedy:  # sampling: a different seed per repeat, so log-likelihoods see varied samples
+            request = request.reseeded(repeat)
         if spec.kind in HF_METHODS:
-            return run_hf(pair, spec, prompt_ids[index], settings)
+            return run_hf(pair, spec, request)
         if spec.drafter:
-            drafter, drafter_preverifier = drafters[spec.drafter]
-            with drafter_swapped(pair, drafter):
-                return run_ours(pair, spec, prompt_ids[index], settings, drafter_preverifier,
-                                references.get(index, []))
-        record = run_ours(pair, spec, prompt_ids[index], settings, preverifier, references.get(index, []))
+            with drafter_swapped(pair, drafters[spec.drafter][0]):
+                return run_ours(pair, spec, request, references.get(index, []))
+        record = run_ours(pair, spec, request, references.get(index, []))
         if spec.kind == "ar":
             references[index] = record.token_ids
         return record
@@ -409,7 +410,8 @@ def run_benchmark(args) -> int:
         for label, records in batch.items():
             runs[label].append(records)
     progress.close()
-    rows = [summarise(spec.label, runs[spec.label]) for spec in specs]
+    rows = [summarise(spec.label, runs[spec.label]) | {"settings": settings_for[spec.label].to_dict()}
+            for spec in specs]
     add_relative_speeds(rows)
     add_drafters_and_identity(pair, rows, specs, runs, base.greedy)
     if args.loglik:
@@ -423,6 +425,31 @@ def run_benchmark(args) -> int:
     write_outputs(Path(args.out), report)
     print((Path(args.out) / "report.md").read_text())
     return 0
+
+
+def load_row_drafters(pair, specs: list[MethodSpec], head) -> dict:
+    """Drafter name (@NAME in a method) → (the drafter, its pre-verifier)."""
+    from .preverifier import default_preverifier
+
+    drafters = {}
+    for name in sorted({spec.drafter for spec in specs if spec.drafter}):
+        try:
+            drafter = load_drafter(pair, name, head)
+        except ValueError as bad:
+            raise SettingsError(str(bad)) from None
+        with drafter_swapped(pair, drafter):
+            drafters[name] = (drafter, default_preverifier(pair))
+    return drafters
+
+
+def row_requests(pair, spec: MethodSpec, raw: dict, prompts: list, limits: Limits, preverifier) -> list[RunRequest]:
+    """One request per prompt for a method row: the row's own values over the CLI's, validated once and
+    resolved exactly as the app and generate() resolve them (PACER: the pre-verifier's block size and
+    threshold unless chosen)."""
+    chosen = raw | spec.overrides
+    settings = validate_settings(limits, **chosen)
+    return [request_for(pair, spec.kind, settings, chosen_names(chosen), prompt, limits, preverifier)
+            for prompt in prompts]
 
 
 def coerce_numbers(raw: dict) -> dict:

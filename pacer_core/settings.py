@@ -1,8 +1,11 @@
 """Every decoding setting, its limits and its validation, in one place.
 
-The UI, ``generate()``, the benchmark and every CLI call ``validate_settings`` before anything
-runs; a bad value raises ``SettingsError`` whose message a workshop attendee can act on.
-Space owners cap the expensive settings with environment variables (documented in README)."""
+``FIELDS`` is the one table of settings (name, label, default, range, which methods use it, help): the
+validator below and the app's controls both read it, so a range cannot differ between them. The front
+doors (the UI, ``generate()``/``stream()``, the benchmark and every script) validate once, through
+``pacer_core.request``; a bad value raises ``SettingsError`` whose message a workshop attendee can act
+on. Space owners cap the expensive settings with environment variables (documented in README), read
+once per process or call into ``Limits`` and passed down."""
 from __future__ import annotations
 
 import math
@@ -10,6 +13,7 @@ import os
 from dataclasses import asdict, dataclass
 
 METHODS = ("ar", "fixed", "pacer", "smc")
+MIN_TEMPERATURE = 0.05   # logits / T stays far from float overflow (below ~1e-37 every sampler hit inf/nan)
 
 
 class SettingsError(ValueError):
@@ -25,10 +29,10 @@ def _env_int(name: str, default: int) -> int:
 
 @dataclass(frozen=True)
 class Limits:
-    max_new_tokens: int
-    max_prompt_tokens: int
-    max_particles: int
-    max_prompt_chars: int
+    max_new_tokens: int = 512
+    max_prompt_tokens: int = 1536
+    max_particles: int = 16
+    max_prompt_chars: int = 20000
 
     @classmethod
     def from_env(cls) -> "Limits":
@@ -39,24 +43,81 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class SettingField:
+    """One setting: what the validator accepts and what the app's control shows."""
+    name: str
+    label: str
+    default: object
+    kind: str                         # int | float | choice
+    low: float = 0
+    high: float = 0
+    step: float = 1
+    methods: tuple[str, ...] = METHODS
+    help: str = ""
+    options: tuple[str, ...] = ()     # kind "choice"
+    optional: bool = False            # None is allowed (its meaning is in ``help``)
+    cap: str | None = None            # a Limits field that replaces ``high``
+    app_value: object = None          # where the app's control starts, when not at ``default``
+
+    def high_for(self, limits: Limits):
+        return getattr(limits, self.cap) if self.cap else self.high
+
+
+FIELDS = (
+    SettingField("max_new_tokens", "Max new tokens", 64, "int", 1, cap="max_new_tokens", app_value=48,
+                 help="Tokens to generate at most (capped by PACER_MAX_NEW_TOKENS)."),
+    SettingField("temperature", "Temperature (0 = greedy)", 0.0, "float", 0.0, 5.0, 0.05, app_value=0.7,
+                 help=f"0 is greedy; sampling needs at least {MIN_TEMPERATURE}. SMC-SD needs a temperature above 0."),
+    SettingField("top_k", "Top-k (0 = off)", 0, "int", 0, 1_000_000, help="Sample among the k likeliest tokens."),
+    SettingField("top_p", "Top-p", 1.0, "float", 0.01, 1.0, 0.01, help="Sample within this probability mass."),
+    SettingField("seed", "Seed", 0, "int", 0, 2**31 - 1, help="Seed of the run's random generator."),
+    SettingField("gamma", "Draft length γ", 4, "int", 1, 32, methods=("fixed",),
+                 help="Tokens the draft proposes every step."),
+    SettingField("block_size", "Block size", 3, "int", 1, 16, methods=("pacer",),
+                 help="Tokens per pre-verified block (default: the trained pre-verifier's own)."),
+    SettingField("max_draft_len", "Max draft length", 16, "int", 1, 64, methods=("pacer",),
+                 help="Most tokens drafted in one step; at least the block size."),
+    SettingField("threshold", "Pre-verifier threshold", None, "float", 0.0, 1.0, 0.01, methods=("pacer",),
+                 optional=True, help="A block scoring below it stops drafting (None: the pre-verifier's own)."),
+    SettingField("on_fail", "On a failed block", "submit", "choice", methods=("pacer",),
+                 options=("submit", "discard"),
+                 help="submit sends the failing block too (lossless); discard drops it (exact only when greedy)."),
+    SettingField("n_particles", "Particles N", 4, "int", 1, cap="max_particles", methods=("smc",),
+                 help="Draft particles (capped by PACER_MAX_PARTICLES)."),
+    SettingField("draft_len", "Draft length K", 4, "int", 1, 32, methods=("smc",),
+                 help="Tokens every particle drafts per cycle."),
+    SettingField("ess_threshold", "ESS threshold (fraction of N)", 0.5, "float", 0.0, 1.0, 0.05, methods=("smc",),
+                 help="Resample when the effective sample size falls below this fraction of N."),
+    SettingField("draft_temperature", "Draft temperature", None, "float", MIN_TEMPERATURE, 5.0, 0.05,
+                 methods=("smc",), optional=True, help="The proposal's temperature (None: the temperature)."),
+    SettingField("power", "Power exponent", 1.0, "float", 0.0, 4.0, 0.1, methods=("smc",),
+                 help="Weights use p_T to this power (1: the target itself)."),
+    SettingField("final", "Final particle choice", "sample", "choice", methods=("smc",), options=("sample", "argmax"),
+                 help="Draw the output particle by weight, or take the heaviest."),
+)
+FIELD_BY_NAME = {field.name: field for field in FIELDS}
+DEFAULTS = {field.name: field.default for field in FIELDS}
+
+
+@dataclass(frozen=True)
 class DecodeSettings:
-    """Settings shared by every method, plus each method's own (ignored by the others)."""
-    max_new_tokens: int = 64
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-    gamma: int = 4                      # fixed-length SD: drafted tokens per step
-    block_size: int = 3                 # PACER
-    max_draft_len: int = 16
-    threshold: float | None = None      # None: the pre-verifier's own (trained) threshold
-    on_fail: str = "submit"             # submit (lossless) | discard (exact only when greedy)
-    n_particles: int = 4                # SMC-SD
-    draft_len: int = 4
-    ess_threshold: float = 0.5
-    draft_temperature: float | None = None   # None: same as temperature
-    power: float = 1.0
-    final: str = "sample"               # sample | argmax
+    """Settings shared by every method, plus each method's own (ignored by the others); defaults: FIELDS."""
+    max_new_tokens: int = DEFAULTS["max_new_tokens"]
+    temperature: float = DEFAULTS["temperature"]
+    top_k: int = DEFAULTS["top_k"]
+    top_p: float = DEFAULTS["top_p"]
+    seed: int = DEFAULTS["seed"]
+    gamma: int = DEFAULTS["gamma"]                      # fixed-length SD: drafted tokens per step
+    block_size: int = DEFAULTS["block_size"]            # PACER
+    max_draft_len: int = DEFAULTS["max_draft_len"]
+    threshold: float | None = DEFAULTS["threshold"]     # None: the pre-verifier's own (trained) threshold
+    on_fail: str = DEFAULTS["on_fail"]                  # submit (lossless) | discard (exact only when greedy)
+    n_particles: int = DEFAULTS["n_particles"]          # SMC-SD
+    draft_len: int = DEFAULTS["draft_len"]
+    ess_threshold: float = DEFAULTS["ess_threshold"]
+    draft_temperature: float | None = DEFAULTS["draft_temperature"]   # None: same as temperature
+    power: float = DEFAULTS["power"]
+    final: str = DEFAULTS["final"]                      # sample | argmax
 
     @property
     def greedy(self) -> bool:
@@ -103,48 +164,35 @@ def _choice(value, options: tuple[str, ...], label: str) -> str:
     return value
 
 
-MIN_TEMPERATURE = 0.05   # logits / T stays far from float overflow (below ~1e-37 every sampler hit inf/nan)
+def _check_field(field: SettingField, value, limits: Limits):
+    if field.optional and value is None:
+        return None
+    if field.kind == "int":
+        return _as_int(value, int(field.low), int(field.high_for(limits)), field.label)
+    if field.kind == "float":
+        return _as_float(value, field.low, field.high_for(limits), field.label)
+    return _choice(value, field.options, field.label)
 
 
-def _temperature(value) -> float:
+def _check_temperature_floor(temperature: float, raw) -> None:
     """0 means greedy; a sampling temperature must be at least MIN_TEMPERATURE."""
-    temperature = _as_float(value, 0.0, 5.0, "Temperature")
     if 0.0 < temperature < MIN_TEMPERATURE:
-        raise SettingsError(f"Temperature must be 0 (greedy) or at least {MIN_TEMPERATURE} (got {value!r}); "
+        raise SettingsError(f"Temperature must be 0 (greedy) or at least {MIN_TEMPERATURE} (got {raw!r}); "
                             "smaller values overflow the softmax.")
-    return temperature
 
 
 def validate_settings(limits: Limits | None = None, **raw) -> DecodeSettings:
-    """Check and convert every given setting; unknown names are an error too."""
+    """Check and convert every given setting against FIELDS; unknown names are an error too. Without
+    ``limits`` the environment's apply (front doors read them once and pass them)."""
     limits = limits or Limits.from_env()
-    known = set(DecodeSettings.__dataclass_fields__)
-    unknown = sorted(set(raw) - known)
+    unknown = sorted(set(raw) - set(FIELD_BY_NAME))
     if unknown:
         raise SettingsError(f"Unknown setting(s): {', '.join(unknown)}.")
-    values = DecodeSettings().to_dict() | {k: v for k, v in raw.items()}
+    values = DEFAULTS | raw
     if "max_new_tokens" not in raw:  # the default never exceeds a Space owner's cap
         values["max_new_tokens"] = min(values["max_new_tokens"], limits.max_new_tokens)
-    checked = {
-        "max_new_tokens": _as_int(values["max_new_tokens"], 1, limits.max_new_tokens, "Max new tokens"),
-        "temperature": _temperature(values["temperature"]),
-        "top_k": _as_int(values["top_k"], 0, 1_000_000, "Top-k (0 = off)"),
-        "top_p": _as_float(values["top_p"], 0.01, 1.0, "Top-p"),
-        "seed": _as_int(values["seed"], 0, 2**31 - 1, "Seed"),
-        "gamma": _as_int(values["gamma"], 1, 32, "Draft length γ"),
-        "block_size": _as_int(values["block_size"], 1, 16, "Block size"),
-        "max_draft_len": _as_int(values["max_draft_len"], 1, 64, "Max draft length"),
-        "threshold": None if values["threshold"] is None else
-        _as_float(values["threshold"], 0.0, 1.0, "Pre-verifier threshold"),
-        "on_fail": _choice(values["on_fail"], ("submit", "discard"), "On a failed block"),
-        "n_particles": _as_int(values["n_particles"], 1, limits.max_particles, "Particles N"),
-        "draft_len": _as_int(values["draft_len"], 1, 32, "SMC draft length K"),
-        "ess_threshold": _as_float(values["ess_threshold"], 0.0, 1.0, "ESS threshold"),
-        "draft_temperature": None if values["draft_temperature"] is None else
-        _as_float(values["draft_temperature"], MIN_TEMPERATURE, 5.0, "Draft temperature"),
-        "power": _as_float(values["power"], 0.0, 4.0, "Power exponent"),
-        "final": _choice(values["final"], ("sample", "argmax"), "Final particle choice"),
-    }
+    checked = {field.name: _check_field(field, values[field.name], limits) for field in FIELDS}
+    _check_temperature_floor(checked["temperature"], values["temperature"])
     if checked["max_draft_len"] < checked["block_size"]:
         raise SettingsError("Max draft length must be at least the block size.")
     return DecodeSettings(**checked)

@@ -10,11 +10,16 @@ generator is created on that device, every probability row the decoder builds li
 that comes from another device (the draft on another GPU, or the target's last layer elsewhere under
 ``device_map="auto"``) is moved there before it is combined with anything. Random draws come from that
 generator, so a seeded run is reproducible on the same device (and dtype, and library versions); CPU and
-CUDA generators are different streams, so the same seed gives different samples on different devices."""
+CUDA generators are different streams, so the same seed gives different samples on different devices.
+
+Settings: a decoder reads ONE ``DecodeSettings``, the run's. Settings given to a decoder's constructor
+(``FixedSpeculative(4)``, ``Pacer(2, 8, 0.3)``) are pinned: ``run`` puts them into the run's settings once,
+before anything reads them (tests build one decoder per configuration this way); ``api.make_decoder``
+pins nothing, so there a run request's settings are the only source."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import torch
@@ -67,6 +72,15 @@ class Proposal:
     discarded: int = 0                 # trailing tokens not sent to the target (discard mode)
     stop_reason: str | None = None
     seconds: float = 0.0
+
+
+def pinned_values(**values) -> dict:
+    """The settings a decoder was built with: every one given, None meaning "not pinned"."""
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def with_pinned(settings: DecodeSettings, pinned: dict) -> DecodeSettings:
+    return replace(settings, **pinned) if pinned else settings
 
 
 def new_generator(seed: int, device="cpu") -> torch.Generator:
@@ -176,14 +190,22 @@ class SpeculativeDecoder:
 
     name = "speculative"
 
+    def __init__(self, **pinned):
+        self.pinned = pinned_values(**pinned)
+
     def propose(self, pair, state: DecodeState, settings: DecodeSettings, budget: int) -> Proposal:
         raise NotImplementedError
 
-    def info(self) -> dict:
+    def info(self, settings: DecodeSettings | None = None) -> dict:
+        """What the Result's info says about this decoder; without settings, its pinned ones over the defaults."""
+        return self.describe(with_pinned(settings or DecodeSettings(), self.pinned))
+
+    def describe(self, settings: DecodeSettings) -> dict:
         return {}
 
     def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel=None) -> Iterator:
         """Yield a StepEvent per target call, then the Result."""
+        settings = with_pinned(settings, self.pinned)
         state = make_state(pair, prompt_ids, settings, with_draft=True)
         events, step = [], 0
         while state.finish_reason is None:
@@ -194,7 +216,7 @@ class SpeculativeDecoder:
             events.append(event)
             yield event
             step += 1
-        yield finish(self.name, pair, state, events, settings, self.info())
+        yield finish(self.name, pair, state, events, settings, self.info(settings))
 
     def step(self, pair, state: DecodeState, settings: DecodeSettings, step: int) -> StepEvent:
         budget = settings.max_new_tokens - state.new_tokens

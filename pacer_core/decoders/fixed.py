@@ -9,15 +9,15 @@ class FixedSpeculative(SpeculativeDecoder):
     name = "fixed"
 
     def __init__(self, gamma: int | None = None):
-        self.gamma = gamma
+        super().__init__(gamma=gamma)
 
     def propose(self, pair, state: DecodeState, settings: DecodeSettings, budget: int) -> Proposal:
-        gamma = min(self.gamma or settings.gamma, max(budget - 1, 0))
+        gamma = min(settings.gamma, max(budget - 1, 0))
         draft = DraftBuilder(pair, state, settings)
         for _ in range(gamma):
             if draft.draw()[0] in state.eos_ids:
                 break
         return draft.proposal()
 
-    def info(self) -> dict:
-        return {"gamma": self.gamma}
+    def describe(self, settings: DecodeSettings) -> dict:
+        return {"gamma": settings.gamma}

@@ -10,14 +10,14 @@ from .base import DecodeState, DraftBuilder, Proposal, SpeculativeDecoder
 class OracleLength(SpeculativeDecoder):
     name = "oracle"
 
-    def __init__(self, reference_output_ids: list[int], max_draft_len: int = 16):
+    def __init__(self, reference_output_ids: list[int], max_draft_len: int | None = None):
+        super().__init__(max_draft_len=max_draft_len)
         self.reference = list(reference_output_ids)
-        self.max_draft_len = max_draft_len
 
     def propose(self, pair, state: DecodeState, settings: DecodeSettings, budget: int) -> Proposal:
         if not settings.greedy:
             raise ValueError("The oracle decoder is defined for greedy decoding only.")
-        limit = min(self.max_draft_len, max(budget - 1, 0))
+        limit = min(settings.max_draft_len, max(budget - 1, 0))
         draft = DraftBuilder(pair, state, settings)
         while len(draft.drafted_ids) < limit:
             position = len(draft.sequence) - state.prompt_len

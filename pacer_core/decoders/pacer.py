@@ -7,7 +7,7 @@ exact under greedy decoding only (approximate under sampling, and labelled so)."
 from __future__ import annotations
 
 from ..events import BlockDecision
-from ..preverifier import ConfidencePreVerifier, token_features
+from ..preverifier import ConfidencePreVerifier, own_threshold, token_features
 from ..settings import DecodeSettings
 from .base import DecodeState, DraftBuilder, Proposal, SpeculativeDecoder
 
@@ -17,25 +17,17 @@ class Pacer(SpeculativeDecoder):
 
     def __init__(self, block_size: int | None = None, max_draft_len: int | None = None,
                  threshold: float | None = None, preverifier=None, on_fail: str | None = None):
-        self.block_size = block_size
-        self.max_draft_len = max_draft_len
-        self.threshold = threshold
-        self.preverifier = preverifier or ConfidencePreVerifier()
-        self.on_fail = on_fail
-        self.effective_threshold = threshold
+        super().__init__(block_size=block_size, max_draft_len=max_draft_len, threshold=threshold, on_fail=on_fail)
+        self.preverifier = preverifier if preverifier is not None else ConfidencePreVerifier()
 
-    def _threshold(self, settings: DecodeSettings) -> float:
-        for candidate in (self.threshold, settings.threshold):
-            if candidate is not None:
-                return float(candidate)
-        return float(self.preverifier.threshold_for(settings.temperature)
-                     if hasattr(self.preverifier, "threshold_for") else self.preverifier.default_threshold)
+    def threshold(self, settings: DecodeSettings) -> float:
+        """The run's threshold; None (a decoder used without a run request) means the pre-verifier's own."""
+        return own_threshold(self.preverifier, settings.temperature) if settings.threshold is None \
+            else float(settings.threshold)
 
     def propose(self, pair, state: DecodeState, settings: DecodeSettings, budget: int) -> Proposal:
-        block_size = self.block_size or settings.block_size
-        limit = min(self.max_draft_len or settings.max_draft_len, max(budget - 1, 0))
-        threshold, on_fail = self._threshold(settings), self.on_fail or settings.on_fail
-        self.effective_threshold = threshold
+        block_size, threshold = settings.block_size, self.threshold(settings)
+        limit = min(settings.max_draft_len, max(budget - 1, 0))
         draft = DraftBuilder(pair, state, settings)
         blocks, token_blocks, token_probs_all = [], [], []
         stopped_from, discarded, stop_reason = None, 0, "max_len"
@@ -56,16 +48,17 @@ class Pacer(SpeculativeDecoder):
             token_probs_all += [float(prob) for prob in token_probs]
             if not passed:
                 stopped_from, stop_reason = block_start, "preverifier"
-                discarded = len(features) if on_fail == "discard" else 0
+                discarded = len(features) if settings.on_fail == "discard" else 0
                 break
             if hit_eos:
                 stop_reason = "eos"
                 break
-        if stop_reason == "max_len" and limit < (self.max_draft_len or settings.max_draft_len):
+        if stop_reason == "max_len" and limit < settings.max_draft_len:
             stop_reason = "budget"
         return draft.proposal(blocks=blocks, token_blocks=token_blocks, token_preverifier_probs=token_probs_all,
                               stopped_from=stopped_from, discarded=discarded, stop_reason=stop_reason)
 
-    def info(self) -> dict:
-        return {"preverifier": getattr(self.preverifier, "kind", "custom"), "block_size": self.block_size,
-                "max_draft_len": self.max_draft_len, "threshold": self.effective_threshold, "on_fail": self.on_fail}
+    def describe(self, settings: DecodeSettings) -> dict:
+        return {"preverifier": getattr(self.preverifier, "kind", "custom"), "block_size": settings.block_size,
+                "max_draft_len": settings.max_draft_len, "threshold": self.threshold(settings),
+                "on_fail": settings.on_fail}

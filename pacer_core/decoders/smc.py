@@ -59,7 +59,7 @@ from ..kvcache import CachedModel
 from ..particles import effective_sample_size, normalize_log_weights, systematic_resample
 from ..sampling import token_log_probs
 from ..settings import DecodeSettings, SettingsError
-from .base import new_generator
+from .base import new_generator, pinned_values, with_pinned
 
 
 def sample_rows(log_probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -154,24 +154,12 @@ class SMC:
 
     name = "smc"
 
-    def __init__(self, n_particles: int = 4, draft_len: int = 4, ess_threshold: float = 0.5,
-                 draft_temperature: float | None = None, power: float = 1.0, final: str = "sample"):
-        if int(n_particles) < 1 or int(draft_len) < 1:
-            raise ValueError("SMC-SD needs n_particles >= 1 and draft_len >= 1.")
-        if not 0.0 <= float(ess_threshold) <= 1.0:
-            raise ValueError("ess_threshold must be in [0, 1].")
-        if draft_temperature is not None and float(draft_temperature) <= 0:
-            raise ValueError("draft_temperature must be > 0 (or None: same as temperature).")
-        if float(power) < 0:
-            raise ValueError("power must be >= 0.")
-        if final not in ("sample", "argmax"):
-            raise ValueError("final must be 'sample' or 'argmax'.")
-        self.n_particles = int(n_particles)
-        self.draft_len = int(draft_len)
-        self.ess_threshold = float(ess_threshold)
-        self.draft_temperature = None if draft_temperature is None else float(draft_temperature)
-        self.power = float(power)
-        self.final = final
+    def __init__(self, n_particles: int | None = None, draft_len: int | None = None,
+                 ess_threshold: float | None = None, draft_temperature: float | None = None,
+                 power: float | None = None, final: str | None = None):
+        """Settings given here are pinned (see decoders/base.py); ``make_decoder`` gives none."""
+        self.pinned = pinned_values(n_particles=n_particles, draft_len=draft_len, ess_threshold=ess_threshold,
+                                    draft_temperature=draft_temperature, power=power, final=final)
 
     # ------------------------------------------------------------------ the loop
     def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel=None) -> Iterator:
@@ -179,8 +167,9 @@ class SMC:
         if settings.greedy:
             raise SettingsError("SMC-SD samples, so it needs a temperature above 0 (for example 0.7 or 1.0). "
                                 "For greedy decoding choose AR, fixed SD or PACER.")
+        settings = with_pinned(settings, self.pinned)
         started = time.perf_counter()
-        state = start_particles(pair, prompt_ids, self.n_particles)
+        state = start_particles(pair, prompt_ids, settings.n_particles)
         generator = new_generator(settings.seed, state.device)
         sorted_eos_ids = sorted(pair.eos_token_ids)
         eos_ids = torch.tensor(sorted_eos_ids, dtype=torch.long, device=state.device)
@@ -191,10 +180,10 @@ class SMC:
             if cancel is not None and cancel.is_set():
                 cancelled = True
                 break
-            n_draft = min(self.draft_len, settings.max_new_tokens - state.generated - 1)
+            n_draft = min(settings.draft_len, settings.max_new_tokens - state.generated - 1)
             outcome = self.cycle(state, n_draft, settings, eos_ids, pad_id, generator)
-            drafted_tokens += n_draft * self.n_particles  # every row is drafted, finished ones too
-            event = self.resample_and_report(pair, state, len(events), outcome, generator)
+            drafted_tokens += n_draft * state.n_particles  # every row is drafted, finished ones too
+            event = self.resample_and_report(pair, state, len(events), outcome, generator, settings.ess_threshold)
             resamples += int(event.resampled)
             events.append(event)
             yield event
@@ -206,7 +195,7 @@ class SMC:
               pad_id: int, generator: torch.Generator) -> CycleOutcome:
         """Draft K tokens per particle, verify them in one target pass, update log-weights, add the bonus."""
         temperature = settings.temperature
-        draft_temperature = self.draft_temperature or temperature
+        draft_temperature = settings.draft_temperature or temperature
         n_particles = state.n_particles
 
         # 1. Draft: d_k ~ q_Td(· | row), one [N, ·] draft forward per token.
@@ -238,7 +227,7 @@ class SMC:
         is_eos = torch.isin(new_ids, eos_ids)                                       # [N, K+1]
         eos_before = (torch.cumsum(is_eos.long(), dim=1) - is_eos.long()) > 0       # an EOS earlier in the cycle
         live_tokens = ~state.finished.unsqueeze(1) & ~eos_before                    # [N, K+1]
-        scaled_target = self.power * target_log_probs if self.power != 0 else torch.zeros_like(target_log_probs)
+        scaled_target = settings.power * target_log_probs if settings.power != 0 else torch.zeros_like(target_log_probs)
         increments = torch.where(live_tokens[:, :n_draft], scaled_target - draft_log_probs,
                                  torch.zeros_like(draft_log_probs)).sum(dim=1)      # [N] float64
         state.log_weights = state.log_weights + increments
@@ -257,7 +246,7 @@ class SMC:
 
     # ------------------------------------------------------------------ 5. resampling
     def resample_and_report(self, pair, state: ParticleState, step: int, outcome: CycleOutcome,
-                            generator: torch.Generator) -> SMCCycleEvent:
+                            generator: torch.Generator, ess_threshold: float) -> SMCCycleEvent:
         """Normalise, compute ESS, resample when ESS < ess_threshold · N; describe the cycle.
 
         The event's per-particle lists (tokens, log-weights, weights, finished) describe the rows BEFORE
@@ -270,7 +259,7 @@ class SMC:
         leader = int(torch.argmax(weights))
         leader_text = pair.decode(state.continuation(leader))
         total_new_tokens = int(state.lengths.max())
-        resampled = ess < self.ess_threshold * n_particles
+        resampled = ess < ess_threshold * n_particles
         if resampled:
             ancestors = systematic_resample(weights, generator)                     # [N] long
             state.reorder(ancestors)
@@ -280,20 +269,20 @@ class SMC:
         return SMCCycleEvent(
             method=self.name, step=step, particle_texts=[pair.decode(ids) for ids in outcome.new_tokens],
             particle_token_ids=outcome.new_tokens, log_weights=log_weights, weights=weights.tolist(), ess=ess,
-            ess_threshold=self.ess_threshold, resampled=resampled, ancestors=ancestors.tolist(), finished=finished,
+            ess_threshold=ess_threshold, resampled=resampled, ancestors=ancestors.tolist(), finished=finished,
             draft_seconds=outcome.draft_seconds, verify_seconds=outcome.verify_seconds,
             total_new_tokens=total_new_tokens, leader_text=leader_text,
             particle_tokens=[new_token_records(pair, ids, outcome.n_draft) for ids in outcome.new_tokens])
 
     # ------------------------------------------------------------------ 6. the output particle
-    def choose(self, state: ParticleState, generator: torch.Generator) -> tuple[int, torch.Tensor]:
+    def choose(self, state: ParticleState, generator: torch.Generator, final: str) -> tuple[int, torch.Tensor]:
         weights = normalize_log_weights(state.log_weights)
-        if self.final == "argmax":
+        if final == "argmax":
             return int(torch.argmax(weights)), weights
         return int(torch.multinomial(weights, 1, generator=generator)), weights
 
     def result(self, pair, state, events, settings, generator, started, cancelled, extra) -> Result:
-        chosen, weights = self.choose(state, generator)
+        chosen, weights = self.choose(state, generator, settings.final)
         token_ids = state.continuation(chosen)
         seconds = time.perf_counter() - started
         target_calls = state.target.calls
@@ -307,9 +296,10 @@ class SMC:
         info = {"approximate": True,
                 "note": "SMC-SD is approximate: its output only approaches the target's distribution as the "
                         "number of particles grows (Emara et al. 2026, arXiv 2604.15672).",
-                "n_particles": self.n_particles, "draft_len": self.draft_len, "ess_threshold": self.ess_threshold,
-                "draft_temperature": self.draft_temperature or settings.temperature, "power": self.power,
-                "final": self.final, "cycles": len(events), "chosen_particle": chosen,
+                "n_particles": settings.n_particles, "draft_len": settings.draft_len,
+                "ess_threshold": settings.ess_threshold,
+                "draft_temperature": settings.draft_temperature or settings.temperature, "power": settings.power,
+                "final": settings.final, "cycles": len(events), "chosen_particle": chosen,
                 "final_weights": weights.tolist(),
                 "particle_texts": [pair.decode(state.continuation(i)) for i in range(state.n_particles)]} | extra
         return Result(method=self.name, text=pair.decode(token_ids), token_ids=token_ids, events=events,

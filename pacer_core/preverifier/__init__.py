@@ -3,7 +3,7 @@ confidence rule standing in for it) that scores a drafted block."""
 from .features import TokenFeatures, token_features
 from .heuristic import ConfidencePreVerifier
 
-__all__ = ["TokenFeatures", "token_features", "ConfidencePreVerifier", "default_preverifier"]
+__all__ = ["TokenFeatures", "token_features", "ConfidencePreVerifier", "default_preverifier", "own_threshold"]
 
 
 def default_preverifier(pair):
@@ -12,3 +12,11 @@ def default_preverifier(pair):
 
     trained = load_for_pair(pair)
     return trained if trained is not None else ConfidencePreVerifier()
+
+
+def own_threshold(preverifier, temperature: float) -> float:
+    """The threshold a pre-verifier brings for this temperature: a trained layer's tuned one (greedy or
+    sampling), else its fixed default."""
+    if hasattr(preverifier, "threshold_for"):
+        return float(preverifier.threshold_for(temperature))
+    return float(preverifier.default_threshold)

@@ -24,14 +24,14 @@ from pathlib import Path
 import torch
 
 from ..analysis import draft_teacher_forced_logits
-from ..api import prepare_prompt
-from ..decoders import Autoregressive, FixedSpeculative
+from ..api import run_request
 from ..drafters import drafter_swapped, load_drafter, new_caches
 from ..models import load_pair
 from ..particles import proposal_kl
 from ..prompts import load_prompts
 from ..sampling import logits_to_probs, token_log_probs
-from ..settings import validate_settings
+from ..request import RunRequest, chosen_names, encode_prompt, request_for
+from ..settings import Limits, validate_settings
 
 GAMMA = 4
 TEMPERATURES = (0.7, 1.0)
@@ -84,11 +84,12 @@ def cost_ratio(pair, context: list[int], steps: int = 60) -> float:
     return statistics.median(draft_times) / statistics.median(target_times)
 
 
-def evaluate_drafter(pair, prompts: list[list[int]], references: list[list[int]], max_new_tokens: int) -> dict:
-    settings = validate_settings(max_new_tokens=max_new_tokens, temperature=0.0, gamma=GAMMA)
+def evaluate_drafter(pair, requests: list[RunRequest], references: list[list[int]]) -> dict:
+    """Greedy fixed SD (gamma 4) requests, one per prompt, against AR's outputs."""
     reached, accepted, tokens, verify_steps, per_position = [0] * GAMMA, [0] * GAMMA, 0, 0, {}
-    for prompt_ids, reference in zip(prompts, references):
-        *events, result = FixedSpeculative(GAMMA).run(pair, prompt_ids, settings)
+    for request, reference in zip(requests, references):
+        prompt_ids = list(request.prompt_ids)
+        *events, result = run_request(pair, request)
         assert result.token_ids == reference or pair.dtype != torch.float32, "greedy SD must equal AR in fp32"
         step_reached, step_accepted = depth_counts(events, GAMMA)
         reached = [a + b for a, b in zip(reached, step_reached)]
@@ -98,7 +99,7 @@ def evaluate_drafter(pair, prompts: list[list[int]], references: list[list[int]]
             per_position.setdefault(key, []).extend(values)
     row = {"agreement_at_depth": [round(a / r, 4) if r else None for a, r in zip(accepted, reached)],
            "tau_gamma4": round(tokens / verify_steps, 4),
-           "cost_ratio": round(cost_ratio(pair, prompts[0] + references[0]), 4)}
+           "cost_ratio": round(cost_ratio(pair, list(requests[0].prompt_ids) + references[0]), 4)}
     row.update({key: round(sum(values) / len(values), 4) for key, values in per_position.items()})
     return row
 
@@ -128,13 +129,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     pair = load_pair(args.target, "embedded-small", device="cpu", dtype=args.dtype)
     records = load_prompts(args.prompts)[: args.limit or None]
-    prompts = [prepare_prompt(pair, record["prompt"])[0] for record in records]
-    ar_settings = validate_settings(max_new_tokens=args.max_new_tokens, temperature=0.0)
-    references = [list(Autoregressive().run(pair, ids, ar_settings))[-1].token_ids for ids in prompts]
+    limits = Limits.from_env()
+    prompts = [encode_prompt(pair, record["prompt"], None, limits) for record in records]
+    raw = {"max_new_tokens": args.max_new_tokens, "temperature": 0.0, "gamma": GAMMA}
+    settings, chosen = validate_settings(limits, **raw), chosen_names(raw)
+    references = [list(run_request(pair, request_for(pair, "ar", settings, chosen, prompt, limits)))[-1].token_ids
+                  for prompt in prompts]
+    fixed = [request_for(pair, "fixed", settings, chosen, prompt, limits) for prompt in prompts]
     rows = {}
     for name in args.drafters.split(","):
         with drafter_swapped(pair, load_drafter(pair, name, args.head)):
-            rows[name] = evaluate_drafter(pair, prompts, references, args.max_new_tokens)
+            rows[name] = evaluate_drafter(pair, fixed, references)
         print(f"{name}: {rows[name]}", file=sys.stderr, flush=True)
     report = {"prompts": args.prompts, "prompt_count": len(prompts), "max_new_tokens": args.max_new_tokens,
               "dtype": str(pair.dtype).replace("torch.", ""), "drafters": rows, "table": markdown_table(rows)}

@@ -44,7 +44,7 @@ class RecordingDrafter(FixedSpeculative):
 
     def propose(self, pair, state: DecodeState, settings, budget: int) -> Proposal:
         draft, self._pending = DraftBuilder(pair, state, settings), []
-        for position in range(self.gamma):
+        for position in range(settings.gamma):
             token_id, logits_row, hidden_row = draft.draw(with_hidden=True)
             self._pending.append((token_features(logits_row, hidden_row, token_id, position), logits_row))
         return draft.proposal()

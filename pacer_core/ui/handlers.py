@@ -14,12 +14,12 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from ..models import ModelLoadError
-from ..settings import SettingsError
+from ..settings import Limits, SettingsError
 from . import METHOD_LABELS, columns, measured, narration, page, plots, tables
 from .session import RunSession, user_message
 
@@ -28,10 +28,12 @@ PLOT_INTERVAL_S = 2.0          # redraw plots at most this often while streaming
 
 @dataclass(frozen=True)
 class AppContext:
-    """What every handler of one app shares: the pair loaded once per process and PACER's pre-verifier."""
+    """What every handler of one app shares: the pair loaded once per process, PACER's pre-verifier and
+    the Space owner's limits (read once, here or by ``build_ui``)."""
     pair: object
     preverifier: object = None
     preverifier_kind: str = "heuristic"     # "trained" or "heuristic"
+    limits: Limits = field(default_factory=Limits.from_env)
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ class ViewUpdate:
 def new_session(context: AppContext, inputs: PageInputs) -> RunSession:
     """Validates the settings (SettingsError) and encodes the prompt; no model runs yet."""
     return RunSession(context.pair, inputs.prompt, dict(inputs.settings), chat=bool(inputs.chat),
-                      preverifier=context.preverifier, measure_ar=bool(inputs.measure_ar))
+                      preverifier=context.preverifier, measure_ar=bool(inputs.measure_ar), limits=context.limits)
 
 
 def column_note(context: AppContext, session: RunSession, method: str) -> str | None:

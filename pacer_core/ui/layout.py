@@ -17,7 +17,8 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..settings import DecodeSettings, Limits
+from ..preverifier import ConfidencePreVerifier, own_threshold
+from ..settings import FIELD_BY_NAME, Limits
 from . import COLUMN_METHODS, METHOD_LABELS, columns, handlers, narration, page, plots, tables
 from .handlers import AppContext, PageInputs, ViewUpdate
 from .session import preverifier_kind
@@ -65,14 +66,8 @@ def launch_options() -> dict:
 
 
 def default_threshold(preverifier, temperature: float) -> float:
-    if preverifier is None:
-        return 0.3
-    if hasattr(preverifier, "threshold_for"):
-        try:
-            return float(preverifier.threshold_for(temperature))
-        except Exception:  # noqa: BLE001
-            pass
-    return float(getattr(preverifier, "default_threshold", 0.3))
+    """Where the threshold slider starts: the pre-verifier's own (the confidence rule's without one)."""
+    return own_threshold(preverifier if preverifier is not None else ConfidencePreVerifier(), temperature)
 
 
 def load_preverifier(pair):
@@ -134,43 +129,45 @@ class PageView:
         return out
 
 
-def settings_panel(pair, preverifier, limits: Limits,
-                   defaults: DecodeSettings) -> tuple[dict, gr.Checkbox, gr.Checkbox]:
+def control(name: str, limits: Limits, value=None, **extra):
+    """The control of one setting: label, range, step, help and starting value from settings.FIELDS."""
+    field = FIELD_BY_NAME[name]
+    high = field.high_for(limits)
+    if value is None:
+        value = field.app_value if field.app_value is not None else field.default
+    if field.kind == "int" and high > 10_000:       # seed, top-k: typed, checked by the validator
+        return gr.Number(value=value, precision=0, label=field.label, info=field.help, **extra)
+    return gr.Slider(field.low, high, value=min(value, high), step=field.step, label=field.label, info=field.help,
+                     **extra)
+
+
+def settings_panel(pair, preverifier, limits: Limits) -> tuple[dict, gr.Checkbox, gr.Checkbox]:
     """The Settings accordion: shared settings, then one column per method. Returns (settings by name,
     the chat-template switch, the "use the pre-verifier's own threshold" switch)."""
     with gr.Accordion("Settings", open=False, elem_id="settings"), gr.Row():
         with gr.Column(min_width=220):
             gr.Markdown("**Shared**")
-            shared = {
-                "temperature": gr.Slider(0.0, 2.0, value=0.7, step=0.05, label="Temperature (0 = greedy)",
-                                         info="SMC-SD needs a temperature above 0.", elem_id="temperature"),
-                "seed": gr.Number(value=defaults.seed, precision=0, label="Seed"),
-                "max_new_tokens": gr.Slider(1, limits.max_new_tokens, step=1, label="Max new tokens",
-                                            value=min(48, limits.max_new_tokens), elem_id="max-new-tokens"),
-                "top_k": gr.Number(value=defaults.top_k, precision=0, label="Top-k (0 = off)"),
-                "top_p": gr.Slider(0.01, 1.0, value=defaults.top_p, step=0.01, label="Top-p")}
+            shared = {"temperature": control("temperature", limits, elem_id="temperature"),
+                      "seed": control("seed", limits),
+                      "max_new_tokens": control("max_new_tokens", limits, elem_id="max-new-tokens"),
+                      "top_k": control("top_k", limits), "top_p": control("top_p", limits)}
             chat = gr.Checkbox(value=bool(pair.use_chat_template), label="Use the chat template")
         with gr.Column(min_width=200):
             gr.Markdown(f"**{METHOD_LABELS['fixed']}**")
-            fixed = {"gamma": gr.Slider(1, 16, value=defaults.gamma, step=1, label="Draft length γ")}
+            fixed = {"gamma": control("gamma", limits)}
         with gr.Column(min_width=220):
             gr.Markdown(f"**{METHOD_LABELS['pacer']}**")
-            block_size = getattr(preverifier, "config", {}).get("block_size", defaults.block_size)
-            pacer = {"block_size": gr.Slider(1, 8, value=block_size, step=1, label="Block size"),
-                     "max_draft_len": gr.Slider(1, 32, value=defaults.max_draft_len, step=1, label="Max draft length")}
+            block_size = getattr(preverifier, "config", {}).get("block_size")
+            pacer = {"block_size": control("block_size", limits, block_size),
+                     "max_draft_len": control("max_draft_len", limits)}
             own_threshold = gr.Checkbox(value=True, label="Use the pre-verifier's own threshold")
-            pacer["threshold"] = gr.Slider(0.0, 1.0, value=round(default_threshold(preverifier, 0.7), 2), step=0.01,
-                                           label="Threshold (when not using its own)")
+            pacer["threshold"] = control("threshold", limits, round(default_threshold(preverifier, 0.7), 2))
             pacer["on_fail"] = gr.Radio([("submit failing block (lossless)", "submit"),
                                          ("discard it (exact only when greedy)", "discard")],
-                                        value=defaults.on_fail, label="On a failed block")
+                                        value=FIELD_BY_NAME["on_fail"].default, label=FIELD_BY_NAME["on_fail"].label)
         with gr.Column(min_width=200):
             gr.Markdown(f"**{METHOD_LABELS['smc']}**")
-            smc = {"n_particles": gr.Slider(1, limits.max_particles, value=min(4, limits.max_particles), step=1,
-                                            label="Particles N"),
-                   "draft_len": gr.Slider(1, 16, value=defaults.draft_len, step=1, label="Draft length K"),
-                   "ess_threshold": gr.Slider(0.0, 1.0, value=defaults.ess_threshold, step=0.05,
-                                              label="ESS threshold (fraction of N)")}
+            smc = {name: control(name, limits) for name in ("n_particles", "draft_len", "ess_threshold")}
     return shared | fixed | pacer | smc, chat, own_threshold
 
 
@@ -218,7 +215,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
     """The whole app for one ModelPair loaded once per process."""
     limits = limits or Limits.from_env()
     preverifier = preverifier if preverifier is not None else load_preverifier(pair)
-    context = AppContext(pair, preverifier, getattr(preverifier, "kind", None) or preverifier_kind(pair))
+    context = AppContext(pair, preverifier, getattr(preverifier, "kind", None) or preverifier_kind(pair), limits)
     examples = load_examples()
     explain_text = EXPLAIN_PATH.read_text(encoding="utf-8") if EXPLAIN_PATH.exists() else ""
 
@@ -245,7 +242,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 gr.Examples(examples=[[item["prompt"]] for item in examples], inputs=[prompt],
                             example_labels=[item.get("label", item["prompt"][:30]) for item in examples],
                             label="Workshop examples")
-                settings, chat, own_threshold = settings_panel(pair, preverifier, limits, DecodeSettings())
+                settings, chat, own_threshold = settings_panel(pair, preverifier, limits)
                 view = live_outputs(session_state)
             other_tabs(preverifier, explain_text)
         controls = Controls(prompt, settings, chat, own_threshold, measure_ar)

@@ -13,10 +13,11 @@ import traceback
 from dataclasses import dataclass, field
 
 from ..analysis import oracle_lengths, proposal_divergence, target_log_likelihood
-from ..api import prepare_prompt, stream
+from ..api import run_request
 from ..events import Result
 from ..models import ModelLoadError
-from ..settings import SettingsError, validate_prompt, validate_settings
+from ..request import RunRequest, chosen_names, encode_prompt, request_for
+from ..settings import Limits, SettingsError, validate_prompt, validate_settings
 from . import COLUMN_METHODS
 
 
@@ -44,6 +45,7 @@ def user_message(error: BaseException) -> str:
 class MethodRun:
     """One method's generator and what it produced so far."""
     method: str
+    request: RunRequest | None = None   # None when the method refused the settings (``error`` says why)
     generator: object = None
     events: list = field(default_factory=list)
     result: Result | None = None
@@ -59,23 +61,28 @@ class RunSession:
     """The three methods on one prompt and one set of settings, advanced together.
 
     ``advance()`` moves every unfinished method forward by one step (one target forward pass) and
-    returns the methods that moved. Settings are validated in the constructor, so a bad value
-    raises ``SettingsError`` before any model runs."""
+    returns the methods that moved. This is the UI's front door: the constructor validates the settings
+    and encodes the prompt once (a bad value raises ``SettingsError`` before any model runs) and builds
+    one run request per method; a method that refuses the settings (SMC-SD when greedy) starts with
+    its error instead."""
 
     def __init__(self, pair, prompt: str, settings: dict, chat: bool | None = None,
-                 methods=COLUMN_METHODS, preverifier=None, measure_ar: bool = False):
+                 methods=COLUMN_METHODS, preverifier=None, measure_ar: bool = False, limits: Limits | None = None):
         self.pair = pair
-        self.prompt = validate_prompt(prompt)
-        self.settings = validate_settings(**settings).to_dict()
+        self.limits = limits if limits is not None else Limits.from_env()
+        self.prompt = validate_prompt(prompt, self.limits)
+        self.validated = validate_settings(self.limits, **settings)
+        self.settings = self.validated.to_dict()
         self.raw_settings = dict(settings)
         self.chat = chat
         self.preverifier = preverifier
         self.cancel = threading.Event()
-        self.prompt_ids, self.prompt_note = prepare_prompt(pair, self.prompt, chat)
-        self.runs = {method: MethodRun(method) for method in methods}
+        self.encoded = encode_prompt(pair, self.prompt, chat, self.limits)
+        self.prompt_ids, self.prompt_note = list(self.encoded.ids), self.encoded.note
+        self.runs = {method: self.new_run(method) for method in methods}
         # The AR baseline joins the rotation as a hidden fourth method, so it is timed under the same
         # machine load as the columns (this CPU is shared); it finishes alone after them.
-        self.ar: MethodRun | None = MethodRun("ar") if measure_ar else None
+        self.ar: MethodRun | None = self.new_run("ar") if measure_ar else None
         self.oracle: list | None = None
         self.oracle_steps: list | None = None
         self.oracle_note: str | None = None
@@ -85,15 +92,21 @@ class RunSession:
         self.pending_verdict: dict | None = None   # step-through: events drafted but not yet shown verified
         self.created = time.time()
 
+    def new_run(self, method: str) -> MethodRun:
+        """A method's run with its request, or with the message that refuses it."""
+        try:
+            return MethodRun(method, request_for(self.pair, method, self.validated, chosen_names(self.raw_settings),
+                                                 self.encoded, self.limits, self.preverifier))
+        except SettingsError as error:
+            return MethodRun(method, error=str(error))
+
     def key(self) -> tuple:
         return (self.prompt, tuple(sorted(self.raw_settings.items())), self.chat)
 
     # ------------------------------------------------------------ stepping
 
     def _start(self, run: MethodRun) -> None:
-        run.generator = stream(self.pair, run.method, self.prompt, cancel=self.cancel,
-                               preverifier=self.preverifier if run.method == "pacer" else None,
-                               chat=self.chat, **self.settings)
+        run.generator = run_request(self.pair, run.request, cancel=self.cancel)
 
     def advance_one(self, run: MethodRun) -> bool:
         """Pull one item from a method's generator; record events, the Result or an error."""
@@ -157,7 +170,7 @@ class RunSession:
     def ar_steps(self):
         """Generator: finish the AR baseline step by step (so Stop works); yields after every step."""
         if self.ar is None:
-            self.ar = MethodRun("ar")
+            self.ar = self.new_run("ar")
         while not self.ar.done:
             self.advance_one(self.ar)
             yield self.ar

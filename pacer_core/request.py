@@ -1,0 +1,120 @@
+"""One run request: everything a run needs, validated and resolved ONCE at a front door (the UI session,
+``generate()``/``stream()``, the bench CLI, the training CLIs and the scripts). Below the front door
+nothing validates again or encodes the prompt again: ``api.run_request`` hands ``request.settings`` to the
+decoder as they are.
+
+Resolving a method's settings: the values the caller chose, FIELDS' defaults for the rest (both checked by
+``validate_settings``), then PACER's pre-verifier defaults for whatever the caller left unset: a trained
+pre-verifier ships the block size its threshold was tuned with, and that threshold. Every front door
+resolves the same way, so the benchmark's ``pacer`` row runs what the app and ``generate()`` run by
+default (tests/test_run_request.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .settings import (FIELD_BY_NAME, DecodeSettings, Limits, check_method_settings, validate_method,
+                       validate_prompt, validate_settings)
+
+
+@dataclass(frozen=True)
+class EncodedPrompt:
+    ids: tuple[int, ...]
+    note: str | None = None          # set when the prompt's start was cut to fit the token limit
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One method on one prompt with resolved settings. ``explicit``: the settings the caller chose; every
+    other setting is its default (or the pre-verifier's, for PACER)."""
+    method: str
+    settings: DecodeSettings
+    limits: Limits
+    prompt_ids: tuple[int, ...]
+    prompt_note: str | None = None
+    preverifier: object = None       # PACER's; None for the other methods
+    explicit: frozenset[str] = frozenset()
+
+    @property
+    def defaulted(self) -> frozenset[str]:
+        return frozenset(FIELD_BY_NAME) - self.explicit
+
+    def reseeded(self, offset: int) -> "RunRequest":
+        """The same request with its seed moved by ``offset`` (the bench's sampling repeats)."""
+        return replace(self, settings=replace(self.settings, seed=self.settings.seed + offset))
+
+
+def encode_prompt(pair, prompt: str, chat: bool | None, limits: Limits) -> EncodedPrompt:
+    """Check and encode the prompt. Over the token limit the START is cut (the end matters for what comes
+    next) and the note says so."""
+    prompt_ids = pair.encode_prompt(validate_prompt(prompt, limits), chat)
+    allowed = min(limits.max_prompt_tokens, pair.max_context - 1)
+    if len(prompt_ids) <= allowed:
+        return EncodedPrompt(tuple(prompt_ids))
+    note = (f"The prompt had {len(prompt_ids):,} tokens; only its last {allowed:,} were kept "
+            f"(limit PACER_MAX_PROMPT_TOKENS / model context).")
+    return EncodedPrompt(tuple(prompt_ids[-allowed:]), note)
+
+
+def chosen_names(raw: dict) -> frozenset[str]:
+    """The settings a caller chose: every one given a value (None asks for the default)."""
+    return frozenset(name for name, value in raw.items() if value is not None)
+
+
+def preverifier_for(method: str, pair, preverifier=None):
+    """PACER's pre-verifier: the one given, else the pair's trained layer or the confidence rule."""
+    if method != "pacer":
+        return None
+    if preverifier is not None:
+        return preverifier
+    from .preverifier import default_preverifier
+
+    return default_preverifier(pair)
+
+
+def with_preverifier_defaults(settings: DecodeSettings, preverifier, explicit: frozenset[str]) -> DecodeSettings:
+    """PACER: the shipped block size unless chosen (the max draft length grows to it), and the
+    pre-verifier's own threshold for this temperature unless chosen."""
+    from .preverifier import ConfidencePreVerifier, own_threshold
+
+    preverifier = preverifier if preverifier is not None else ConfidencePreVerifier()
+    changes = {}
+    shipped = getattr(preverifier, "config", {}).get("block_size")
+    if shipped is not None and "block_size" not in explicit:
+        changes |= {"block_size": int(shipped), "max_draft_len": max(settings.max_draft_len, int(shipped))}
+    if settings.threshold is None:
+        changes["threshold"] = own_threshold(preverifier, settings.temperature)
+    return replace(settings, **changes)
+
+
+def settings_for_method(method: str, settings: DecodeSettings, explicit: frozenset[str],
+                        preverifier=None) -> DecodeSettings:
+    """Validated settings → one method's: its own rules (SettingsError), then PACER's defaults."""
+    check_method_settings(method, settings)
+    if method == "pacer":
+        return with_preverifier_defaults(settings, preverifier, explicit)
+    return settings
+
+
+def fit_to_context(settings: DecodeSettings, prompt_len: int, max_context: int) -> DecodeSettings:
+    room = max_context - prompt_len
+    return settings if settings.max_new_tokens <= room else replace(settings, max_new_tokens=max(1, room))
+
+
+def request_for(pair, method: str, settings: DecodeSettings, explicit: frozenset[str], prompt: EncodedPrompt,
+                limits: Limits, preverifier=None) -> RunRequest:
+    """A request from settings validated once by the caller, for one method and one encoded prompt."""
+    preverifier = preverifier_for(method, pair, preverifier)
+    resolved = settings_for_method(method, settings, explicit, preverifier)
+    resolved = fit_to_context(resolved, len(prompt.ids), pair.max_context)
+    return RunRequest(method, resolved, limits, prompt.ids, prompt.note, preverifier, explicit)
+
+
+def build_request(pair, method: str, prompt: str, raw: dict | None = None, *, chat: bool | None = None,
+                  preverifier=None, limits: Limits | None = None) -> RunRequest:
+    """The whole front door for one method: validate the method and settings, encode the prompt, resolve.
+    Without ``limits`` the environment's apply (read here, once)."""
+    limits = limits if limits is not None else Limits.from_env()
+    method, raw = validate_method(method), dict(raw or {})
+    settings = validate_settings(limits, **raw)
+    encoded = encode_prompt(pair, prompt, chat, limits)
+    return request_for(pair, method, settings, chosen_names(raw), encoded, limits, preverifier)
