@@ -141,21 +141,53 @@ def tokens_body_html(events: list, pending: bool) -> str:
     return f'<div class="tokens">{body or PLACEHOLDER}</div>'
 
 
+def answer_text(events: list, result: Result | None = None, pending: bool = False) -> str:
+    """The clean text a method returned (its Result), or so far: the emitted text of its verified steps
+    (SMC-SD: the leading particle's continuation). Plain text; escape before showing."""
+    if result is not None:
+        return result.text
+    if events and isinstance(events[-1], SMCCycleEvent):
+        return events[-1].leader_text
+    steps = [event for event in events if isinstance(event, StepEvent)]
+    return "".join(event.emitted_text for event in (steps[:-1] if pending else steps))
+
+
+def answer_html(method: str, events: list, result: Result | None = None, pending: bool = False) -> str:
+    """The answer block above the step trace: the clean text, no colours, readable at any acceptance."""
+    text = answer_text(events, result, pending)
+    if result is not None:
+        label = "Answer" + (" (the particle chosen at the end)" if method == "smc" else "")
+    else:
+        label = "Leading particle so far" if method == "smc" else "Answer so far"
+    body = escape_text(text) if text else '<span class="placeholder">nothing yet</span>'
+    return (f'<div class="answer" data-role="answer"><div class="part-label">{label}</div>'
+            f'<div class="answer-text">{body}</div></div>')
+
+
+TRACE_LABELS = {"smc": "Trace · a bar per cycle, then every particle",
+                None: "Step trace · a bar per target pass · hover a token"}
+
+
 def column_html(method: str, events: list, result: Result | None = None, error: str | None = None,
                 running: bool = False, note: str | None = None, pending: bool = False) -> str:
-    """The whole live column for one method: header, counters, coloured text, notes.
-    ``pending``: step-through's draft phase, the newest step shown as drafted but not yet verified
-    (SMC: the newest cycle is not shown yet)."""
+    """The whole live column for one method: header and counters, the clean answer, the step trace
+    (coloured tokens), notes. ``pending``: step-through's draft phase, the newest step shown as drafted
+    but not yet verified (SMC: the newest cycle is not shown yet)."""
     if pending and method == "smc" and events:
         events, pending = events[:-1], False
     title = escape_text(METHOD_LABELS.get(method, method))
     head = (f'<div class="col-head"><span class="col-title">{title}</span>'
             f'{status_badge(result, error, running)}</div>')
-    if method == "smc":
-        body = smc_body_html(events, result) if events else f'<div class="tokens">{PLACEHOLDER}</div>'
-    else:
-        body = tokens_body_html(events, pending)
     extra = (f'<div class="col-note">{escape_text(note)}</div>' if note else "") + (error_html(error) if error else "")
     counters = counters_html(events[:-1] if pending else events, result)
-    return (f'<div class="pacer-col" data-method="{escape_attr(method)}"><div class="col-sticky">{head}'
-            f"{counters}</div>{body}{extra}</div>")
+    sticky = (f'<div class="pacer-col" data-method="{escape_attr(method)}"><div class="col-sticky">{head}{counters}'
+              "</div>")
+    if not events:
+        return f'{sticky}<div class="tokens">{PLACEHOLDER}</div>{extra}</div>'
+    if method == "smc":
+        body = smc_body_html(events, result)
+    else:
+        body = tokens_body_html(events, pending)
+    label = TRACE_LABELS.get(method, TRACE_LABELS[None])
+    trace = f'<div class="trace" data-role="trace"><div class="part-label">{label}</div>{body}</div>'
+    return f"{sticky}{answer_html(method, events, result, pending)}{trace}{extra}</div>"

@@ -90,11 +90,20 @@ def columns_view(context: AppContext, session: RunSession, running: bool, pendin
             for method, run in session.runs.items()}
 
 
+def events_by_method(session: RunSession) -> dict[str, list]:
+    """Every method's events so far, the AR baseline's first (when it is measured)."""
+    events = {"ar": session.ar.events} if session.ar is not None else {}
+    return events | {method: run.events for method, run in session.runs.items()}
+
+
 def plots_view(session: RunSession) -> dict[str, object]:
-    events = {method: run.events for method, run in session.runs.items()}
+    events = events_by_method(session)
     fixed, pacer, smc = events.get("fixed", []), events.get("pacer", []), events.get("smc", [])
     oracle_label = "oracle γ*" if session.oracle_greedy else "oracle E[γ*] (sampling)"
-    return {"lengths": plots.draft_length_figure(fixed, pacer, session.oracle, session.oracle_steps, oracle_label),
+    return {"timeline": plots.timeline_figure(events),
+            "speedup": plots.speedup_figure(events),
+            "histogram": plots.accepted_histogram_figure(events),
+            "lengths": plots.draft_length_figure(fixed, pacer, session.oracle, session.oracle_steps, oracle_label),
             "accept": plots.acceptance_figure({"fixed": fixed, "pacer": pacer}),
             "blocks": plots.block_scores_figure(pacer),
             "weights": plots.smc_weights_figure(smc),

@@ -28,10 +28,12 @@ CSS_PATH = ASSETS / "style.css"
 EXAMPLES_PATH = ASSETS / "examples.json"
 EXPLAIN_PATH = Path(__file__).resolve().parent / "explain.md"
 INTRO = ("# PACER Lab: speculative decoding, live\n"
-         "A small **draft** model guesses the next tokens; the big **target** model checks them all in one forward "
-         "pass. Three ways to use the guesses run side by side on the same prompt, seed and temperature: "
-         "**fixed-length SD**, **PACER** (adaptive length, pre-verification) and **SMC-SD** (particles, approximate).")
-PLOTS = {"lengths": ("Draft length per step", lambda: plots.draft_length_figure([], [])),
+         "A small **draft** model guesses the next tokens, the big **target** checks them all in one pass: "
+         "**fixed-length SD**, **PACER** and **SMC-SD** side by side (tab *Explain*).")
+PLOTS = {"timeline": ("Wall-clock timeline", lambda: plots.timeline_figure({})),
+         "speedup": ("Speedup against acceptance", lambda: plots.speedup_figure({})),
+         "histogram": ("Accepted tokens per pass", lambda: plots.accepted_histogram_figure({})),
+         "lengths": ("Draft length per step", lambda: plots.draft_length_figure([], [])),
          "accept": ("Acceptance by position", lambda: plots.acceptance_figure({})),
          "blocks": ("PACER block scores", lambda: plots.block_scores_figure([])),
          "weights": ("SMC particle weights", lambda: plots.smc_weights_figure([])),
@@ -171,20 +173,31 @@ def settings_panel(pair, preverifier, limits: Limits) -> tuple[dict, gr.Checkbox
     return shared | fixed | pacer | smc, chat, own_threshold
 
 
-def live_outputs(session_state: gr.State) -> PageView:
-    """Legend, status, narration, the three columns, six plots, the metrics table and the downloads."""
-    gr.HTML(page.legend_html(), elem_id="legend")
-    status = gr.HTML(page.run_status_html("Ready."), elem_id="run-status", label="Run status")
-    narration_box = gr.HTML(narration.narration_html({}), elem_id="narration", label="Step-through narration")
+def live_outputs(session_state: gr.State) -> tuple[PageView, gr.Checkbox, gr.Checkbox]:
+    """The run status, the legend and the display switches on one line, the three columns, the narration, nine plots
+    (timeline first), the metrics table and the downloads. Returns the view and the two display switches
+    (show the step trace, show rejected drafts)."""
+    with gr.Row(elem_id="view-row", equal_height=True):
+        status = gr.HTML(page.run_status_html("Ready."), elem_id="run-status", label="Run status", scale=2,
+                         min_width=200)
+        gr.HTML(page.legend_html(hint=False), elem_id="legend", scale=5, min_width=300)
+        show_trace = gr.Checkbox(value=True, label="Step trace", elem_id="show-trace", container=False, scale=0,
+                                 min_width=120)
+        show_rejected = gr.Checkbox(value=True, label="Rejected drafts", elem_id="show-rejected",
+                                    container=False, scale=0, min_width=150)
     column_boxes = {}
     with gr.Row(elem_id="pacer-columns", equal_height=False):
         for method in COLUMN_METHODS:
             with gr.Column(min_width=280):
+                # No autoscroll: the answer stays at the top of the box while the trace grows beneath it.
                 column_boxes[method] = gr.HTML(columns.column_html(method, []), elem_id=f"col-{method}",
                                                label=METHOD_LABELS[method], elem_classes=["pacer-col-box"],
-                                               max_height=520, autoscroll=True, container=True, padding=True)
+                                               max_height=480, autoscroll=False, container=True, padding=True)
+    narration_box = gr.HTML(narration.narration_html({}), elem_id="narration", label="Step-through narration")
     plot_boxes = {}
-    for row in (("lengths", "accept", "blocks"), ("weights", "ess", "genealogy")):
+    plot_rows = (("timeline",), ("speedup", "histogram"), ("lengths", "accept", "blocks"),
+                 ("weights", "ess", "genealogy"))
+    for row in plot_rows:
         with gr.Row():
             for name in row:
                 label, empty = PLOTS[name]
@@ -194,7 +207,8 @@ def live_outputs(session_state: gr.State) -> PageView:
     with gr.Row():
         download_json = gr.DownloadButton("⬇ JSON trace", value=None, elem_id="download-json")
         download_csv = gr.DownloadButton("⬇ CSV metrics", value=None, elem_id="download-csv")
-    return PageView(column_boxes, plot_boxes, status, narration_box, table, download_json, download_csv, session_state)
+    view = PageView(column_boxes, plot_boxes, status, narration_box, table, download_json, download_csv, session_state)
+    return view, show_trace, show_rejected
 
 
 def other_tabs(preverifier, explain_text: str) -> None:
@@ -223,27 +237,36 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
         session_state = gr.State(None, time_to_live=3600)   # per browser session, dropped after an hour idle
         with gr.Tabs():
             with gr.Tab("Live demo", id="live"):
-                gr.Markdown(INTRO, elem_id="pacer-title")
-                gr.HTML(page.pair_status_html(pair.describe(), context.preverifier_kind, pair_note),
-                        elem_id="pair-status")
-                with gr.Row(equal_height=False):
-                    with gr.Column(scale=4):
-                        prompt = gr.Textbox(label="Prompt", lines=2, max_lines=8, elem_id="prompt",
+                # One screen (1366x768): title and model line, prompt and buttons, examples and settings
+                # collapsed, then run status, legend and the three columns; narration, plots and table below.
+                with gr.Row(elem_id="pacer-header", equal_height=False):
+                    gr.Markdown(INTRO, elem_id="pacer-title", scale=2, min_width=300)
+                    gr.HTML(page.pair_status_html(pair.describe(), context.preverifier_kind, pair_note),
+                            elem_id="pair-status", scale=3, min_width=300)
+                with gr.Row(equal_height=False, elem_id="prompt-row"):
+                    with gr.Column(scale=4, min_width=300):
+                        prompt = gr.Textbox(label="Prompt", show_label=False, lines=2, max_lines=6, elem_id="prompt",
                                             value=examples[0]["prompt"] if examples else "",
-                                            placeholder="Type a prompt, or pick an example below")
-                    with gr.Column(scale=1, min_width=200):
+                                            placeholder="Type a prompt, or pick one of the workshop examples")
+                        with gr.Row(equal_height=False, elem_id="options-row"):
+                            with gr.Column(min_width=260):
+                                with gr.Accordion(f"Workshop examples ({len(examples)})", open=False,
+                                                  elem_id="examples"):
+                                    gr.Examples(examples=[[item["prompt"]] for item in examples], inputs=[prompt],
+                                                example_labels=[item.get("label", item["prompt"][:30])
+                                                                for item in examples], label=None)
+                            with gr.Column(min_width=260):
+                                settings, chat, own_threshold = settings_panel(pair, preverifier, limits)
+                    with gr.Column(scale=1, min_width=240, elem_id="buttons"):
                         run_button = gr.Button("▶ Run", variant="primary", elem_id="run-button")
-                        step_button = gr.Button("Step ▸ draft, then verify", variant="secondary",
-                                                elem_id="step-button")
-                        stop_button = gr.Button("■ Stop", variant="stop", elem_id="stop-button")
-                        measure_ar = gr.Checkbox(value=True, label="Measure the AR baseline too", elem_id="measure-ar")
-                        show_rejected = gr.Checkbox(value=True, label="Show rejected draft tokens",
-                                                    elem_id="show-rejected")
-                gr.Examples(examples=[[item["prompt"]] for item in examples], inputs=[prompt],
-                            example_labels=[item.get("label", item["prompt"][:30]) for item in examples],
-                            label="Workshop examples")
-                settings, chat, own_threshold = settings_panel(pair, preverifier, limits)
-                view = live_outputs(session_state)
+                        with gr.Row(elem_id="step-stop"):
+                            step_button = gr.Button("Step ▸", variant="secondary", elem_id="step-button", scale=1,
+                                                    min_width=90)
+                            stop_button = gr.Button("■ Stop", variant="stop", elem_id="stop-button", scale=1,
+                                                    min_width=90)
+                        measure_ar = gr.Checkbox(value=True, label="Measure the AR baseline too", elem_id="measure-ar",
+                                                 container=False)
+                view, show_trace, show_rejected = live_outputs(session_state)
             other_tabs(preverifier, explain_text)
         controls = Controls(prompt, settings, chat, own_threshold, measure_ar)
 
@@ -274,6 +297,10 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
         # Pure display toggle, in the browser only: hide struck-through drafts to read the final text.
         show_rejected.change(None, inputs=show_rejected, js=(
             "(show) => { document.body.classList.toggle('pacer-hide-rejected', !show); return show; }"),
+            api_visibility="private")
+        # Likewise: the clean answer alone, or with the coloured step trace beneath it.
+        show_trace.change(None, inputs=show_trace, js=(
+            "(show) => { document.body.classList.toggle('pacer-hide-trace', !show); return show; }"),
             api_visibility="private")
     return demo
 

@@ -29,7 +29,7 @@ def explain_cycle(event: SMCCycleEvent) -> str:
     """SMC-SD: who leads, the ESS against its threshold, and whether the particles were resampled."""
     n = len(event.weights)
     best = max(range(n), key=lambda i: event.weights[i]) if n else 0
-    sentence = (f"Cycle {event.step + 1}: each of {n} particles drafted tokens and the target scored all of "
+    sentence = (f"Cycle {event.step + 1}: each of {_plural(n, 'particle')} drafted tokens and the target scored all of "
                 f"them in one batched pass (plus one bonus token each); nothing is rejected, particles are "
                 f"reweighted instead. Particle {best + 1} leads with weight {event.weights[best]:.2f}; "
                 f"ESS {event.ess:.2f} ")
@@ -47,7 +47,7 @@ def explain_cycle(event: SMCCycleEvent) -> str:
 
 
 def _pacer_draft_sentences(event: StepEvent, drafted: list[TokenRecord]) -> list[str]:
-    parts = [f"Step {event.step + 1}: the draft proposed {len(drafted)} tokens in "
+    parts = [f"Step {event.step + 1}: the draft proposed {_plural(len(drafted), 'token')} in "
              f"{_plural(len(event.blocks), 'block')}."]
     failed = [block for block in event.blocks if not block.passed]
     if failed:
@@ -100,9 +100,9 @@ def drafted_per_particle(event: SMCCycleEvent) -> int:
 def explain_draft(event) -> str:
     """Step-through's first half: what was drafted, before the target looks (plain text)."""
     if isinstance(event, SMCCycleEvent):
-        return (f"Cycle {event.step + 1}: each of {len(event.weights)} particles drafted "
-                f"{max(drafted_per_particle(event), 1)} tokens. Next (press Step): the target scores all particles "
-                "in one batched pass, adds one token to each and reweights them.")
+        return (f"Cycle {event.step + 1}: each of {_plural(len(event.weights), 'particle')} drafted "
+                f"{_plural(max(drafted_per_particle(event), 1), 'token')}. Next (press Step): the target scores all "
+                "particles in one batched pass, adds one token to each and reweights them.")
     if not isinstance(event, StepEvent) or event.method == "ar":
         return ""
     drafted = pending_tokens(event)
@@ -122,7 +122,8 @@ def summarize_run(result: Result, events: list) -> str:
     metrics = result.metrics
     reason = {"eos": "reached the end of its answer", "length": "reached the token limit",
               "cancelled": "was stopped"}.get(result.finish_reason, str(result.finish_reason))
-    text = (f"{reason.capitalize()}: {metrics.new_tokens} tokens in {metrics.target_calls} target forward passes "
+    passes = "target forward pass" + ("es" if metrics.target_calls != 1 else "")
+    text = (f"{reason.capitalize()}: {_plural(metrics.new_tokens, 'token')} in {metrics.target_calls} {passes} "
             f"(τ = {metrics.tau:.2f}")
     text += f", α = {metrics.alpha:.2f})." if metrics.alpha is not None else ")."
     steps = [event for event in events if isinstance(event, StepEvent)]

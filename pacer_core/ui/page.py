@@ -15,11 +15,18 @@ LEGEND_ITEMS = (   # (CSS classes, label, hover hint); docs/algorithms.md#token-
 )
 
 
-def legend_html() -> str:
+LEGEND_HINT = ("Hover a token for q, p, acceptance probability and block score. Thin bars separate target forward "
+               "passes.")
+
+
+def legend_html(hint: bool = True) -> str:
+    """The token colours; ``hint=False`` (the live tab, where each trace says it) leaves the hover hint out
+    of the line and puts it in the legend's tooltip."""
     spans = "".join(f'<span class="legend-item" title="{escape_attr(hint)}"><span class="{cls}">{escape_text(label)}'
                     "</span></span>" for cls, label, hint in LEGEND_ITEMS)
-    return (f'<div class="pacer-legend">{spans}<span class="legend-hint">Hover a token for q, p, '
-            "acceptance probability and block score. Thin bars separate target forward passes.</span></div>")
+    if not hint:
+        return f'<div class="pacer-legend" title="{escape_attr(LEGEND_HINT)}">{spans}</div>'
+    return f'<div class="pacer-legend">{spans}<span class="legend-hint">{escape_text(LEGEND_HINT)}</span></div>'
 
 
 def drafter_text(describe: dict) -> str:

@@ -10,6 +10,7 @@ import html
 import plotly.graph_objects as go
 
 from ..events import SMCCycleEvent, StepEvent, TokenState
+from . import timeline
 from .columns import DRAFTED_STATES
 from .escape import hover_escape
 from .genealogy import Fate, lineage
@@ -280,3 +281,112 @@ def roc_figure(heldout_metrics: dict | None) -> go.Figure:
                              hovertext=[f"cut {p['threshold']:.2f}: TPR {p['tpr']:.2f}, FPR {p['fpr']:.2f}" for p in points],
                              hoverinfo="text"))
     return _layout(fig, title, "false positive rate", "true positive rate")
+
+
+# ---------------------------------------------------------------- time and speed (numbers: ui/timeline.py)
+
+SHORT_LABELS = {"ar": "AR", "fixed": "fixed γ", "pacer": "PACER", "smc": "SMC-SD"}
+SEGMENT_STYLES = {timeline.KEPT_DRAFT: ("draft (kept)", ACCEPTED, ""),          # (legend name, colour, hatch)
+                  timeline.WASTED_DRAFT: ("draft (rejected: wasted)", REJECTED, "x"),
+                  timeline.VERIFY: ("target pass (verify)", "#0072B2", "")}
+
+
+def _segment_hover(segment: timeline.Segment) -> str:
+    label = SHORT_LABELS.get(segment.method, segment.method)
+    what = {timeline.KEPT_DRAFT: f"drafting the {segment.drafted - segment.wasted} kept of {segment.drafted} tokens",
+            timeline.WASTED_DRAFT: f"drafting the {segment.wasted} of {segment.drafted} tokens the target did not keep",
+            timeline.VERIFY: "target forward pass" + (" (verify)" if segment.method != "ar" else "")}[segment.kind]
+    return (f"{html.escape(label)}, pass {segment.step + 1}: {what}<br>{segment.seconds * 1000:.1f} ms, "
+            f"from {segment.start:.2f} s; the pass added {segment.emitted} token{'s' if segment.emitted != 1 else ''}")
+
+
+def timeline_figure(events_by_method: dict) -> go.Figure:
+    """One lane per method; each target pass a block of draft time (kept, then wasted, hatched) and verify
+    time, on one axis of seconds. Each lane lays the method's own passes end to end (they ran interleaved)."""
+    title = "Timeline: each target pass, draft → verify"
+    segments = timeline.timeline_segments({m: e for m, e in events_by_method.items() if e})
+    if not segments:
+        return empty_figure(title, "Run to see each method's target passes on one time axis.")
+    lanes = [SHORT_LABELS.get(m, m) for m in timeline.LANES if any(s.method == m for s in segments)]
+    fig = go.Figure()
+    for kind, (name, colour, hatch) in SEGMENT_STYLES.items():
+        chosen = [s for s in segments if s.kind == kind]
+        if not chosen:
+            continue
+        fig.add_trace(go.Bar(
+            y=[SHORT_LABELS.get(s.method, s.method) for s in chosen], x=[s.seconds for s in chosen],
+            base=[s.start for s in chosen], orientation="h", name=name, width=0.62,
+            marker={"color": colour, "pattern": {"shape": hatch, "fgcolor": "#ffffff", "size": 5},
+                    "line": {"color": "#ffffff", "width": 0.6}},
+            hovertext=[_segment_hover(s) for s in chosen], hoverinfo="text"))
+    ends = {}
+    for segment in segments:
+        ends[segment.method] = segment.start + segment.seconds
+    fig.add_trace(go.Scatter(
+        x=list(ends.values()), y=[SHORT_LABELS.get(m, m) for m in ends], mode="text", showlegend=False,
+        text=[f"  {ends[m]:.2f} s" for m in ends], textposition="middle right", hoverinfo="text",
+        hovertext=[f"{SHORT_LABELS.get(m, m)}: {ends[m]:.2f} s of its own passes. The methods ran interleaved, one "
+                   "pass each in turn; each lane lays its own passes end to end." for m in ends]))
+    fig.update_layout(barmode="overlay", bargap=0.3)
+    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lanes)))
+    fig.update_xaxes(range=[0, max(ends.values()) * 1.12])
+    return _layout(fig, title, "seconds of each method's own passes, end to end", "", height=250 + 18 * len(lanes))
+
+
+ALPHAS = [i / 50 for i in range(51)]
+
+
+def speedup_figure(events_by_method: dict) -> go.Figure:
+    """Expected speedup against per-token acceptance α for each speculative method's measured γ, draft cost
+    c and verify cost v (Leviathan et al. 2023; ui/timeline.py), its measured operating point on it, AR at 1."""
+    title = "Speedup vs acceptance (measured costs)"
+    ar_seconds = timeline.ar_seconds_per_token(events_by_method.get("ar"))
+    if ar_seconds is None:
+        return empty_figure(title, "Needs the AR baseline's time per token (tick “Measure the AR baseline”).")
+    points = [point for method in ("fixed", "pacer", "smc")
+              if (point := timeline.operating_point(method, events_by_method.get(method), ar_seconds))]
+    fig = go.Figure()
+    fig.add_hline(y=1.0, line={"color": METHOD_COLOURS["ar"], "dash": "dash", "width": 1.5},
+                  annotation_text="AR = 1", annotation_position="top left")
+    for point in points:
+        label, colour = SHORT_LABELS[point.method], METHOD_COLOURS[point.method]
+        costs = f"γ = {point.gamma:.1f}, c = {point.draft_cost:.2f}, v = {point.verify_cost:.2f}"
+        curve = point.curve(ALPHAS)
+        fig.add_trace(go.Scatter(
+            x=ALPHAS, y=curve, mode="lines", name=f"{label} ({costs})",
+            line={"color": colour, "dash": "dot" if point.method == "smc" else "solid"},
+            hovertext=[f"{label}: α = {a:.2f} → {timeline.expected_tokens_per_step(a, point.gamma):.2f} tokens "
+                       f"per pass, speedup {s:.2f}×" for a, s in zip(ALPHAS, curve)], hoverinfo="text"))
+        kept = (f"<br>accepted / drafted = {point.kept_fraction:.2f}" if point.kept_fraction is not None
+                else "<br>SMC-SD keeps every draft (reweights particles): α = 1 by construction")
+        fig.add_trace(go.Scatter(
+            x=[point.alpha_hat], y=[point.speedup], mode="markers", showlegend=False,
+            marker={"color": colour, "size": 13, "symbol": "diamond", "line": {"color": "#000", "width": 1}},
+            hovertext=[f"{label} now: τ = {point.tokens_per_step:.2f} tokens per pass → "
+                       f"α̂ = {point.alpha_hat:.2f}, speedup {point.speedup:.2f}×<br>{costs} (in AR steps){kept}"],
+            hoverinfo="text"))
+    top = max([1.2] + [max(p.curve([1.0])[0], p.speedup) for p in points])
+    fig.update_xaxes(range=[0, 1.0], tickformat=".1f")
+    fig.update_yaxes(range=[0, top * 1.08])
+    return _layout(fig, title, "per-token acceptance α (◆ = this run)", "speedup vs AR")
+
+
+def accepted_histogram_figure(events_by_method: dict) -> go.Figure:
+    """How many drafted tokens the target kept per pass, a bar group per method (SMC-SD: all K)."""
+    title = "Accepted drafts per target pass"
+    fig = go.Figure()
+    for method in ("fixed", "pacer", "smc"):
+        counts = timeline.accepted_histogram(events_by_method.get(method))
+        if not counts:
+            continue
+        label, total = SHORT_LABELS[method], sum(counts.values())
+        note = " (SMC-SD keeps every draft)" if method == "smc" else ""
+        fig.add_trace(go.Bar(x=list(counts), y=list(counts.values()), name=label,
+                             marker_color=METHOD_COLOURS[method],
+                             hovertext=[f"{label}: {n} of {total} passes kept {k} drafted token{'s' if k != 1 else ''}"
+                                        f"{note}" for k, n in counts.items()], hoverinfo="text"))
+    if not fig.data:
+        return empty_figure(title, "Run to see how many drafted tokens each pass kept.")
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(dtick=1)
+    return _layout(fig, title, "accepted drafted tokens in the pass", "passes")
