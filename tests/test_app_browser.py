@@ -140,7 +140,34 @@ def test_empty_prompt_shows_a_message_and_the_app_keeps_serving(page):
     page.click("#run-button")
     page.wait_for_selector("#run-status .run-error", timeout=RUN_TIMEOUT_S * 1000)
     assert "Please type a prompt" in page.inner_text("#run-status")
+
+
+PAYLOADS = ('<img src=x onerror="window.__pacer_pwned=1">', "<script>window.__pacer_pwned=2</script>")
+
+
+def test_markup_in_token_text_stays_inert_in_a_live_column(page):
+    """A step whose tokens' text is markup, rendered by the app's column renderer and put into the live
+    fixed-SD column the way Gradio's HTML component puts its value (innerHTML): it shows as characters and
+    runs nothing. The control: the same <img> payload inserted raw does set the flag in this page."""
+    from pacer_core.events import StepEvent, TokenRecord
+    from pacer_core.ui.columns import column_html
+
+    tokens = [TokenRecord(1, PAYLOADS[0], "accepted", 0.5, 0.4, 0.8),
+              TokenRecord(2, PAYLOADS[1], "rejected", 0.5, 0.1, 0.2),
+              TokenRecord(3, PAYLOADS[0], "corrected", 0.1, 0.7, 1.0)]
+    event = StepEvent("fixed", 0, tokens, [1, 3], PAYLOADS[0] * 2, 2, 1, 0.01, 0.02, 2)
+    insert = "([where, id, html]) => { const box = document.createElement('div'); box.id = id; box.innerHTML = html; " \
+             "document.querySelector(where).appendChild(box); }"
+    page.evaluate(insert, ["#col-fixed", "crafted-column", column_html("fixed", [event])])
+    page.wait_for_timeout(1000)                 # a broken image's onerror would have fired by now
     assert page.evaluate("typeof window.__pacer_pwned") == "undefined"
+    assert page.locator("#crafted-column img, #crafted-column script").count() == 0
+    shown = page.inner_text("#crafted-column")
+    assert PAYLOADS[0] in shown and PAYLOADS[1] in shown               # the markup is shown as characters
+    page.evaluate(insert, ["body", "raw-payload", PAYLOADS[0]])      # control: unescaped, it runs
+    page.wait_for_function("window.__pacer_pwned === 1", timeout=10_000)
+    page.evaluate("() => { for (const id of ['raw-payload', 'crafted-column']) document.getElementById(id).remove(); "
+                  "delete window.__pacer_pwned; }")
 
 
 def test_rejected_drafts_can_be_hidden(page):
