@@ -34,6 +34,7 @@ class TokenRecord:
     block: int | None = None            # PACER block index of a drafted token
     preverifier_prob: float | None = None  # PACER per-token acceptance estimate
     stopped: bool = False               # inside the block the pre-verifier failed
+    phrase: bool = False                # PACER: copied from an earlier occurrence (q one-hot), not drafted by a model
 
     def __post_init__(self):
         self.state = TokenState(self.state)
@@ -47,6 +48,7 @@ class BlockDecision:
     score: float
     threshold: float
     passed: bool
+    phrase: str | None = None           # a phrase block: where it was copied from ("copied 5 tokens from the prompt …")
 
 
 @dataclass
@@ -63,7 +65,8 @@ class StepEvent:
     verify_seconds: float
     total_new_tokens: int
     blocks: list[BlockDecision] = field(default_factory=list)
-    stop_reason: str | None = None      # PACER: why drafting stopped (preverifier, max_len, budget, eos)
+    stop_reason: str | None = None      # PACER: why drafting stopped (preverifier, cost, max_len, budget, eos)
+    stop_note: str | None = None        # PACER's cost rule: the comparison that ended drafting
     oracle_len: float | None = None     # gamma*: accepted count of a forced long draft (pacer_core.analysis)
     kind: str = "step"
 

@@ -71,6 +71,8 @@ class Proposal:
     stopped_from: int | None = None    # index of the first token of the failed block
     discarded: int = 0                 # trailing tokens not sent to the target (discard mode)
     stop_reason: str | None = None
+    stop_note: str | None = None       # why the cost rule stopped drafting
+    token_phrase: list = field(default_factory=list)   # per token: copied as a phrase (q one-hot)
     seconds: float = 0.0
 
 
@@ -254,14 +256,15 @@ class SpeculativeDecoder:
                 draft_prob=proposal.draft_display_probs[index], target_prob=target_prob, accept_prob=accept_prob,
                 block=proposal.token_blocks[index] if proposal.token_blocks else None,
                 preverifier_prob=proposal.token_preverifier_probs[index] if proposal.token_preverifier_probs else None,
-                stopped=proposal.stopped_from is not None and index >= proposal.stopped_from))
+                stopped=proposal.stopped_from is not None and index >= proposal.stopped_from,
+                phrase=bool(proposal.token_phrase and proposal.token_phrase[index])))
         tokens.append(TokenRecord(token_id=verdict.next_token, text=texts[-1], state=verdict.next_kind,
                                   target_prob=verdict.next_prob))
         return StepEvent(method=self.name, step=step, tokens=tokens, emitted_ids=emitted,
                          emitted_text=pair.decode(emitted), n_drafted=verified, n_accepted=verdict.n_accepted,
                          draft_seconds=proposal.seconds, verify_seconds=verify_seconds,
                          total_new_tokens=state.new_tokens, blocks=proposal.blocks,
-                         stop_reason=proposal.stop_reason)
+                         stop_reason=proposal.stop_reason, stop_note=proposal.stop_note)
 
 
 def draft_one(pair, state: DecodeState, draft_sequence: list[int], settings: DecodeSettings,
@@ -310,6 +313,7 @@ class DraftBuilder:
         self.drafted_ids: list[int] = []
         self.rows: list[torch.Tensor] = []
         self.shown: list[float] = []
+        self.phrase_flags: list[bool] = []
         self.started = time.perf_counter()
 
     def draw(self, with_hidden: bool = False):
@@ -319,10 +323,31 @@ class DraftBuilder:
         self.drafted_ids.append(token_id)
         self.rows.append(draft_probs)
         self.shown.append(shown_draft_prob(draft_probs, logits_row, token_id, self.settings))
+        self.phrase_flags.append(False)
         self.sequence.append(token_id)
         return token_id, logits_row, hidden_row
+
+    def add_phrase(self, token_ids) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
+        """Append copied tokens as a deterministic proposal (q one-hot on each: exact, see
+        docs/algorithms.md#phrase-drafts). ONE draft forward over them gives the draft's logits and hidden
+        rows at each (what the pre-verifier reads). Returns (id, logits row [V], hidden row [H]) per token."""
+        token_ids = [int(token_id) for token_id in token_ids]
+        logits, hidden = self.state.draft.feed_sequence(self.sequence + token_ids[:-1], output_hidden_states=True)
+        logits, hidden = logits[-len(token_ids):].to(self.state.device), hidden[-len(token_ids):]
+        rows = []
+        for token_id, logits_row, hidden_row in zip(token_ids, logits, hidden):
+            one_hot = torch.zeros(logits_row.shape[-1], dtype=torch.float32, device=self.state.device)
+            one_hot[token_id] = 1.0
+            self.drafted_ids.append(token_id)
+            self.rows.append(one_hot)
+            self.shown.append(1.0)
+            self.phrase_flags.append(True)
+            self.sequence.append(token_id)
+            rows.append((token_id, logits_row, hidden_row))
+        return rows
 
     def proposal(self, **extra) -> Proposal:
         draft_probs = (torch.stack(self.rows) if self.rows
                        else torch.zeros(0, self.pair.vocab_size, device=self.state.device))
-        return Proposal(self.drafted_ids, draft_probs, self.shown, seconds=time.perf_counter() - self.started, **extra)
+        return Proposal(self.drafted_ids, draft_probs, self.shown, token_phrase=list(self.phrase_flags),
+                        seconds=time.perf_counter() - self.started, **extra)

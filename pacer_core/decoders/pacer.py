@@ -1,14 +1,19 @@
 """PACER: draft in blocks, let a small pre-verifier score each block, stop drafting at the first
 block that scores below the threshold (docs/algorithms.md#pacer; Zhang et al. 2026, arXiv 2602.01274).
+With ``stop_rule="cost"`` it drafts another block only while that raises the step's expected tokens per
+unit of measured time (docs/algorithms.md#cost-aware-stopping); with ``phrase_len`` > 0 a block may be a
+phrase copied from the prompt or the output instead of drafted (docs/algorithms.md#phrase-drafts).
 
 on_fail="submit" sends the failing block to the target too: the stopping rule only looks at drafted
 tokens, so the output keeps the target's distribution exactly. on_fail="discard" drops that block;
 exact under greedy decoding only (approximate under sampling, and labelled so)."""
 from __future__ import annotations
 
-from ..events import BlockDecision
+from ..events import BlockDecision, StepEvent
+from ..phrases import PhraseMatch, find_phrase
 from ..preverifier import ConfidencePreVerifier, own_threshold, token_features
 from ..settings import DecodeSettings
+from ..stopping import CostMeter, decide_extension
 from .base import DecodeState, DraftBuilder, Proposal, SpeculativeDecoder
 
 
@@ -26,39 +31,106 @@ class Pacer(SpeculativeDecoder):
             else float(settings.threshold)
 
     def propose(self, pair, state: DecodeState, settings: DecodeSettings, budget: int) -> Proposal:
-        block_size, threshold = settings.block_size, self.threshold(settings)
+        threshold = self.threshold(settings)
         limit = min(settings.max_draft_len, max(budget - 1, 0))
-        draft = DraftBuilder(pair, state, settings)
-        blocks, token_blocks, token_probs_all = [], [], []
-        stopped_from, discarded, stop_reason = None, 0, "max_len"
+        draft, plan = DraftBuilder(pair, state, settings), BlockPlan()
+        costs = cost_meter(pair, state.device).costs() if settings.stop_rule == "cost" else None
         while len(draft.drafted_ids) < limit:
             block_start = len(draft.drafted_ids)
-            features, hit_eos = [], False
-            for _ in range(min(block_size, limit - block_start)):
-                position = len(draft.drafted_ids)
-                token_id, logits_row, hidden_row = draft.draw(with_hidden=True)
-                features.append(token_features(logits_row, hidden_row, token_id, position))
-                if token_id in state.eos_ids:
-                    hit_eos = True
+            room = limit - block_start
+            phrase = find_phrase(draft.sequence, state.prompt_len, min(settings.phrase_len, room)) \
+                if settings.phrase_len else None
+            size = len(phrase.token_ids) if phrase else min(settings.block_size, room)
+            if costs is not None and plan.blocks:
+                decision = decide_extension(plan.token_probs, plan.token_probs[-1], size, costs)
+                if not decision.extend:
+                    plan.stop("cost", note=decision.describe())
                     break
+            features, hit_eos = (self._phrase_features(draft, phrase, state) if phrase
+                                 else self._drafted_features(draft, size, state))
             block_score, token_probs = self.preverifier.score_block(features)
-            passed = block_score >= threshold
-            blocks.append(BlockDecision(len(blocks), len(features), float(block_score), threshold, passed))
-            token_blocks += [blocks[-1].index] * len(features)
-            token_probs_all += [float(prob) for prob in token_probs]
+            passed = costs is not None or block_score >= threshold
+            plan.add(BlockDecision(len(plan.blocks), len(features), float(block_score), threshold, passed,
+                                   phrase=phrase.describe() if phrase else None), token_probs)
             if not passed:
-                stopped_from, stop_reason = block_start, "preverifier"
-                discarded = len(features) if settings.on_fail == "discard" else 0
+                plan.stop("preverifier", stopped_from=block_start,
+                          discarded=len(features) if settings.on_fail == "discard" else 0)
                 break
             if hit_eos:
-                stop_reason = "eos"
+                plan.stop("eos")
                 break
-        if stop_reason == "max_len" and limit < settings.max_draft_len:
-            stop_reason = "budget"
-        return draft.proposal(blocks=blocks, token_blocks=token_blocks, token_preverifier_probs=token_probs_all,
-                              stopped_from=stopped_from, discarded=discarded, stop_reason=stop_reason)
+        if plan.stop_reason == "max_len" and limit < settings.max_draft_len:
+            plan.stop("budget")
+        return draft.proposal(**plan.proposal_fields())
+
+    def _drafted_features(self, draft: DraftBuilder, size: int, state: DecodeState) -> tuple[list, bool]:
+        """Draft ``size`` tokens with the drafter; their pre-verifier features, and whether EOS was drafted."""
+        features = []
+        for _ in range(size):
+            position = len(draft.drafted_ids)
+            token_id, logits_row, hidden_row = draft.draw(with_hidden=True)
+            features.append(token_features(logits_row, hidden_row, token_id, position))
+            if token_id in state.eos_ids:
+                return features, True
+        return features, False
+
+    def _phrase_features(self, draft: DraftBuilder, phrase: PhraseMatch, state: DecodeState) -> tuple[list, bool]:
+        """Append a copied phrase (cut after an EOS); the pre-verifier reads the draft's view of each token."""
+        token_ids = list(phrase.token_ids)
+        for index, token_id in enumerate(token_ids):
+            if token_id in state.eos_ids:
+                token_ids = token_ids[: index + 1]
+                break
+        first = len(draft.drafted_ids)
+        rows = draft.add_phrase(token_ids)
+        features = [token_features(logits_row, hidden_row, token_id, first + offset)
+                    for offset, (token_id, logits_row, hidden_row) in enumerate(rows)]
+        return features, token_ids[-1] in state.eos_ids
+
+    def step(self, pair, state: DecodeState, settings: DecodeSettings, step: int) -> StepEvent:
+        """The shared step, then its timings go to this pair's cost meter (what the cost rule reads)."""
+        event = super().step(pair, state, settings, step)
+        meter = cost_meter(pair, state.device)
+        drafted_by_model = sum(1 for token in event.tokens[:-1] if not token.phrase)
+        phrase_calls = sum(1 for block in event.blocks if block.phrase)
+        meter.record_draft(drafted_by_model + phrase_calls, event.draft_seconds)
+        meter.record_verify(event.n_drafted + 1, event.verify_seconds)
+        return event
 
     def describe(self, settings: DecodeSettings) -> dict:
         return {"preverifier": getattr(self.preverifier, "kind", "custom"), "block_size": settings.block_size,
                 "max_draft_len": settings.max_draft_len, "threshold": self.threshold(settings),
-                "on_fail": settings.on_fail}
+                "on_fail": settings.on_fail, "stop_rule": settings.stop_rule, "phrase_len": settings.phrase_len}
+
+
+class BlockPlan:
+    """What PACER decided while drafting one step: the blocks, each token's block and acceptance
+    estimate, and why drafting stopped."""
+
+    def __init__(self):
+        self.blocks: list[BlockDecision] = []
+        self.token_blocks: list[int] = []
+        self.token_probs: list[float] = []
+        self.stop_reason, self.stop_note, self.stopped_from, self.discarded = "max_len", None, None, 0
+
+    def add(self, block: BlockDecision, token_probs) -> None:
+        self.blocks.append(block)
+        self.token_blocks += [block.index] * block.size
+        self.token_probs += [float(prob) for prob in token_probs]
+
+    def stop(self, reason: str, note: str | None = None, stopped_from: int | None = None, discarded: int = 0) -> None:
+        self.stop_reason, self.stop_note, self.stopped_from, self.discarded = reason, note, stopped_from, discarded
+
+    def proposal_fields(self) -> dict:
+        return {"blocks": self.blocks, "token_blocks": self.token_blocks, "token_preverifier_probs": self.token_probs,
+                "stopped_from": self.stopped_from, "discarded": self.discarded, "stop_reason": self.stop_reason,
+                "stop_note": self.stop_note}
+
+
+_METERS: dict[tuple, CostMeter] = {}
+
+
+def cost_meter(pair, device) -> CostMeter:
+    """The cost meter of this pair (target and drafter) on this device, shared by the process's runs."""
+    key = (id(pair.target), id(pair.drafter), str(device))
+    return _METERS.setdefault(key, CostMeter())

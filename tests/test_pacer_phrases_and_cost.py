@@ -1,0 +1,70 @@
+"""PACER's phrase drafts and cost-aware stopping (issue 16) keep the output exact: greedy identity with
+AR on tiny pairs, and one chi-square test of the sampling distribution with phrases in play. Phrase
+proposals are deterministic (q one-hot), which tests/test_sampling.py's exact identity covers for any q."""
+from collections import Counter
+
+import pytest
+
+from pacer_core import Autoregressive, Pacer, validate_settings
+from pacer_core.preverifier import ConfidencePreVerifier
+from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
+from pacer_core.testing.tiny import tiny_pair
+
+REPEATING_PROMPTS = [[1, 2, 3, 4, 1, 2], [5, 6, 5, 6, 5], [9, 8, 7, 9, 8, 7, 9], list(range(10)) + list(range(6))]
+
+
+def run(decoder, pair, prompt, **settings):
+    *events, result = decoder.run(pair, prompt, validate_settings(**settings))
+    return events, result.token_ids
+
+
+@pytest.mark.parametrize("noise", [0.1, 0.6])
+@pytest.mark.parametrize("stop_rule", ["threshold", "cost"])
+def test_greedy_pacer_with_phrases_equals_ar(noise, stop_rule):
+    pair = tiny_pair(scale=6.0, draft_noise=noise, eos_token_id=63)
+    phrase_tokens = 0
+    for prompt in REPEATING_PROMPTS:
+        _, reference = run(Autoregressive(), pair, prompt, max_new_tokens=40)
+        for block, on_fail in ((1, "submit"), (3, "discard")):
+            decoder = Pacer(block, 12, 0.3, ConfidencePreVerifier(), on_fail)
+            events, ids = run(decoder, pair, prompt, max_new_tokens=40, phrase_len=6, stop_rule=stop_rule)
+            assert ids == reference, (prompt, block, on_fail)
+            phrase_tokens += sum(token.phrase for event in events for token in event.tokens)
+    assert phrase_tokens > 0, "the prompts repeat, so some phrases must have been proposed"
+
+
+def test_cost_rule_stops_drafting_with_a_stated_comparison():
+    pair = tiny_pair(scale=2.0, draft_noise=0.8)
+    events, _ = run(Pacer(1, 16, 0.0, ConfidencePreVerifier()), pair, [1, 2, 3], max_new_tokens=40, stop_rule="cost")
+    stops = [event for event in events if event.stop_reason == "cost"]
+    assert stops and all("→ stop" in event.stop_note for event in stops)
+    assert all(block.passed for event in events for block in event.blocks)   # the threshold plays no part
+
+
+def test_phrase_blocks_say_where_they_came_from():
+    pair = tiny_pair(scale=6.0, draft_noise=0.1)
+    events, _ = run(Pacer(1, 12, 0.0, ConfidencePreVerifier()), pair, REPEATING_PROMPTS[0], max_new_tokens=24,
+                    phrase_len=6)
+    notes = [block.phrase for event in events for block in event.blocks if block.phrase]
+    assert notes and all(note.startswith("copied ") for note in notes)
+    phrase_tokens = [token for event in events for token in event.tokens if token.phrase]
+    assert all(token.draft_prob == 1.0 for token in phrase_tokens)        # q is one-hot on a phrase token
+
+
+PROMPT = [1, 2, 3, 1, 2]        # the suffix [1, 2] recurs: the first draft is the phrase (3, 1, 2)
+N_TOKENS = 3
+
+
+@pytest.mark.statistical
+def test_pacer_sampling_with_phrases_matches_target_distribution():
+    """1000 runs: see tests/test_exactness.py for the power of this chi-square test."""
+    pair = tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=16)
+    truth = target_sequence_distribution(pair.target, PROMPT, N_TOKENS, temperature=1.0)
+    counts, phrase_steps = Counter(), 0
+    for seed in range(1000):
+        events, ids = run(Pacer(1, 4, 0.5, ConfidencePreVerifier(), "submit"), pair, PROMPT,
+                          max_new_tokens=N_TOKENS, seed=seed, temperature=1.0, phrase_len=3)
+        counts[tuple(ids)] += 1
+        phrase_steps += any(token.phrase for event in events for token in event.tokens)
+    assert phrase_steps > 500
+    assert chi_square_p_value(counts, truth) > 1e-3
