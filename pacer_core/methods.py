@@ -2,9 +2,9 @@
 
     ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T], oracle
 
-each speculative one optionally followed by @DRAFTER (small, head, head-N, head-all). Example:
-``parse_method("pacer:2:8:0.4@head")`` is a PACER run with block size 2, at most 8 drafted tokens and threshold
-0.4, drafted by the feature head.
+each optionally followed by +NAME=VALUE settings of its own and, for a speculative one, by @DRAFTER (small,
+head, head-N, head-all). Example: ``parse_method("pacer:2:8:0.4+phrase_len=8@head")`` is a PACER run with block
+size 2, at most 8 drafted tokens, threshold 0.4 and phrase drafts of up to 8 tokens, drafted by the feature head.
 """
 from __future__ import annotations
 
@@ -28,13 +28,36 @@ def parse_method(text: str) -> MethodSpec:
     """ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T], oracle,
     each speculative one optionally followed by @DRAFTER (small, head, head-N, head-all)."""
     method_text, _, drafter = text.strip().partition("@")
+    method_text, *assignments = method_text.split("+")
     spec = _parse_method_name(method_text)
+    spec.overrides.update(_row_settings(text, assignments))
+    spec.label = text.strip() if assignments else spec.label
     if drafter:
         if spec.kind in ("ar", "hf") or spec.kind.startswith("hf-assisted") or not valid_drafter_name(drafter):
             raise SettingsError(f"{text!r}: @{drafter} needs a speculative method of ours and one of "
                                 "small, head, head-N, head-all.")
         spec.label, spec.drafter = text.strip(), drafter
     return spec
+
+
+def _row_settings(text: str, assignments: list[str]) -> dict:
+    """+NAME=VALUE parts: numbers become numbers; the run request validates names and ranges."""
+    settings = {}
+    for assignment in assignments:
+        name, equals, value = assignment.partition("=")
+        if not equals or not name.strip():
+            raise SettingsError(f"{text!r}: write row settings as +NAME=VALUE (e.g. pacer+stop_rule=cost).")
+        settings[name.strip()] = _number_or_text(value.strip())
+    return settings
+
+
+def _number_or_text(value: str):
+    for convert in (int, float):
+        try:
+            return convert(value)
+        except ValueError:
+            pass
+    return value
 
 
 def _parse_method_name(text: str) -> MethodSpec:

@@ -15,6 +15,9 @@ def test_parse_method():
     assert parse_method("smc:8:4").overrides == {"n_particles": 8, "draft_len": 4}
     assert parse_method("smc:8:4:0.5").overrides == {"n_particles": 8, "draft_len": 4, "draft_temperature": 0.5}
     assert parse_method("pacer:2:8:0.4").overrides == {"block_size": 2, "max_draft_len": 8, "threshold": 0.4}
+    row = parse_method("pacer:1:8+phrase_len=6+stop_rule=cost@small")
+    assert row.overrides == {"block_size": 1, "max_draft_len": 8, "phrase_len": 6, "stop_rule": "cost"}
+    assert row.drafter == "small" and row.label == "pacer:1:8+phrase_len=6+stop_rule=cost@small"
     with pytest.raises(SettingsError):
         parse_method("fixed:x")
 
