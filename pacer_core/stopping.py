@@ -112,3 +112,25 @@ class CostMeter:
         if intercept + slope <= 0:
             return None, 0.0
         return intercept, slope
+
+
+class AcceptanceCalibration:
+    """Rescales the pre-verifier's per-token acceptance estimates to this pair's measured acceptance:
+    factor = Σ accepted / Σ predicted over the judged tokens of recent steps (those up to and including
+    the first rejection, each judged given that the ones before it were accepted). 1 until measured."""
+
+    def __init__(self, history: int = HISTORY):
+        self.steps: deque[tuple[float, int]] = deque(maxlen=history)
+
+    def record(self, predicted: list[float], accepted: int) -> None:
+        judged = predicted[: accepted + 1]
+        if judged:
+            self.steps.append((sum(judged), accepted))
+
+    @property
+    def factor(self) -> float:
+        predicted = sum(total for total, _ in self.steps)
+        return sum(accepted for _, accepted in self.steps) / predicted if predicted > 0 else 1.0
+
+    def calibrate(self, probabilities: list[float]) -> list[float]:
+        return [min(1.0, max(0.0, probability * self.factor)) for probability in probabilities]

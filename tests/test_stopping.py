@@ -54,3 +54,13 @@ def test_meter_recovers_a_linear_verify_cost_and_the_draft_cost():
     assert costs.verify_slope == pytest.approx(0.02 / 0.12)
     assert costs.draft_per_token == pytest.approx(0.012 / 0.12)
     assert costs.verify(1) == 1.0
+
+
+def test_calibration_rescales_estimates_to_the_measured_acceptance():
+    from pacer_core.stopping import AcceptanceCalibration
+    calibration = AcceptanceCalibration()
+    assert calibration.calibrate([0.8]) == [0.8]
+    calibration.record([0.8, 0.8, 0.8], accepted=0)      # judged: the first token only, rejected
+    calibration.record([0.8, 0.8], accepted=2)           # both judged and accepted
+    assert calibration.factor == pytest.approx(2 / 2.4)
+    assert calibration.calibrate([0.9, 1.0]) == pytest.approx([0.75, 2 / 2.4])

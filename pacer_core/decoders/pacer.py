@@ -9,11 +9,13 @@ tokens, so the output keeps the target's distribution exactly. on_fail="discard"
 exact under greedy decoding only (approximate under sampling, and labelled so)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from ..events import BlockDecision, StepEvent
 from ..phrases import PhraseMatch, find_phrase
 from ..preverifier import ConfidencePreVerifier, own_threshold, token_features
 from ..settings import DecodeSettings
-from ..stopping import CostMeter, decide_extension
+from ..stopping import AcceptanceCalibration, CostMeter, decide_extension
 from .base import DecodeState, DraftBuilder, Proposal, SpeculativeDecoder
 
 
@@ -34,7 +36,8 @@ class Pacer(SpeculativeDecoder):
         threshold = self.threshold(settings)
         limit = min(settings.max_draft_len, max(budget - 1, 0))
         draft, plan = DraftBuilder(pair, state, settings), BlockPlan()
-        costs = cost_meter(pair, state.device).costs() if settings.stop_rule == "cost" else None
+        meters = pair_meters(pair, state.device)
+        costs = meters.costs.costs() if settings.stop_rule == "cost" else None
         while len(draft.drafted_ids) < limit:
             block_start = len(draft.drafted_ids)
             room = limit - block_start
@@ -42,7 +45,8 @@ class Pacer(SpeculativeDecoder):
                 if settings.phrase_len else None
             size = len(phrase.token_ids) if phrase else min(settings.block_size, room)
             if costs is not None and plan.blocks:
-                decision = decide_extension(plan.token_probs, plan.token_probs[-1], size, costs)
+                estimates = meters.calibration.calibrate(plan.token_probs)
+                decision = decide_extension(estimates, estimates[-1], size, costs)
                 if not decision.extend:
                     plan.stop("cost", note=decision.describe())
                     break
@@ -90,11 +94,13 @@ class Pacer(SpeculativeDecoder):
     def step(self, pair, state: DecodeState, settings: DecodeSettings, step: int) -> StepEvent:
         """The shared step, then its timings go to this pair's cost meter (what the cost rule reads)."""
         event = super().step(pair, state, settings, step)
-        meter = cost_meter(pair, state.device)
+        meters = pair_meters(pair, state.device)
         drafted_by_model = sum(1 for token in event.tokens[:-1] if not token.phrase)
         phrase_calls = sum(1 for block in event.blocks if block.phrase)
-        meter.record_draft(drafted_by_model + phrase_calls, event.draft_seconds)
-        meter.record_verify(event.n_drafted + 1, event.verify_seconds)
+        meters.costs.record_draft(drafted_by_model + phrase_calls, event.draft_seconds)
+        meters.costs.record_verify(event.n_drafted + 1, event.verify_seconds)
+        verified = event.tokens[: event.n_drafted]
+        meters.calibration.record([token.preverifier_prob or 0.0 for token in verified], event.n_accepted)
         return event
 
     def describe(self, settings: DecodeSettings) -> dict:
@@ -127,10 +133,16 @@ class BlockPlan:
                 "stop_note": self.stop_note}
 
 
-_METERS: dict[tuple, CostMeter] = {}
+@dataclass
+class PairMeters:
+    """What the cost rule measures for one pair (target and drafter) on one device, across the process's runs."""
+    costs: CostMeter = field(default_factory=CostMeter)
+    calibration: AcceptanceCalibration = field(default_factory=AcceptanceCalibration)
 
 
-def cost_meter(pair, device) -> CostMeter:
-    """The cost meter of this pair (target and drafter) on this device, shared by the process's runs."""
+_METERS: dict[tuple, PairMeters] = {}
+
+
+def pair_meters(pair, device) -> PairMeters:
     key = (id(pair.target), id(pair.drafter), str(device))
-    return _METERS.setdefault(key, CostMeter())
+    return _METERS.setdefault(key, PairMeters())
