@@ -68,3 +68,19 @@ def test_pacer_sampling_with_phrases_matches_target_distribution():
         phrase_steps += any(token.phrase for event in events for token in event.tokens)
     assert phrase_steps > 500
     assert chi_square_p_value(counts, truth) > 1e-3
+
+
+def test_the_page_shows_phrase_tokens_and_the_cost_decision():
+    from pacer_core.ui.columns import token_span
+    from pacer_core.ui.narration import explain_step
+    pair = tiny_pair(scale=6.0, draft_noise=0.1)
+    events, _ = run(Pacer(1, 12, 0.0, ConfidencePreVerifier()), pair, REPEATING_PROMPTS[0], max_new_tokens=24,
+                    phrase_len=6)
+    event = next(event for event in events if any(token.phrase for token in event.tokens))
+    token = next(token for token in event.tokens if token.phrase)
+    assert "tok-phrase" in token_span(token) and "phrase: copied" in token_span(token)
+    assert "is a phrase: copied" in explain_step(event)
+    events, _ = run(Pacer(1, 16, 0.0, ConfidencePreVerifier()), tiny_pair(scale=2.0, draft_noise=0.8), [1, 2, 3],
+                    max_new_tokens=40, stop_rule="cost")
+    stopped = next(event for event in events if event.stop_reason == "cost")
+    assert "Cost rule, next block:" in explain_step(stopped)

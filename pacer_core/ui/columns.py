@@ -50,13 +50,15 @@ def token_tooltip(token: TokenRecord, block_scores: dict | None = None, step: in
         lines.append(f"pre-verifier estimate = {fmt(token.preverifier_prob)}")
     if token.stopped:
         lines.append("in the block the pre-verifier failed: drafting stopped here")
+    if token.phrase:
+        lines.append("phrase: copied from an earlier occurrence (q = 1, no draft model call)")
     return "\n".join(lines)
 
 
 def token_span(token: TokenRecord, block_scores: dict | None = None, step: int | None = None) -> str:
     """One token as a coloured span; data-state carries the state for tests and CSS."""
     state = escape_attr(token.state)
-    classes = ["tok", f"tok-{state}"] + (["tok-stopped"] if token.stopped else [])
+    classes = ["tok", f"tok-{state}"] + (["tok-stopped"] if token.stopped else []) + (["tok-phrase"] if token.phrase else [])
     text = escape_text(token.text) if token.text != "" else '<span class="cc">\u2205</span>'
     title = escape_attr(token_tooltip(token, block_scores, step))
     stopped = ' data-stopped="1"' if token.stopped else ""
@@ -67,7 +69,8 @@ def pending_tokens(event: StepEvent) -> list[TokenRecord]:
     """The step as it looks before the target has verified it: only the drafted tokens, all in the
     drafted state (PACER's pre-verifier decision is already known, so ``stopped`` stays)."""
     return [TokenRecord(token.token_id, token.text, TokenState.DRAFTED, draft_prob=token.draft_prob,
-                        block=token.block, preverifier_prob=token.preverifier_prob, stopped=token.stopped)
+                        block=token.block, preverifier_prob=token.preverifier_prob, stopped=token.stopped,
+                        phrase=token.phrase)
             for token in event.tokens if token.state in DRAFTED_STATES]
 
 

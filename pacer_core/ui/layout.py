@@ -167,6 +167,10 @@ def settings_panel(pair, preverifier, limits: Limits) -> tuple[dict, gr.Checkbox
             pacer["on_fail"] = gr.Radio([("submit failing block (lossless)", "submit"),
                                          ("discard it (exact only when greedy)", "discard")],
                                         value=FIELD_BY_NAME["on_fail"].default, label=FIELD_BY_NAME["on_fail"].label)
+            pacer["stop_rule"] = gr.Radio([("pre-verifier threshold", "threshold"), ("expected gain vs measured cost", "cost")],
+                                          value=FIELD_BY_NAME["stop_rule"].default, label=FIELD_BY_NAME["stop_rule"].label,
+                                          info=FIELD_BY_NAME["stop_rule"].help)
+            pacer["phrase_len"] = control("phrase_len", limits)
         with gr.Column(min_width=200):
             gr.Markdown(f"**{METHOD_LABELS['smc']}**")
             smc = {name: control(name, limits) for name in ("n_particles", "draft_len", "ess_threshold")}

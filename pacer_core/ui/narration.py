@@ -49,11 +49,14 @@ def explain_cycle(event: SMCCycleEvent) -> str:
 def _pacer_draft_sentences(event: StepEvent, drafted: list[TokenRecord]) -> list[str]:
     parts = [f"Step {event.step + 1}: the draft proposed {_plural(len(drafted), 'token')} in "
              f"{_plural(len(event.blocks), 'block')}."]
+    parts += [f"Block {block.index + 1} is a phrase: {block.phrase}." for block in event.blocks if block.phrase]
     failed = [block for block in event.blocks if not block.passed]
     if failed:
         verb = "dropped" if any(t.state is TokenState.DISCARDED for t in drafted) else "sent to the target anyway"
         parts.append(f"The pre-verifier scored block {failed[0].index + 1} at {failed[0].score:.2f} < "
                      f"{failed[0].threshold:.2f}, so drafting stopped (that block was {verb}).")
+    elif event.stop_reason == "cost" and event.stop_note:
+        parts.append(f"Cost rule, {event.stop_note}.")
     elif event.stop_reason == "max_len":
         parts.append("Every block passed the pre-verifier; drafting stopped at the maximum draft length.")
     elif event.stop_reason in ("eos", "budget"):

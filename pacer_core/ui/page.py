@@ -9,6 +9,7 @@ LEGEND_ITEMS = (   # (CSS classes, label, hover hint); docs/algorithms.md#token-
     ("tok tok-accepted", "accepted", "accepted by the target"),
     ("tok tok-rejected", "rejected", "rejected by the target"),
     ("tok tok-accepted tok-stopped", "pre-verifier stop", "in the block PACER's pre-verifier failed"),
+    ("tok tok-accepted tok-phrase", "phrase", "PACER: copied from the prompt or the output, no draft model call"),
     ("tok tok-corrected", "corrected / bonus", "the target's own token"),
     ("particle-chip particle-resampled-away", "resampled away", "SMC particle dropped"),
     ("particle-chip particle-duplicated", "duplicated", "SMC particle copied"),
