@@ -2,11 +2,12 @@
 No Gradio here: ``layout`` maps each ViewUpdate onto its components, the tests and
 benchmarks/ui_overhead.py call these functions directly.
 
-Run streams one ViewUpdate per step of the three interleaved decoders (plots and narration at most
-every ``PLOT_INTERVAL_S``), then finishes: the AR baseline if asked, the oracle γ*, the target
-log-likelihoods, the metrics table and the downloads. Step is a two-click state machine per target
-pass (``RunSession.pending_verdict``): first what each draft proposed (grey), then the target's
-verdict. Bad settings give a ViewUpdate with an error line and a warning, never an exception."""
+Run streams one ViewUpdate per step of the three interleaved decoders (the timeline, two more plots in
+turn and the narration at most every ``PLOT_INTERVAL_S``, within ``PLOT_BUDGET``), then finishes: the AR
+baseline if asked, the oracle γ*, the target log-likelihoods, the metrics table and the downloads. Step is
+a two-click state machine per target pass (``RunSession.pending_verdict``): first what each draft proposed
+(grey), then the target's verdict. Bad settings give a ViewUpdate with an error line and a warning, never
+an exception."""
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ from . import METHOD_LABELS, columns, measured, narration, page, plots, tables
 from .session import RunSession, user_message
 
 PLOT_INTERVAL_S = 2.0          # redraw plots at most this often while streaming (~10-40 ms per figure)
-PLOT_BUDGET = 0.04             # ... and so that drawing them takes at most this share of the run's wall time
+PLOT_BUDGET = 0.03             # ... and so that drawing them takes at most this share of the run's wall time
 
 
 @dataclass(frozen=True)
@@ -97,19 +98,26 @@ def events_by_method(session: RunSession) -> dict[str, list]:
     return events | {method: run.events for method, run in session.runs.items()}
 
 
-def plots_view(session: RunSession) -> dict[str, object]:
+# While streaming, each redraw shows the timeline and two more plots in turn (all nine at the end).
+LIVE_ROTATION = (("speedup", "histogram"), ("lengths", "accept"), ("blocks", "weights"), ("ess", "genealogy"))
+
+
+def plots_view(session: RunSession, names=None) -> dict[str, object]:
+    """The plots by name (all nine, or only ``names``)."""
     events = events_by_method(session)
     fixed, pacer, smc = events.get("fixed", []), events.get("pacer", []), events.get("smc", [])
     oracle_label = "oracle γ*" if session.oracle_greedy else "oracle E[γ*] (sampling)"
-    return {"timeline": plots.timeline_figure(events),
-            "speedup": plots.speedup_figure(events),
-            "histogram": plots.accepted_histogram_figure(events),
-            "lengths": plots.draft_length_figure(fixed, pacer, session.oracle, session.oracle_steps, oracle_label),
-            "accept": plots.acceptance_figure({"fixed": fixed, "pacer": pacer}),
-            "blocks": plots.block_scores_figure(pacer),
-            "weights": plots.smc_weights_figure(smc),
-            "ess": plots.smc_ess_figure(smc),
-            "genealogy": plots.smc_genealogy_figure(smc)}
+    builders = {"timeline": lambda: plots.timeline_figure(events),
+                "speedup": lambda: plots.speedup_figure(events),
+                "histogram": lambda: plots.accepted_histogram_figure(events),
+                "lengths": lambda: plots.draft_length_figure(fixed, pacer, session.oracle, session.oracle_steps,
+                                                             oracle_label),
+                "accept": lambda: plots.acceptance_figure({"fixed": fixed, "pacer": pacer}),
+                "blocks": lambda: plots.block_scores_figure(pacer),
+                "weights": lambda: plots.smc_weights_figure(smc),
+                "ess": lambda: plots.smc_ess_figure(smc),
+                "genealogy": lambda: plots.smc_genealogy_figure(smc)}
+    return {name: build() for name, build in builders.items() if names is None or name in names}
 
 
 def table_view(session: RunSession):
@@ -143,8 +151,8 @@ def error_update(message: str) -> ViewUpdate:
 
 def plots_due(since_last_s: float, last_cost_s: float, interval_s: float = PLOT_INTERVAL_S) -> bool:
     """Redraw the plots while streaming? Once ``interval_s`` has passed and at least last_cost_s / PLOT_BUDGET
-    since the last redraw, so the nine figures cost at most PLOT_BUDGET of the run however slow the machine
-    (benchmarks/ui_overhead.py): 0.3 s of figures on a loaded CPU are redrawn every 7.5 s, 60 ms every 2 s."""
+    since the last redraw, so the live figures cost at most PLOT_BUDGET of the run however slow the machine
+    (benchmarks/ui_overhead.py): 0.12 s of figures on a loaded CPU are redrawn every 4 s, 40 ms every 2 s."""
     return since_last_s > max(interval_s, last_cost_s / PLOT_BUDGET)
 
 
@@ -199,15 +207,16 @@ def run(context: AppContext, inputs: PageInputs, plot_interval_s: float = PLOT_I
     yield ViewUpdate(columns=columns_view(context, session, running=True),
                      status=page.run_status_html("Running…", "busy"),
                      narration=narration.narration_html({}), table=table_view(session), session=session)
-    last_plot, plot_cost = 0.0, 0.0
+    last_plot, plot_cost, redraws = 0.0, 0.0, 0
     while not session.finished:
         session.advance()
         update = ViewUpdate(columns=columns_view(context, session, running=True),
                             status=page.run_status_html(f"Running… step {steps_so_far(session)}", "busy"))
         if plots_due(time.perf_counter() - last_plot, plot_cost, plot_interval_s):
             drawing = time.perf_counter()
-            update.plots, update.narration = plots_view(session), narration.narration_html(latest_lines(session))
-            last_plot = time.perf_counter()
+            names = ("timeline",) + LIVE_ROTATION[redraws % len(LIVE_ROTATION)]
+            update.plots, update.narration = plots_view(session, names), narration.narration_html(latest_lines(session))
+            last_plot, redraws = time.perf_counter(), redraws + 1
             plot_cost = last_plot - drawing
         yield update
     yield from finish_run(context, session, inputs.measure_ar, started)
