@@ -217,7 +217,8 @@ def test_ar_baseline_runs_interleaved_with_the_columns():
     from pacer_core.ui.session import RunSession
 
     session = RunSession(tiny_pair(), "t1 t2", {"max_new_tokens": 6, "temperature": 0.0}, measure_ar=True)
-    assert session.advance() == ["fixed", "pacer", "smc", "ar"]
+    assert "greedy" in session.runs["smc"].error.lower()      # refused before it starts: nothing to advance
+    assert session.advance() == ["fixed", "pacer", "ar"]
     assert len(session.ar.events) == 1
     while not session.finished:
         session.advance()
