@@ -3,24 +3,22 @@ prompts after one warm-up; medians over repeats are reported side by side in one
 
     python -m pacer_core.bench --methods ar,hf,hf-assisted,hf-assisted-dynamic,fixed:2,fixed:4,pacer \\
         --prompts assets/prompts/bench.jsonl --max-new-tokens 64 --temperature 0 --repeats 3 --out DIR
+
+The rows' summaries and the results.json / results.csv / report.md outputs are built in bench_report.
 """
 from __future__ import annotations
 
 import argparse
 import copy
-import csv
-import json
-import platform
-import statistics
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .analysis import proposal_divergence, target_log_likelihood
 from .api import make_decoder
+from .bench_report import (RunRecord, add_drafters_and_identity, add_log_likelihoods, add_proposal_divergences,
+                           add_relative_speeds, machine_info, summarise, write_outputs)
 from .decoders.oracle import OracleLength
 from .drafters import drafter_swapped, load_drafter
 from .methods import HF_METHODS, MethodSpec, parse_method
@@ -28,6 +26,7 @@ from .models import ModelLoadError, load_pair
 from .prompts import load_prompts
 from .request import RunRequest, chosen_names, encode_prompt, request_for
 from .settings import Limits, SettingsError, validate_settings
+
 
 def select_prompts(prompts: list[dict], per_category: int) -> list[dict]:
     if not per_category:
@@ -53,20 +52,6 @@ class CallCounter:
 
     def close(self):
         self.handle.remove()
-
-
-@dataclass
-class RunRecord:
-    seconds: float
-    new_tokens: int
-    target_calls: int
-    draft_calls: int
-    drafted: int
-    accepted: int
-    draft_seconds: float
-    verify_seconds: float
-    token_ids: list
-    text: str
 
 
 def run_hf(pair, spec: MethodSpec, request: RunRequest) -> RunRecord:
@@ -119,189 +104,6 @@ def run_ours(pair, spec: MethodSpec, request: RunRequest, reference) -> RunRecor
     return RunRecord(seconds, metrics.new_tokens, metrics.target_calls, metrics.draft_calls, metrics.drafted_tokens,
                      metrics.accepted_tokens, sum(e.draft_seconds for e in events),
                      sum(e.verify_seconds for e in events), result.token_ids, result.text)
-
-
-def add_relative_speeds(rows: list[dict]) -> None:
-    """speedup_vs_ar = tokens/s over AR's; speedup_vs_fixed = tokens/s over the fastest fixed:G row's
-    (when the run has one). Both ratios come from the same run, so the machine's load cancels."""
-    rates = {row["method"]: row["tokens_per_s"] for row in rows}
-    ar_rate = rates.get("ar")
-    fixed_rates = [rate for method, rate in rates.items() if parse_method(method).kind == "fixed" and rate]
-    best_fixed = max(fixed_rates, default=None)
-    for row in rows:
-        row["speedup_vs_ar"] = row["tokens_per_s"] / ar_rate if ar_rate else None
-        if best_fixed:
-            row["speedup_vs_fixed"] = row["tokens_per_s"] / best_fixed
-
-
-def loglik_gap_interval(method_totals: list[tuple[float, int]], reference_totals: list[tuple[float, int]],
-                        draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """Relative gap of a method's mean log-likelihood per token to the reference's, in percent
-    (positive = the method's outputs are less likely under the target), with a 95% paired bootstrap
-    interval. Entry j of both lists is the (sum of log-probs, token count) of one output for the same
-    prompt and repeat; the bootstrap resamples these pairs together."""
-    if len(method_totals) != len(reference_totals) or not method_totals:
-        raise ValueError("the two lists must pair up one output per prompt and repeat")
-    method = torch.tensor(method_totals, dtype=torch.float64)         # [R, 2]: sum, count
-    reference = torch.tensor(reference_totals, dtype=torch.float64)   # [R, 2]
-
-    def gap(rows: torch.Tensor) -> torch.Tensor:                      # rows: [..., R] indices
-        method_mean = method[rows, 0].sum(-1) / method[rows, 1].sum(-1).clamp(min=1)
-        reference_mean = reference[rows, 0].sum(-1) / reference[rows, 1].sum(-1).clamp(min=1)
-        return 100.0 * (reference_mean - method_mean) / reference_mean.abs()
-
-    generator = torch.Generator().manual_seed(seed)
-    resampled = torch.randint(len(method_totals), (draws, len(method_totals)), generator=generator)
-    spread = gap(resampled)
-    low, high = torch.quantile(spread, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
-    return float(gap(torch.arange(len(method_totals)))), low, high
-
-
-def per_token(totals: list[tuple[float, int]]) -> float:
-    """Mean per token of (sum, count) pairs."""
-    return sum(total for total, _ in totals) / max(1, sum(count for _, count in totals))
-
-
-def add_log_likelihoods(pair, rows: list[dict], specs: list[MethodSpec], runs: dict, prompt_ids: list) -> None:
-    """Every row gains the target's log-likelihood per token of its outputs (all repeats) and its gap to AR's."""
-    totals = {spec.label: [target_log_likelihood(pair, prompt_ids[i], record.token_ids)
-                           for records in runs[spec.label] for i, record in enumerate(records)] for spec in specs}
-    reference = next(totals[spec.label] for spec in specs if spec.kind == "ar")
-    for row, spec in zip(rows, specs):
-        row["target_loglik_per_token"] = per_token(totals[spec.label])
-        gap, low, high = loglik_gap_interval(totals[spec.label], reference)
-        row["loglik_gap_vs_ar_pct"], row["loglik_gap_ci95"] = gap, f"[{low:.1f}, {high:.1f}]"
-
-
-def add_proposal_divergences(pair, rows: list[dict], specs: list[MethodSpec], settings_for: dict, runs: dict,
-                             prompt_ids: list, drafters: dict) -> None:
-    """SMC-SD rows gain proposal_kl_per_token: KL(p_T || q_Td) per token, in nats, along AR's outputs (all
-    repeats: contexts drawn from the target itself) at the row's temperature and draft temperature."""
-    ar_runs = next(runs[spec.label] for spec in specs if spec.kind == "ar")
-    by_setting = {}
-    for row, spec in zip(rows, specs):
-        if spec.kind != "smc":
-            continue
-        settings = settings_for[spec.label]
-        key = (settings.temperature, settings.draft_temperature or settings.temperature, settings.top_k, settings.top_p)
-        drafter = drafters[spec.drafter][0] if spec.drafter else pair.drafter
-        if (spec.drafter, key) not in by_setting:
-            with drafter_swapped(pair, drafter):
-                by_setting[spec.drafter, key] = per_token([
-                    proposal_divergence(pair, prompt_ids[i], record.token_ids, *key)
-                    for records in ar_runs for i, record in enumerate(records)])
-        row["proposal_kl_per_token"] = by_setting[spec.drafter, key]
-
-
-def drafter_label(pair, spec: MethodSpec) -> str:
-    """Which drafter a row ran with: transformers' assisted rows always use the independent draft model."""
-    if spec.kind in ("ar", "hf"):
-        return "-"
-    if spec.kind.startswith("hf-assisted"):
-        return "independent (transformers' assistant)"
-    return spec.drafter or pair.drafter.kind
-
-
-def add_drafters_and_identity(pair, rows: list[dict], specs: list[MethodSpec], runs: dict, greedy: bool) -> None:
-    """Each row's drafter; under greedy decoding also how many prompts gave exactly AR's tokens
-    (``same_as_ar`` = "12/12"), since exact methods must reproduce AR."""
-    reference = [run.token_ids for run in runs["ar"][0]] if "ar" in runs else None
-    for row, spec in zip(rows, specs):
-        row["drafter"] = drafter_label(pair, spec)
-        if greedy and reference is not None:
-            same = sum(run.token_ids == ids for run, ids in zip(runs[spec.label][0], reference))
-            row["same_as_ar"] = f"{same}/{len(reference)}"
-
-
-def summarise(label: str, runs_by_repeat: list[list[RunRecord]]) -> dict:
-    """runs_by_repeat[r][i]: repeat r, prompt i. Counts come from the first repeat."""
-    first = runs_by_repeat[0]
-    seconds = [sum(run.seconds for run in runs) for runs in runs_by_repeat]
-    new_tokens = sum(run.new_tokens for run in first)
-    target_calls = sum(run.target_calls for run in first)
-    drafted = sum(run.drafted for run in first)
-    median_seconds = statistics.median(seconds)
-    repeat_index = seconds.index(sorted(seconds)[len(seconds) // 2])
-    chosen = runs_by_repeat[repeat_index]
-    return {
-        "method": label, "tau": new_tokens / target_calls if target_calls else None,
-        "alpha": sum(run.accepted for run in first) / drafted if drafted else None,
-        "target_calls": target_calls, "draft_calls": sum(run.draft_calls for run in first),
-        "new_tokens": new_tokens, "seconds_median": median_seconds, "seconds_all": seconds,
-        "tokens_per_s": new_tokens / median_seconds if median_seconds else None,
-        "profile": {"draft_s": sum(r.draft_seconds for r in chosen), "verify_s": sum(r.verify_seconds for r in chosen),
-                    "other_s": sum(r.seconds - r.draft_seconds - r.verify_seconds for r in chosen)},
-        "texts": [run.text for run in first],
-    }
-
-
-def machine_info(pair) -> dict:
-    import transformers
-
-    return {"platform": platform.platform(), "processor": platform.processor(), "python": platform.python_version(),
-            "torch": torch.__version__, "transformers": transformers.__version__, "threads": torch.get_num_threads(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"), **pair.describe()}
-
-
-def write_outputs(out_dir: Path, report: dict) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(report, indent=2))
-    columns = ["method", "tau", "alpha", "target_calls", "draft_calls", "new_tokens", "seconds_median",
-               "tokens_per_s", "speedup_vs_ar", "drafter"]
-    if "same_as_ar" in report["methods"][0]:
-        columns.append("same_as_ar")
-    if "speedup_vs_fixed" in report["methods"][0]:
-        columns.append("speedup_vs_fixed")
-    if "target_loglik_per_token" in report["methods"][0]:
-        columns += ["target_loglik_per_token", "loglik_gap_vs_ar_pct", "loglik_gap_ci95"]
-    if any("proposal_kl_per_token" in row for row in report["methods"]):
-        columns.append("proposal_kl_per_token")
-    with open(out_dir / "results.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(report["methods"])
-    (out_dir / "report.md").write_text(markdown_report(report, columns))
-
-
-def _fmt(value) -> str:
-    if value is None:
-        return "–"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
-
-
-def markdown_report(report: dict, columns: list[str]) -> str:
-    settings = report["settings"]
-    lines = [f"# Benchmark {report['machine']['date']}", "",
-             f"Pair: {report['machine']['target']} ← {report['machine']['draft']} on "
-             f"{report['machine']['device']} (target {report['machine']['dtype']}, drafter "
-             f"{report['machine']['drafter'].get('dtype', report['machine']['dtype'])}), torch {report['machine']['torch']}, "
-             f"transformers {report['machine']['transformers']}, {report['machine']['threads']} threads.",
-             f"{settings['prompt_count']} prompts from {settings['prompts']}, max_new_tokens={settings['max_new_tokens']}, "
-             f"temperature={settings['temperature']}, repeats={settings['repeats']} (medians), seed={settings['seed']}.",
-             "", "| " + " | ".join(columns + ["draft s", "verify s", "other s"]) + " |",
-             "|" + "---|" * (len(columns) + 3)]
-    for row in report["methods"]:
-        profile = row["profile"]
-        cells = [_fmt(row.get(c)) for c in columns] + [_fmt(profile["draft_s"]), _fmt(profile["verify_s"]),
-                                                       _fmt(profile["other_s"])]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "speedup_vs_ar = tokens_per_s / AR tokens_per_s, both measured in this run"
-              + ("; speedup_vs_fixed = tokens_per_s / the fastest fixed:G row's tokens_per_s. "
-                 if "speedup_vs_fixed" in columns else ". ") +
-              "Profile columns: time inside draft forwards, inside target verification, and the rest "
-              "(sampling, bookkeeping, detokenisation) for the median repeat."]
-    if "target_loglik_per_token" in columns:
-        lines += ["", "target_loglik_per_token: the target's mean log-probability (temperature 1) of the generated "
-                  "tokens over all repeats; loglik_gap_vs_ar_pct: how much lower it is than AR's, in percent of "
-                  "AR's, with a 95% bootstrap interval over (prompt, repeat) pairs. Exact methods differ from AR "
-                  "only by sampling noise, so their interval shows the noise of this run."]
-    if "proposal_kl_per_token" in columns:
-        lines += ["", "proposal_kl_per_token (SMC-SD rows): KL(p_T || q_Td), the divergence in nats of the draft's "
-                  "sampling distribution from the target's, per token along AR's outputs. Importance sampling "
-                  "starts to work only with about exp(KL) samples (Chatterjee & Diaconis 2018), and a cycle weights K "
-                  "tokens at once, so N particles correct a cycle only once N passes exp(K x KL); the error then "
-                  "shrinks roughly as 1/N."]
-    return "\n".join(lines) + "\n"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,7 +4,8 @@ import json
 import pytest
 
 from pacer_core import SettingsError
-from pacer_core.bench import loglik_gap_interval, main
+from pacer_core.bench import main
+from pacer_core.bench_report import loglik_gap_interval
 from pacer_core.methods import parse_method
 from test_models import WORDS, save_model, word_tokenizer
 from pacer_core.testing.tiny import noisy_copy, tiny_llama

@@ -2,7 +2,8 @@
 recasing, and the tau arithmetic the model card reports."""
 import pytest
 
-from pacer_core.training.draft import greedy_tau, recase_story
+from pacer_core.training.draft_data import recase_story
+from pacer_core.training.draft_eval import greedy_tau
 from pacer_core.training.instructions import (evaluation_prompts, extra_instructions, heldout_instructions,
                                               resembles_evaluation, training_instructions)
 
