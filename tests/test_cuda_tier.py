@@ -138,6 +138,7 @@ def test_target_split_like_device_map_auto(test_device):
         assert 0 < len(particles.token_ids) <= 12
 
 
+@pytest.mark.slow
 def test_device_check_dry_run(tmp_path):
     """scripts/device_check.sh --dry-run: the tier on the CPU, then the per-step benchmark with tiny shapes."""
     environment = os.environ | {"PYTHON": sys.executable, "DEVICE_CHECK_OUT": str(tmp_path),

@@ -39,6 +39,7 @@ PACER_CONFIGS = [(1, 4, 0.0, "submit"), (3, 16, 0.0, "submit"), (1, 16, 0.3, "su
                  (1, 4, 0.99, "discard"), (3, 16, 0.99, "discard"), (1, 16, 0.99, "submit"), (3, 4, 0.99, "submit")]
 
 
+@pytest.mark.slow   # ~20 s idle; the fast tier keeps greedy identity in test_cuda_tier, test_feature_head, test_pacer_phrases_and_cost
 @pytest.mark.parametrize("noise", [0.1, 0.4, None])
 def test_greedy_fixed_and_pacer_equal_ar_on_tiny_pairs(noise):
     pair = tiny_pair(scale=6.0, draft_noise=noise, eos_token_id=63)

@@ -3,12 +3,14 @@ as on a GPU machine that has torch, transformers and pandas but not the UI's pac
 
 A fresh interpreter gets an import hook that makes ``import gradio`` / ``import plotly`` (and their
 submodules) fail as if they were not installed; it then imports the public API and the CLIs' modules and
-runs every decoder on a tiny random Llama pair."""
+runs every decoder on a tiny random Llama pair; last, importing the UI must fail on gradio or plotly."""
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,28 +56,33 @@ CHILD = textwrap.dedent("""
 """)
 
 
+UI_CHECK = textwrap.dedent("""
+    try:
+        import pacer_core.ui.layout
+    except ImportError as missing:
+        print("ui needs", missing.name)
+    else:
+        print("ui imported")
+""")
+
+
 def child_environment(*paths) -> dict:
     return os.environ | {"PYTHONPATH": os.pathsep.join(str(path) for path in paths), "OMP_WAIT_POLICY": "PASSIVE"}
 
 
-def test_library_imports_and_runs_without_gradio_or_plotly():
-    completed = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                               env=child_environment(ROOT, ROOT / "tests"))
-    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-4000:]
-    assert "library ok without gradio, plotly" in completed.stdout
+@pytest.fixture(scope="module")
+def child_run():
+    """One fresh interpreter (torch and transformers load once, ~5 s): the library checks, then the UI import."""
+    return subprocess.run([sys.executable, "-c", CHILD + UI_CHECK], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=child_environment(ROOT, ROOT / "tests"))
 
 
-def test_the_ui_is_what_needs_gradio():
-    """The hook really blocks: importing the UI package under it fails on gradio or plotly."""
-    child = CHILD.split("import pacer_core\n")[0] + textwrap.dedent("""
-        try:
-            import pacer_core.ui.layout
-        except ImportError as missing:
-            print("ui needs", missing.name)
-        else:
-            print("ui imported")
-    """)
-    completed = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                               env=child_environment(ROOT))
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    assert "ui needs gradio" in completed.stdout or "ui needs plotly" in completed.stdout
+def test_library_imports_and_runs_without_gradio_or_plotly(child_run):
+    assert child_run.returncode == 0, child_run.stdout[-2000:] + child_run.stderr[-4000:]
+    assert "library ok without gradio, plotly" in child_run.stdout
+
+
+def test_the_ui_is_what_needs_gradio(child_run):
+    """The hook really blocks: importing the UI package under it (after the library ran) fails on gradio or plotly."""
+    assert child_run.returncode == 0, child_run.stderr[-4000:]
+    assert "ui needs gradio" in child_run.stdout or "ui needs plotly" in child_run.stdout

@@ -66,7 +66,12 @@ def test_missing_local_path_is_a_clear_error(tmp_path):
 
 
 def test_unknown_hub_id_offline_is_a_clear_error(monkeypatch):
+    import huggingface_hub.constants
+
+    # huggingface_hub reads HF_HUB_OFFLINE once, on import: without the constant the loader goes online and
+    # waits out its retries (~15 s idle) before failing with the same error
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ModelLoadError, match="Could not load the target model"):
         load_pair("no-such-org/no-such-model-xyz", "embedded", device="cpu")
 
