@@ -86,7 +86,7 @@ FIELDS = (
                  options=("threshold", "cost"),
                  help="threshold: stop at the first block the pre-verifier scores below the threshold; cost: draft "
                       "another block only while it raises the expected tokens per unit of measured time."),
-    SettingField("phrase_len", "Phrase draft length (0 = off)", 0, "int", 0, 32, methods=("pacer",),
+    SettingField("phrase_len", "Phrase draft length (0 = off)", 8, "int", 0, 32, methods=("pacer",),
                  help="Copy up to this many tokens that followed an earlier occurrence of the last tokens "
                       "(from the prompt or the output) as a draft block, without a draft model call."),
     SettingField("n_particles", "Particles N", 4, "int", 1, cap="max_particles", methods=("smc",),

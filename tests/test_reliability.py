@@ -227,7 +227,7 @@ def test_a_client_that_disconnects_does_not_leave_its_run_going(narrow_app, tmp_
     script = tmp_path / "client.py"
     script.write_text(textwrap.dedent(f"""
         import sys, time
-        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]
         from gradio_client import Client
         from test_app_server import Api
         client = Client({url!r}, verbose=False)
