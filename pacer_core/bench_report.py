@@ -124,6 +124,19 @@ def add_drafters_and_identity(pair, rows: list[dict], specs: list[MethodSpec], r
             row["same_as_ar"] = f"{same}/{len(reference)}"
 
 
+def identity_flags(rows: list[dict]) -> list[str]:
+    """A warning line for every greedy row whose outputs differ from AR's on some prompt: exact methods must
+    reproduce AR (approximate ones, SMC-SD and PACER's discard mode, say so in their label)."""
+    flags = []
+    for row in rows:
+        same, _, total = str(row.get("same_as_ar", "")).partition("/")
+        if total and same != total:
+            flags.append(f"**MISMATCH: {row['method']} returned a different output from AR on {int(total) - int(same)} "
+                         f"of {total} prompts.** Greedy SD is exact only when the target's numerics are the same "
+                         "for one and for several tokens (float32 on a CPU); see README, \"Measured\".")
+    return [""] + flags if flags else []
+
+
 def summarise(label: str, runs_by_repeat: list[list[RunRecord]]) -> dict:
     """runs_by_repeat[r][i]: repeat r, prompt i. Counts come from the first repeat."""
     first = runs_by_repeat[0]
@@ -201,6 +214,7 @@ def markdown_report(report: dict, columns: list[str]) -> str:
                  if "speedup_vs_fixed" in columns else ". ") +
               "Profile columns: time inside draft forwards, inside target verification, and the rest "
               "(sampling, bookkeeping, detokenisation) for the median repeat."]
+    lines += identity_flags(report["methods"])
     if "target_loglik_per_token" in columns:
         lines += ["", "target_loglik_per_token: the target's mean log-probability (temperature 1) of the generated "
                   "tokens over all repeats; loglik_gap_vs_ar_pct: how much lower it is than AR's, in percent of "

@@ -90,3 +90,10 @@ def test_bench_loglik_reports_the_gap_to_ar(tmp_path):
     assert "95% bootstrap interval" in (out / "report.md").read_text()
     assert rows["smc:4:2"]["proposal_kl_per_token"] > 0 and "proposal_kl_per_token" not in rows["fixed:3"]
     assert "Chatterjee & Diaconis" in (out / "report.md").read_text()
+
+
+def test_report_flags_a_greedy_row_that_differs_from_ar():
+    from pacer_core.bench_report import identity_flags
+    assert identity_flags([{"method": "ar", "same_as_ar": "12/12"}, {"method": "fixed:3", "same_as_ar": "12/12"}]) == []
+    flags = identity_flags([{"method": "ar", "same_as_ar": "12/12"}, {"method": "pacer", "same_as_ar": "9/12"}])
+    assert len(flags) == 2 and "pacer" in flags[1] and "3 of 12" in flags[1]
