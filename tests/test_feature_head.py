@@ -16,6 +16,8 @@ from pacer_core.training.head_loss import head_losses, second_pass_mask
 from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
 from pacer_core.testing.tiny import tiny_pair
 
+pytestmark = pytest.mark.slow      # trains a head per module (~10 s); the fast tier keeps tests/test_cuda_tier.py's head check
+
 SIGNIFICANCE = 1e-3
 PROMPTS = [[1, 2, 3], [5, 9], [7, 7, 7, 7, 9], [11, 40, 2, 63, 8, 0], list(range(20))]
 

@@ -77,6 +77,7 @@ def child_run():
                           timeout=300, env=child_environment(ROOT, ROOT / "tests"))
 
 
+@pytest.mark.slow
 def test_library_imports_and_runs_without_gradio_or_plotly(child_run):
     assert child_run.returncode == 0, child_run.stdout[-2000:] + child_run.stderr[-4000:]
     assert "library ok without gradio, plotly" in child_run.stdout

@@ -18,6 +18,7 @@ def run(decoder, pair, prompt, **settings):
     return events, result.token_ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("noise", [0.1, 0.6])
 @pytest.mark.parametrize("stop_rule", ["threshold", "cost"])
 def test_greedy_pacer_with_phrases_equals_ar(noise, stop_rule):
