@@ -1,14 +1,16 @@
 """Forward-pass costs of the embedded pair by dtype: one target or draft pass over 1 and over 4 new
 tokens after a 60-token context, interleaved across the configurations so that the machine's load hits all
-of them alike (medians of ``--repeats``). This is what decides the CPU default dtype together with
+of them alike (medians of ``--repeats``). ``--packed both`` adds float32 with and without the pre-packed
+oneDNN linear layers (pacer_core/packed_linear.py; bfloat16 is never packed). This is what decides the CPU default dtype together with
 exactness (the bench's ``same_as_ar``): speculative decoding pays one multi-token verify pass per step and
 one single-token draft pass per drafted token, AR one single-token target pass per token.
 
-    python benchmarks/pass_costs.py --out benchmarks/results/pass_costs.json"""
+    python benchmarks/pass_costs.py --packed both --out benchmarks/results/pass_costs.json"""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -21,17 +23,25 @@ from pacer_core.kvcache import CachedModel  # noqa: E402
 from pacer_core.models import load_pair  # noqa: E402
 
 CONTEXT = list(range(1000, 1060))
-SIZES = (1, 4)
+SIZES = (1, 2, 4, 8)
 
 
-def caches_by_config(dtypes: list[str]) -> dict:
+def configurations(dtypes: list[str], packed: str) -> list[tuple[str, str]]:
+    """(dtype, "1" packed / "0" default kernels) for every configuration asked for."""
+    packings = {"both": ("0", "1"), "yes": ("1",), "no": ("0",)}[packed]
+    return [(dtype, packing) for dtype in dtypes for packing in (packings if dtype in ("float32", "fp32") else ("0",))]
+
+
+def caches_by_config(dtypes: list[str], packed: str) -> dict:
     caches = {}
-    for dtype in dtypes:
+    for dtype, packing in configurations(dtypes, packed):
+        os.environ["PACER_PACKED_LINEAR"] = packing
         pair = load_pair("embedded", "embedded-small", device="cpu", dtype=dtype)
+        label = dtype + (" packed" if pair.describe()["linear_kernels"] != "default" else "")
         for role, model in (("target", pair.target), ("draft", pair.draft)):
             cache = CachedModel(model, pair.vocab_size)
             cache.forward(CONTEXT)
-            caches[f"{role} {dtype}"] = cache
+            caches[f"{role} {label}"] = cache
     return caches
 
 
@@ -52,10 +62,12 @@ def interleaved_medians(caches: dict, repeats: int) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--packed", choices=("both", "yes", "no"), default="both",
+                        help="float32 with pre-packed linear layers, without, or both")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    medians = interleaved_medians(caches_by_config(args.dtypes.split(",")), args.repeats)
+    medians = interleaved_medians(caches_by_config(args.dtypes.split(","), args.packed), args.repeats)
     report = {"threads": torch.get_num_threads(), "context": len(CONTEXT), "repeats": args.repeats, "medians": medians,
               "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     print(json.dumps(report, indent=2))

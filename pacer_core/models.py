@@ -12,6 +12,7 @@ import torch
 
 from . import embedded
 from .drafters.feature_head import is_head_dir
+from .packed_linear import pack_linear_layers, packing_wanted
 
 PROBE_STRINGS = (
     "Hello, world! The quick brown fox jumps over the lazy dog.",
@@ -115,9 +116,15 @@ class ModelPair:
 
     def describe(self) -> dict:
         return {"target": self.target_id, "draft": self.draft_id, "drafter": self.drafter.describe(),
-                "device": str(self.device),
+                "device": str(self.device), "linear_kernels": linear_kernels(self.target),
                 "dtype": str(self.dtype).replace("torch.", ""), "vocab_size": self.vocab_size,
                 "chat_template": self.use_chat_template}
+
+
+def linear_kernels(model) -> str:
+    """Which kernel the model's linear layers run: "oneDNN packed" on a float32 CPU model (packed_linear.py)."""
+    from .packed_linear import PackedLinear
+    return "oneDNN packed" if any(isinstance(m, PackedLinear) for m in model.modules()) else "default"
 
 
 def _logit_width(model) -> int:
@@ -205,6 +212,8 @@ def _load_one(location: str, name: str, role: str, device, dtype, device_map=Non
         raise ModelLoadError(f"Could not load the {role} model '{name}'{hint}: {first_line}") from failure
     if not device_map:
         model.to(device)
+        if packing_wanted(device, dtype):
+            pack_linear_layers(model)
     model.eval()
     return model, tokenizer
 

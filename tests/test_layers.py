@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Lowest first. A name covers itself and its submodules; the facade `pacer_core` (its __init__) only itself.
 LAYERS = (
     ("core", ("pacer_core.settings", "pacer_core.events", "pacer_core.sampling", "pacer_core.particles",
-              "pacer_core.kvcache", "pacer_core.prompts", "pacer_core.phrases",
+              "pacer_core.kvcache", "pacer_core.packed_linear", "pacer_core.prompts", "pacer_core.phrases",
               "pacer_core.stopping")),
     ("components", ("pacer_core.embedded", "pacer_core.models", "pacer_core.drafters", "pacer_core.analysis",
                     "pacer_core.preverifier")),
