@@ -5,7 +5,7 @@ tokens and get logits over the full vocabulary, crop to a length, reorder batch 
 PACER, the oracle and SMC-SD run on any kind unchanged. Two kinds:
 
 * ``independent``: a small causal LM with its own KV cache (any hub or local draft; the baseline for
-  transformers' assisted generation).
+  transformers' assisted generation), optionally scoring only its most frequent ids (``vocabulary.py``).
 * ``feature-head``: one decoder layer that reads the target's own hidden state (EAGLE, Li et al. 2024,
   arXiv 2401.15077), optionally with a reduced output vocabulary (FR-Spec, Zhao et al. 2025,
   arXiv 2502.14856); see ``feature_head.py``."""
@@ -13,26 +13,78 @@ from __future__ import annotations
 
 import contextlib
 
+import torch
+from torch import nn
+
 from ..kvcache import CachedModel
+from ..packed_linear import PackedLinear
+from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits, load_frequent_ids
 
 
 class IndependentDrafter:
-    """A separate causal LM that shares the target's tokenizer."""
+    """A separate causal LM that shares the target's tokenizer. With ``kept_ids`` its output layer scores
+    only those ids (q = 0 elsewhere; vocabulary.py)."""
 
     kind = "independent"
     reads_target_features = False
 
-    def __init__(self, model, vocab_size: int, name: str):
+    def __init__(self, model, vocab_size: int, name: str, kept_ids: torch.Tensor | None = None):
         self.model, self.vocab_size, self.name = model, vocab_size, name
         self.hidden_size = int(getattr(model.config, "hidden_size", 0))
+        self.kept_ids = None if kept_ids is None else kept_ids.long()
+        self.output_layer = None if kept_ids is None else kept_output_layer(model, self.kept_ids)
 
     def new_cache(self, target_cache, full_support: bool = False) -> CachedModel:
-        return CachedModel(self.model, self.vocab_size)   # a causal LM's softmax already has full support
+        if self.kept_ids is None:
+            return CachedModel(self.model, self.vocab_size)   # a causal LM's softmax already has full support
+        return ReducedVocabularyCache(self, OFF_VOCABULARY_MASS if full_support else 0.0)
 
     def describe(self) -> dict:
         parameter = next(self.model.parameters())
-        return {"kind": self.kind, "name": self.name, "dtype": str(parameter.dtype).replace("torch.", ""),
-                "parameters": sum(p.numel() for p in self.model.parameters())}
+        described = {"kind": self.kind, "name": self.name, "dtype": str(parameter.dtype).replace("torch.", ""),
+                     "parameters": sum(p.numel() for p in self.model.parameters())}
+        if self.kept_ids is not None:
+            described["kept_ids"] = int(self.kept_ids.numel())
+        return described
+
+
+def kept_output_layer(model, kept_ids: torch.Tensor) -> nn.Module:
+    """The model's output layer cut to the kept ids' rows (packed like the original, if it was)."""
+    output = model.get_output_embeddings()
+    if getattr(model.config, "final_logit_softcapping", None) or not isinstance(output, (nn.Linear, PackedLinear)):
+        raise ValueError("A reduced vocabulary needs a draft whose output layer is a plain linear layer.")
+    weight = output.weight.detach()
+    rows = nn.Linear(weight.shape[1], kept_ids.numel(), bias=output.bias is not None,
+                     device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        rows.weight.copy_(weight[kept_ids.to(weight.device)])
+        if output.bias is not None:
+            rows.bias.copy_(output.bias.detach()[kept_ids.to(weight.device)])
+    rows.requires_grad_(False)
+    return PackedLinear(rows) if isinstance(output, PackedLinear) else rows
+
+
+class ReducedVocabularyCache(CachedModel):
+    """An independent draft's cache whose logits come from the kept rows only: the draft's decoder runs as
+    usual, the output layer reads K rows instead of the vocabulary, every other id gets -inf (or, for
+    SMC-SD, a shared share ``off_mass`` of the probability)."""
+
+    def __init__(self, drafter: IndependentDrafter, off_mass: float = 0.0):
+        super().__init__(drafter.model, drafter.vocab_size)
+        self.decoder = drafter.model.get_decoder()
+        self.drafter, self.off_mass = drafter, off_mass
+
+    @torch.inference_mode()
+    def forward(self, new_token_ids, output_hidden_states: bool = False):
+        if not torch.is_tensor(new_token_ids):
+            new_token_ids = torch.tensor([list(new_token_ids)], dtype=torch.long)
+        new_token_ids = new_token_ids.to(self.device)
+        hidden = self.decoder(input_ids=new_token_ids, cache=self.cache, use_cache=True).last_hidden_state
+        self.length += new_token_ids.shape[1]
+        self.calls += 1
+        logits = full_vocabulary_logits(self.drafter.output_layer(hidden), self.drafter.kept_ids, self.vocab_size,
+                                        self.off_mass).to(self.device)
+        return (logits, hidden.float()) if output_hidden_states else logits
 
 
 def new_caches(pair, full_support: bool = False):
@@ -45,19 +97,24 @@ def new_caches(pair, full_support: bool = False):
 
 
 def valid_drafter_name(name: str) -> bool:
-    """Names for comparing drafters on one pair: small, head, head-N (its N most frequent ids), head-all."""
-    return name in ("small", "head", "head-all") or (name.startswith("head-") and name[5:].isdigit())
+    """Names for comparing drafters on one pair: small, small-N (its N most frequent ids), head, head-N,
+    head-all."""
+    return name in ("small", "head", "head-all") or any(
+        name.startswith(prefix) and name[len(prefix):].isdigit() and int(name[len(prefix):]) > 0
+        for prefix in ("head-", "small-"))
 
 
 def load_drafter(pair, name: str, head_dir=None):
     """A drafter by name, bound to the pair's target (the head folder defaults to the embedded one)."""
     from .feature_head import FeatureHeadDrafter
     if not valid_drafter_name(name):
-        raise ValueError(f"Unknown drafter {name!r}: use small, head, head-N or head-all.")
-    if name == "small":
+        raise ValueError(f"Unknown drafter {name!r}: use small, small-N, head, head-N or head-all.")
+    if name.startswith("small"):
         if pair.draft is None:
-            raise ValueError("The drafter 'small' needs an independent draft model in the pair.")
-        return IndependentDrafter(pair.draft, pair.vocab_size, pair.draft_model_id)
+            raise ValueError(f"The drafter '{name}' needs an independent draft model in the pair.")
+        if name == "small":
+            return IndependentDrafter(pair.draft, pair.vocab_size, pair.draft_model_id)
+        return reduced_vocabulary_drafter(pair, int(name[len("small-"):]))
     from ..models import ModelLoadError, resolve_source
     try:
         head_dir, head_name = (str(head_dir), str(head_dir)) if head_dir else resolve_source("embedded-head", "draft")
@@ -66,6 +123,16 @@ def load_drafter(pair, name: str, head_dir=None):
     kept = "all" if name == "head-all" else (int(name[5:]) if name.startswith("head-") else None)
     shown = head_name if kept is None else f"{head_name} [{name}]"
     return FeatureHeadDrafter.load(head_dir, pair.target, pair.vocab_size, shown, kept=kept)
+
+
+def reduced_vocabulary_drafter(pair, count: int) -> IndependentDrafter:
+    """The pair's draft model scoring only its ``count`` most frequent ids (its folder's frequent_ids.json)."""
+    frequent = load_frequent_ids(getattr(pair.draft.config, "_name_or_path", ""))
+    if frequent is None:
+        raise ValueError(f"The draft '{pair.draft_model_id}' has no frequent_ids.json in its folder, so it cannot "
+                         "draft from a reduced vocabulary (python -m pacer_core.training.vocabulary writes one).")
+    kept = frequent[:count]
+    return IndependentDrafter(pair.draft, pair.vocab_size, f"{pair.draft_model_id} [small-{kept.numel()}]", kept)
 
 
 @contextlib.contextmanager
@@ -80,4 +147,5 @@ def drafter_swapped(pair, drafter):
         pair.drafter, pair.draft_id = saved
 
 
-__all__ = ["IndependentDrafter", "new_caches", "load_drafter", "drafter_swapped", "valid_drafter_name"]
+__all__ = ["IndependentDrafter", "new_caches", "load_drafter", "drafter_swapped", "valid_drafter_name",
+           "reduced_vocabulary_drafter"]

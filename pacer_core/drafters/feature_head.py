@@ -17,17 +17,14 @@ there, and the logits come back there."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import torch
 
 from .head_model import FeatureHead, HeadConfig, kept_logits
+from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits
 
 CONFIG_FILE = "head_config.json"
-# SMC-SD's proposal from a reduced-vocabulary head: this much probability (at T = 1) spread evenly over the
-# ids the head does not propose, so q > 0 everywhere and the importance weights stay finite.
-OFF_VOCABULARY_MASS = 0.01
 WEIGHTS_FILE = "head.safetensors"
 
 
@@ -83,17 +80,9 @@ class FeatureHeadDrafter:
                 "parameters": sum(p.numel() for p in self.head.parameters())}
 
     def full_logits(self, predicted_features: torch.Tensor, off_mass: float = 0.0) -> torch.Tensor:
-        """[..., H] predicted features → float32 logits over the whole vocabulary. Ids off the kept set get
-        -inf, or with ``off_mass`` > 0 one shared logit that gives them that much mass in all at T = 1."""
-        scores = kept_logits(predicted_features, self.output_rows).float()
-        off_count = self.vocab_size - self.kept_ids.numel()
-        if off_mass > 0 and off_count:
-            kept_mass_log = torch.logsumexp(scores, dim=-1, keepdim=True)
-            off_logit = kept_mass_log + math.log(off_mass / ((1 - off_mass) * off_count))
-            full = off_logit.expand(*scores.shape[:-1], self.vocab_size).clone()
-        else:
-            full = torch.full((*scores.shape[:-1], self.vocab_size), float("-inf"), device=scores.device)
-        return full.index_copy_(-1, self.kept_ids, scores)
+        """[..., H] predicted features → float32 logits over the whole vocabulary (vocabulary.py)."""
+        scores = kept_logits(predicted_features, self.output_rows)
+        return full_vocabulary_logits(scores, self.kept_ids, self.vocab_size, off_mass)
 
 
 class FeatureHeadCache:

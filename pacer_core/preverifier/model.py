@@ -98,12 +98,17 @@ def load(directory: Path) -> TrainedPreVerifier:
 
 
 def load_for_pair(pair) -> TrainedPreVerifier | None:
-    """The trained layer for exactly this (target, draft) pair, if one was shipped or trained."""
-    slug = pair_slug(pair.target_id, pair.draft_id)
+    """The trained layer for exactly this (target, draft) pair, if one was shipped or trained. A draft model
+    drafting from a reduced vocabulary (``small-N``) reads the same hidden states as when it drafts from all
+    ids, so it uses the layer trained for the draft model when it has none of its own."""
+    draft_names = [pair.draft_id]
+    if getattr(pair.drafter, "kind", "") == "independent" and getattr(pair.drafter, "kept_ids", None) is not None:
+        draft_names.append(pair.draft_model_id)
     for root in search_dirs():
-        directory = root / slug
-        if (directory / "config.json").exists():
-            trained = load(directory)
-            if trained.config.get("hidden_size") == pair.drafter.hidden_size:
-                return trained
+        for draft_name in draft_names:
+            directory = root / pair_slug(pair.target_id, draft_name)
+            if (directory / "config.json").exists():
+                trained = load(directory)
+                if trained.config.get("hidden_size") == pair.drafter.hidden_size:
+                    return trained
     return None

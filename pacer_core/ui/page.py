@@ -36,6 +36,9 @@ def drafter_text(describe: dict) -> str:
     if drafter.get("kind") == "feature-head":
         return (f"{describe.get('draft', '?')}: a 1-layer head that reads the target's hidden state "
                 f"(proposes {drafter.get('kept_ids', 0):,} most frequent ids)")
+    if drafter.get("kind") == "independent" and drafter.get("kept_ids"):
+        return (f"{describe.get('draft', '?')}: a separate small model "
+                f"(proposes its {drafter['kept_ids']:,} most frequent ids)")
     if drafter.get("kind") == "independent":
         return f"{describe.get('draft', '?')}: a separate small model"
     return str(describe.get("draft", "?"))
@@ -49,6 +52,8 @@ def pair_status_html(describe: dict, preverifier_kind: str, note: str | None = N
     items = [("Target", describe.get("target", "?")), ("Drafter", drafter_text(describe)),
              ("Device", describe.get("device", "?")), ("dtype", describe.get("dtype", "?")),
              ("PACER pre-verifier", preverifier)]
+    if describe.get("linear_kernels", "default") != "default":
+        items.insert(4, ("Linear layers", describe["linear_kernels"]))
     parts = "".join(f'<span class="pair-item"><span class="pair-key">{escape_text(key)}</span> '
                     f'{escape_text(str(value))}</span>' for key, value in items)
     extra = f'<div class="col-note">{escape_text(note)}</div>' if note else ""
