@@ -24,6 +24,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--draft-dtype", default=None, dest="draft_dtype",
                         help="the drafter's dtype when it should differ from the target's (default: $PACER_DRAFT_DTYPE "
                         "or the target's); exactness depends only on the target's")
+    parser.add_argument("--draft-vocab", default=None, dest="draft_vocab",
+                        help="how many of its most frequent ids the independent draft scores: all, or a number "
+                        "(default: $PACER_DRAFT_VOCAB or the draft folder's recommendation)")
     parser.add_argument("--device-map", default=None, dest="device_map",
                         help="'auto' spreads a target too large for one GPU over all visible GPUs (accelerate)")
     parser.add_argument("--host", default=os.environ.get("PACER_HOST", os.environ.get("GRADIO_SERVER_NAME",
@@ -45,7 +48,8 @@ def main(argv=None) -> int:
     print("[pacer] loading the model pair (once per process)…", file=sys.stderr, flush=True)
     try:
         pair = pair_from_env(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
-                             draft_dtype=args.draft_dtype, device_map=args.device_map)
+                             draft_dtype=args.draft_dtype, device_map=args.device_map,
+                             draft_vocab=args.draft_vocab)
     except ModelLoadError as error:
         print(f"[pacer] {error}", file=sys.stderr)
         return 2

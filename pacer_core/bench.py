@@ -123,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--draft-dtype", default=None, help="the drafter's dtype (default: the target's)")
+    parser.add_argument("--draft-vocab", default=None,
+                        help="ids the independent draft scores: all or N most frequent (default: its folder's)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     parser.add_argument("--loglik", action="store_true",
                         help="also report the target's mean log-likelihood per generated token (all repeats)")
@@ -171,7 +173,7 @@ def run_benchmark(args) -> int:
         raise SettingsError("The oracle method needs --temperature 0.")
     prompts = select_prompts(load_prompts(args.prompts), args.per_category)[: args.limit or None]
     pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype,
-                     draft_dtype=args.draft_dtype)
+                     draft_dtype=args.draft_dtype, draft_vocab=args.draft_vocab)
     from .preverifier import default_preverifier
 
     preverifier = default_preverifier(pair)

@@ -110,7 +110,10 @@ def drafter_label(pair, spec: MethodSpec) -> str:
         return "-"
     if spec.kind.startswith("hf-assisted"):
         return "independent (transformers' assistant)"
-    return spec.drafter or pair.drafter.kind
+    if spec.drafter:
+        return spec.drafter
+    kept = pair.drafter.describe().get("kept_ids")
+    return f"{pair.drafter.kind} ({kept} ids)" if kept else pair.drafter.kind
 
 
 def add_drafters_and_identity(pair, rows: list[dict], specs: list[MethodSpec], runs: dict, greedy: bool) -> None:

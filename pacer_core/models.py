@@ -219,12 +219,15 @@ def _load_one(location: str, name: str, role: str, device, dtype, device_map=Non
 
 
 def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dtype=None,
-              use_chat_template: bool = True, device_map: str | None = None, draft_dtype=None) -> ModelPair:
+              use_chat_template: bool = True, device_map: str | None = None, draft_dtype=None,
+              draft_vocab=None) -> ModelPair:
     """Load a target and a draft (hub ids, local dirs or ``embedded``) on one device and dtype.
 
     ``draft_dtype`` (default: ``dtype``) changes only the drafter's numerics: exactness depends on the
     target's alone, so e.g. a float32 target with a bfloat16 draft still returns AR's greedy tokens.
-    ``device_map="auto"`` spreads a target too large for one GPU over all visible GPUs (accelerate)."""
+    ``device_map="auto"`` spreads a target too large for one GPU over all visible GPUs (accelerate).
+    ``draft_vocab``: how many of its most frequent ids the independent draft scores ("all", a number, or None
+    for its folder's recommendation; see ``_apply_draft_vocabulary``)."""
     device = torch.device(device) if device else default_device()
     dtype = parse_dtype(dtype) or default_dtype(device)
     draft_dtype = parse_dtype(draft_dtype) or dtype
@@ -250,6 +253,8 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     pair.device = device if not device_map else pair.device
     if head_location and draft_location:
         pair.draft_model_id = resolve_source(embedded.EMBEDDED_SMALL, "draft")[1]
+    if draft_model is not None and not head_location:
+        _apply_draft_vocabulary(pair, draft_location, draft_vocab)
     if head_location:
         try:
             pair.use_head(head_location, draft_name, dtype=draft_dtype)
@@ -258,16 +263,41 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     return pair
 
 
+def _apply_draft_vocabulary(pair: ModelPair, draft_location: str, draft_vocab) -> None:
+    """Let the independent draft score only its N most frequent ids (drafters/vocabulary.py). ``draft_vocab``:
+    None → what the draft folder's frequent_ids.json recommends (``default_kept``; all ids without one),
+    "all" or 0 → every id, N → the N most frequent."""
+    from .drafters import IndependentDrafter
+    from .drafters.vocabulary import load_frequent_ids, recommended_kept
+
+    text = "" if draft_vocab is None else str(draft_vocab).strip().lower()
+    if text in ("all", "0", "full"):
+        return
+    if text and not text.isdigit():
+        raise ModelLoadError(f"Unknown draft vocabulary '{draft_vocab}': use all or a number of ids such as 16384.")
+    count = int(text) if text else recommended_kept(draft_location)
+    if not count:
+        return
+    frequent = load_frequent_ids(draft_location)
+    if frequent is None:
+        raise ModelLoadError(f"The draft '{pair.draft_id}' has no frequent_ids.json, so it cannot draft from its "
+                             f"{count} most frequent ids (python -m pacer_core.training.vocabulary writes one).")
+    kept = frequent[:count]
+    pair.drafter = IndependentDrafter(pair.draft, pair.vocab_size, pair.draft_id, kept.to(pair.draft.device))
+
+
 def _parameter_count(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
 def pair_from_env(**overrides) -> ModelPair:
-    """load_pair with PACER_TARGET / PACER_DRAFT / PACER_DEVICE / PACER_DTYPE / PACER_DRAFT_DTYPE as defaults."""
+    """load_pair with PACER_TARGET / PACER_DRAFT / PACER_DEVICE / PACER_DTYPE / PACER_DRAFT_DTYPE /
+    PACER_DRAFT_VOCAB as defaults."""
     settings = {"target": os.environ.get("PACER_TARGET", "embedded"),
                 "draft": os.environ.get("PACER_DRAFT", "embedded"),
                 "device": os.environ.get("PACER_DEVICE") or None,
                 "dtype": os.environ.get("PACER_DTYPE") or None,
-                "draft_dtype": os.environ.get("PACER_DRAFT_DTYPE") or None}
+                "draft_dtype": os.environ.get("PACER_DRAFT_DTYPE") or None,
+                "draft_vocab": os.environ.get("PACER_DRAFT_VOCAB") or None}
     settings.update({k: v for k, v in overrides.items() if v is not None})
     return load_pair(**settings)

@@ -43,7 +43,15 @@ def load_frequent_ids(model_dir) -> torch.Tensor | None:
     return torch.tensor(json.loads(path.read_text())["ids"], dtype=torch.long)
 
 
-def save_frequent_ids(model_dir, ids: torch.Tensor, source: str) -> Path:
+def recommended_kept(model_dir) -> int:
+    """How many ids the draft folder recommends drafting from (``default_kept``; 0: all of them)."""
+    path = Path(str(model_dir)) / FREQUENT_IDS_FILE
+    return int(json.loads(path.read_text()).get("default_kept", 0)) if path.exists() else 0
+
+
+def save_frequent_ids(model_dir, ids: torch.Tensor, source: str, default_kept: int = 0) -> Path:
     path = Path(model_dir) / FREQUENT_IDS_FILE
-    path.write_text(json.dumps({"source": source, "count": int(ids.numel()), "ids": [int(i) for i in ids]}) + "\n")
+    record = {"source": source, "default_kept": int(default_kept), "count": int(ids.numel()),
+              "ids": [int(i) for i in ids]}
+    path.write_text(json.dumps(record) + "\n")
     return path

@@ -46,6 +46,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="the draft model's folder")
     parser.add_argument("--vocab-size", type=int, default=49152)
     parser.add_argument("--always", default="0,1,2", help="ids ranked first (comma-separated; SmolLM2: end of text, turn start and end)")
+    parser.add_argument("--default-kept", type=int, default=0,
+                        help="ids the draft scores by default when loaded (0: all; see README, drafters)")
     parser.add_argument("--holdout", type=float, default=0.1, help="share of replies kept out to report coverage")
     args = parser.parse_args(argv)
     replies = read_reply_ids(Path(args.replies))
@@ -54,7 +56,8 @@ def main(argv=None) -> int:
     ranked = rank_ids(replies[:cut], args.vocab_size, always)
     print(f"{len(replies[:cut])} replies ranked {ranked.numel()} ids; coverage of the {len(replies) - cut} held-out "
           f"replies' tokens by the first N: {coverage(ranked, replies[cut:])}")
-    path = save_frequent_ids(args.out, rank_ids(replies, args.vocab_size, always), Path(args.replies).name)
+    path = save_frequent_ids(args.out, rank_ids(replies, args.vocab_size, always), Path(args.replies).name,
+                             args.default_kept)
     print(f"wrote {path}")
     return 0
 
