@@ -85,3 +85,20 @@ def test_the_page_shows_phrase_tokens_and_the_cost_decision():
                     max_new_tokens=40, stop_rule="cost")
     stopped = next(event for event in events if event.stop_reason == "cost")
     assert "Cost rule, next block:" in explain_step(stopped)
+
+
+def test_cost_meters_are_kept_per_drafter_and_dropped_with_it():
+    import gc
+
+    from pacer_core.decoders import pacer as pacer_module
+    from pacer_core.drafters import IndependentDrafter
+
+    pair = tiny_pair()
+    meters = pacer_module.pair_meters(pair, "cpu")
+    assert pacer_module.pair_meters(pair, "cpu") is meters
+    pair.drafter = IndependentDrafter(pair.draft, pair.vocab_size, "another")
+    assert pacer_module.pair_meters(pair, "cpu") is not meters
+    before = len(pacer_module._METERS)
+    pair.drafter = None
+    gc.collect()
+    assert len(pacer_module._METERS) == before - 1

@@ -9,6 +9,7 @@ tokens, so the output keeps the target's distribution exactly. on_fail="discard"
 exact under greedy decoding only (approximate under sampling, and labelled so)."""
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 from ..events import BlockDecision, StepEvent
@@ -140,9 +141,11 @@ class PairMeters:
     calibration: AcceptanceCalibration = field(default_factory=AcceptanceCalibration)
 
 
-_METERS: dict[tuple, PairMeters] = {}
+# Per drafter object (weakly held: a drafter that is dropped takes its meters with it), then per target and
+# device, since one drafter may be swapped into several pairs.
+_METERS: "weakref.WeakKeyDictionary[object, dict[tuple, PairMeters]]" = weakref.WeakKeyDictionary()
 
 
 def pair_meters(pair, device) -> PairMeters:
-    key = (id(pair.target), id(pair.drafter), str(device))
-    return _METERS.setdefault(key, PairMeters())
+    by_target = _METERS.setdefault(pair.drafter, {})
+    return by_target.setdefault((id(pair.target), str(device)), PairMeters())
