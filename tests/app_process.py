@@ -15,6 +15,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 300
+CHROMIUM = os.environ.get("PACER_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+
+
+def browser_marks() -> list:
+    """The marks of a browser test module: it starts app.py on the embedded pair and drives chromium."""
+    import pytest
+
+    return [pytest.mark.browser, pytest.mark.server, pytest.mark.embedded,
+            pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"chromium not found at {CHROMIUM}: install it "
+                               "with 'apt-get update && apt-get install -y chromium'")]
 
 
 def free_port() -> int:

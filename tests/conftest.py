@@ -47,3 +47,27 @@ def embedded_pair():
     from pacer_core import load_pair
 
     return load_pair("embedded", "embedded", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    """app.py in a subprocess on the embedded pair (or PACER_TARGET/PACER_DRAFT), on a free port; one per module."""
+    from app_process import AppStartError, running_app
+
+    try:
+        with running_app(tmp_path_factory.mktemp("app") / "app.log") as url:
+            yield url
+    except AppStartError as failure:
+        pytest.fail(str(failure))
+
+
+@pytest.fixture(scope="module")
+def chromium_browser():
+    """Debian's chromium driven by Playwright, one per module."""
+    from app_process import CHROMIUM, CHROMIUM_ARGS
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()

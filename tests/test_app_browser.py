@@ -14,45 +14,23 @@ import time
 from pathlib import Path
 
 import pytest
+from app_process import browser_marks
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("PACER_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 RUN_TIMEOUT_S = 420
 
-pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.embedded,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                 reason=f"chromium not found at {CHROMIUM}: install it with "
-                                        "'apt-get update && apt-get install -y chromium'")]
+pytestmark = browser_marks()
 
 
 @pytest.fixture(scope="module")
-def browser_app_url(tmp_path_factory):
-    """app.py in a subprocess on the embedded pair (or PACER_TARGET/PACER_DRAFT), on a free port."""
-    from app_process import AppStartError, running_app
-
-    try:
-        with running_app(tmp_path_factory.mktemp("app") / "app.log") as url:
-            yield url
-    except AppStartError as failure:
-        pytest.fail(str(failure))
-
-
-@pytest.fixture(scope="module")
-def page(browser_app_url):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1600, "height": 1000})
-        page = context.new_page()
-        page.set_default_timeout(180_000)   # the CPU may be shared and slow
-        page.goto(browser_app_url)
-        page.wait_for_selector("#run-button")
-        yield page
-        context.close()
-        browser.close()
+def page(app_url, chromium_browser):
+    context = chromium_browser.new_context(viewport={"width": 1600, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(180_000)   # the CPU may be shared and slow
+    page.goto(app_url)
+    page.wait_for_selector("#run-button")
+    yield page
+    context.close()
 
 
 def set_max_new_tokens(page, value: int) -> None:
@@ -171,10 +149,22 @@ def test_markup_in_token_text_stays_inert_in_a_live_column(page):
 
 
 def test_rejected_drafts_can_be_hidden(page):
-    rejected = page.locator("#col-fixed .tok-rejected, #col-pacer .tok-rejected")
+    """A column with a rejected token in it (rendered by the app's renderer, so the test does not depend on
+    the run having rejected something): the switch hides it and shows it again."""
+    from pacer_core.events import StepEvent, TokenRecord
+    from pacer_core.ui.columns import column_html
+
+    tokens = [TokenRecord(1, "kept", "accepted", 0.5, 0.4, 0.8), TokenRecord(2, "doomed", "rejected", 0.5, 0.1, 0.2),
+              TokenRecord(3, "fixed", "corrected", 0.1, 0.7, 1.0)]
+    html = column_html("fixed", [StepEvent("fixed", 0, tokens, [1, 3], "kept fixed", 2, 1, 0.01, 0.02, 2)])
+    page.evaluate("([id, html]) => { const box = document.createElement('div'); box.id = id; box.innerHTML = html; "
+                  "document.querySelector('#col-fixed').appendChild(box); }", ["rejected-probe", html])
+    rejected = page.locator("#rejected-probe .tok-rejected")
+    assert rejected.count() == 1 and rejected.first.is_visible()
     page.uncheck("#show-rejected input[type=checkbox]")
     page.wait_for_function("document.body.classList.contains('pacer-hide-rejected')")
-    if rejected.count():
-        assert not rejected.first.is_visible()
+    assert not rejected.first.is_visible()
     page.check("#show-rejected input[type=checkbox]")
     page.wait_for_function("!document.body.classList.contains('pacer-hide-rejected')")
+    assert rejected.first.is_visible()
+    page.evaluate("document.querySelector('#rejected-probe').remove()")

@@ -17,41 +17,20 @@ import time
 from pathlib import Path
 
 import pytest
+from app_process import browser_marks
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("PACER_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 RUN_TIMEOUT_S = 420
 SCREENSHOT_DIR = os.environ.get("PACER_SCREENSHOT_DIR")
 LAPTOP, PHONE = {"width": 1366, "height": 768}, {"width": 390, "height": 844}
 METHODS = ("fixed", "pacer", "smc")
 
-pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.embedded,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                 reason=f"chromium not found at {CHROMIUM}: install it with "
-                                        "'apt-get update && apt-get install -y chromium'")]
+pytestmark = browser_marks()
 
 
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    from app_process import AppStartError, running_app
-
-    try:
-        with running_app(tmp_path_factory.mktemp("app") / "app.log") as url:
-            yield url
-    except AppStartError as failure:
-        pytest.fail(str(failure))
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+def browser(chromium_browser):
+    return chromium_browser
 
 
 def open_page(browser, url, viewport):
