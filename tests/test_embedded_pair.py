@@ -20,6 +20,16 @@ def test_embedded_pair_loads_with_the_shipped_draft(embedded_pair):
         p.numel() for p in embedded_pair.target.parameters())
 
 
+def test_the_default_cpu_pair_runs_packed_linear_layers_and_drafts_from_every_id(embedded_pair):
+    """What makes SD beat AR on a CPU (README, "Measured"): float32 weights packed once; and the shipped
+    draft folder recommends drafting from all ids (its frequent_ids.json says default_kept 0)."""
+    from pacer_core.packed_linear import packing_available
+
+    if packing_available():
+        assert embedded_pair.describe()["linear_kernels"] == "oneDNN packed"
+    assert embedded_pair.drafter.kept_ids is None
+
+
 def test_greedy_fixed_and_pacer_are_token_identical_to_ar(embedded_pair):
     for prompt in PROMPTS:
         reference = generate(embedded_pair, "ar", prompt, max_new_tokens=20)
