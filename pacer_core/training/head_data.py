@@ -113,12 +113,10 @@ def load_shards(folder: Path, limit: int | None = None) -> list[dict]:
 
 def frequent_ids(sequences: list[dict], count: int, always: tuple[int, ...] = ()) -> torch.Tensor:
     """The ``count`` ids seen most often in the training text, most frequent first (``always`` first)."""
-    counts = torch.zeros(int(max(int(s["ids"].max()) for s in sequences)) + 1, dtype=torch.long)
-    for sequence in sequences:
-        counts += torch.bincount(sequence["ids"].long(), minlength=counts.numel())
-    order = [int(i) for i in torch.argsort(counts, descending=True, stable=True) if counts[i] > 0]
-    ranked = list(dict.fromkeys(list(always) + order))
-    return torch.tensor(ranked[:count], dtype=torch.long)
+    from .vocabulary import rank_ids
+
+    vocab_size = int(max(int(s["ids"].max()) for s in sequences)) + 1
+    return rank_ids([s["ids"] for s in sequences], vocab_size, always)[:count]
 
 
 def token_batches(sequences: list[dict], tokens_per_batch: int, max_length: int, rng: random.Random) -> list[list[dict]]:

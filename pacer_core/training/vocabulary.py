@@ -25,11 +25,13 @@ def read_reply_ids(path: Path) -> list[list[int]]:
         return [json.loads(line)["reply_ids"] for line in lines if line.strip()]
 
 
-def rank_ids(replies: list[list[int]], vocab_size: int, always: tuple[int, ...] = ()) -> torch.Tensor:
-    """Every id the replies use, most frequent first (``always`` ahead of all; ties by id)."""
+def rank_ids(replies, vocab_size: int, always: tuple[int, ...] = ()) -> torch.Tensor:
+    """Every id the replies (lists or tensors of ids) use, most frequent first (``always`` ahead of all; ties by
+    id). Also ranks the feature head's kept ids (head_data.frequent_ids)."""
     counts = torch.zeros(vocab_size, dtype=torch.long)
     for reply in replies:
-        counts += torch.bincount(torch.tensor(reply, dtype=torch.long).clamp(0, vocab_size - 1), minlength=vocab_size)
+        ids = torch.as_tensor(reply, dtype=torch.long).clamp(0, vocab_size - 1)
+        counts += torch.bincount(ids, minlength=vocab_size)
     order = [int(i) for i in torch.argsort(counts, descending=True, stable=True) if counts[i] > 0]
     return torch.tensor(list(dict.fromkeys([*always, *order])), dtype=torch.long)
 
