@@ -37,24 +37,29 @@ class CachedModel:
         if not torch.is_tensor(new_token_ids):
             new_token_ids = torch.tensor([list(new_token_ids)], dtype=torch.long)
         new_token_ids = new_token_ids.to(self.device)
+        logits, hidden = self._run(new_token_ids, output_hidden_states)   # the cache grows in place
+        self.length += new_token_ids.shape[1]
+        self.calls += 1
+        logits = logits[..., : self.vocab_size].float().to(self.device)
+        if output_hidden_states:
+            return logits, hidden.float().to(self.device)
+        return logits
+
+    def _run(self, token_ids: torch.Tensor, output_hidden_states: bool):
+        """One model call over the new tokens: (logits, last hidden states or None). Records features if kept."""
         captured = {}
         hook = (self.model.get_output_embeddings().register_forward_pre_hook(
             lambda module, args: captured.__setitem__("features", args[0])) if self.keep_features else None)
         try:
-            outputs = self.model(input_ids=new_token_ids, cache=self.cache, use_cache=True,
-                                 output_hidden_states=output_hidden_states)  # the cache grows in place
+            outputs = self.model(input_ids=token_ids, cache=self.cache, use_cache=True,
+                                 output_hidden_states=output_hidden_states)
         finally:
             if hook is not None:
                 hook.remove()
         if self.keep_features:
             new_features = captured["features"]
             self.features = new_features if self.features is None else torch.cat([self.features, new_features], 1)
-        self.length += new_token_ids.shape[1]
-        self.calls += 1
-        logits = outputs.logits[..., : self.vocab_size].float().to(self.device)
-        if output_hidden_states:
-            return logits, outputs.hidden_states[-1].float().to(self.device)
-        return logits
+        return outputs.logits, (outputs.hidden_states[-1] if output_hidden_states else None)
 
     def crop(self, length: int) -> None:
         """Roll the cache back to its first ``length`` tokens."""

@@ -12,7 +12,7 @@ import torch
 
 from . import embedded
 from .drafters.feature_head import is_head_dir
-from .packed_linear import pack_linear_layers, packing_wanted
+from .packed_linear import PackedLinear, pack_linear_layers, packing_wanted
 
 PROBE_STRINGS = (
     "Hello, world! The quick brown fox jumps over the lazy dog.",
@@ -123,7 +123,6 @@ class ModelPair:
 
 def linear_kernels(model) -> str:
     """Which kernel the model's linear layers run: "oneDNN packed" on a float32 CPU model (packed_linear.py)."""
-    from .packed_linear import PackedLinear
     return "oneDNN packed" if any(isinstance(m, PackedLinear) for m in model.modules()) else "default"
 
 
@@ -254,7 +253,7 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     if head_location and draft_location:
         pair.draft_model_id = resolve_source(embedded.EMBEDDED_SMALL, "draft")[1]
     if draft_model is not None and not head_location:
-        _apply_draft_vocabulary(pair, draft_location, draft_vocab)
+        _apply_draft_vocabulary(pair, draft_vocab)
     if head_location:
         try:
             pair.use_head(head_location, draft_name, dtype=draft_dtype)
@@ -263,27 +262,25 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     return pair
 
 
-def _apply_draft_vocabulary(pair: ModelPair, draft_location: str, draft_vocab) -> None:
+def _apply_draft_vocabulary(pair: ModelPair, draft_vocab) -> None:
     """Let the independent draft score only its N most frequent ids (drafters/vocabulary.py). ``draft_vocab``:
     None → what the draft folder's frequent_ids.json recommends (``default_kept``; all ids without one),
     "all" or 0 → every id, N → the N most frequent."""
-    from .drafters import IndependentDrafter
-    from .drafters.vocabulary import load_frequent_ids, recommended_kept
+    from .drafters import draft_folder, reduced_vocabulary_drafter
+    from .drafters.vocabulary import recommended_kept
 
     text = "" if draft_vocab is None else str(draft_vocab).strip().lower()
     if text in ("all", "0", "full"):
         return
     if text and not text.isdigit():
         raise ModelLoadError(f"Unknown draft vocabulary '{draft_vocab}': use all or a number of ids such as 16384.")
-    count = int(text) if text else recommended_kept(draft_location)
+    count = int(text) if text else recommended_kept(draft_folder(pair))
     if not count:
         return
-    frequent = load_frequent_ids(draft_location)
-    if frequent is None:
-        raise ModelLoadError(f"The draft '{pair.draft_id}' has no frequent_ids.json, so it cannot draft from its "
-                             f"{count} most frequent ids (python -m pacer_core.training.vocabulary writes one).")
-    kept = frequent[:count]
-    pair.drafter = IndependentDrafter(pair.draft, pair.vocab_size, pair.draft_id, kept.to(pair.draft.device))
+    try:
+        pair.drafter = reduced_vocabulary_drafter(pair, count, name=pair.draft_id)
+    except ValueError as missing:
+        raise ModelLoadError(str(missing)) from missing
 
 
 def _parameter_count(model) -> int:

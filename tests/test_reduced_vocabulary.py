@@ -116,17 +116,18 @@ def test_the_draft_vocabulary_setting_follows_the_folders_recommendation(tmp_pat
     from pacer_core.models import ModelLoadError, _apply_draft_vocabulary
 
     pair = tiny_pair()
-    _apply_draft_vocabulary(pair, str(tmp_path), None)          # no frequency file: every id
+    pair.draft.config._name_or_path = str(tmp_path)
+    _apply_draft_vocabulary(pair, None)          # no frequency file: every id
     assert pair.drafter.kept_ids is None
     with pytest.raises(ModelLoadError, match="frequent_ids.json"):
-        _apply_draft_vocabulary(pair, str(tmp_path), "16")
+        _apply_draft_vocabulary(pair, "16")
     save_frequent_ids(tmp_path, torch.arange(63, -1, -1), "test", default_kept=32)
-    _apply_draft_vocabulary(pair, str(tmp_path), None)
+    _apply_draft_vocabulary(pair, None)
     assert pair.drafter.kept_ids.tolist() == list(range(63, 31, -1))
-    _apply_draft_vocabulary(pair, str(tmp_path), "8")
+    _apply_draft_vocabulary(pair, "8")
     assert pair.drafter.kept_ids.numel() == 8
     pair.drafter = IndependentDrafter(pair.draft, pair.vocab_size, pair.draft_id)
-    _apply_draft_vocabulary(pair, str(tmp_path), "all")
+    _apply_draft_vocabulary(pair, "all")
     assert pair.drafter.kept_ids is None
     with pytest.raises(ModelLoadError, match="Unknown draft vocabulary"):
-        _apply_draft_vocabulary(pair, str(tmp_path), "lots")
+        _apply_draft_vocabulary(pair, "lots")

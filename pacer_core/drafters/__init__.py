@@ -54,12 +54,13 @@ def kept_output_layer(model, kept_ids: torch.Tensor) -> nn.Module:
     if getattr(model.config, "final_logit_softcapping", None) or not isinstance(output, (nn.Linear, PackedLinear)):
         raise ValueError("A reduced vocabulary needs a draft whose output layer is a plain linear layer.")
     weight = output.weight.detach()
+    kept_ids = kept_ids.to(weight.device)
     rows = nn.Linear(weight.shape[1], kept_ids.numel(), bias=output.bias is not None,
                      device=weight.device, dtype=weight.dtype)
     with torch.no_grad():
-        rows.weight.copy_(weight[kept_ids.to(weight.device)])
+        rows.weight.copy_(weight[kept_ids])
         if output.bias is not None:
-            rows.bias.copy_(output.bias.detach()[kept_ids.to(weight.device)])
+            rows.bias.copy_(output.bias.detach()[kept_ids])
     rows.requires_grad_(False)
     return PackedLinear(rows) if isinstance(output, PackedLinear) else rows
 
@@ -74,17 +75,11 @@ class ReducedVocabularyCache(CachedModel):
         self.decoder = drafter.model.get_decoder()
         self.drafter, self.off_mass = drafter, off_mass
 
-    @torch.inference_mode()
-    def forward(self, new_token_ids, output_hidden_states: bool = False):
-        if not torch.is_tensor(new_token_ids):
-            new_token_ids = torch.tensor([list(new_token_ids)], dtype=torch.long)
-        new_token_ids = new_token_ids.to(self.device)
-        hidden = self.decoder(input_ids=new_token_ids, cache=self.cache, use_cache=True).last_hidden_state
-        self.length += new_token_ids.shape[1]
-        self.calls += 1
+    def _run(self, token_ids: torch.Tensor, output_hidden_states: bool):
+        hidden = self.decoder(input_ids=token_ids, cache=self.cache, use_cache=True).last_hidden_state
         logits = full_vocabulary_logits(self.drafter.output_layer(hidden), self.drafter.kept_ids, self.vocab_size,
-                                        self.off_mass).to(self.device)
-        return (logits, hidden.float()) if output_hidden_states else logits
+                                        self.off_mass)
+        return logits, hidden
 
 
 def new_caches(pair, full_support: bool = False):
@@ -125,14 +120,22 @@ def load_drafter(pair, name: str, head_dir=None):
     return FeatureHeadDrafter.load(head_dir, pair.target, pair.vocab_size, shown, kept=kept)
 
 
-def reduced_vocabulary_drafter(pair, count: int) -> IndependentDrafter:
-    """The pair's draft model scoring only its ``count`` most frequent ids (its folder's frequent_ids.json)."""
-    frequent = load_frequent_ids(getattr(pair.draft.config, "_name_or_path", ""))
+def draft_folder(pair) -> str:
+    """Where the pair's draft model was loaded from (its frequent_ids.json lives there)."""
+    return getattr(pair.draft.config, "_name_or_path", "")
+
+
+def reduced_vocabulary_drafter(pair, count: int, name: str | None = None) -> IndependentDrafter:
+    """The pair's draft model scoring only its ``count`` most frequent ids (its folder's frequent_ids.json);
+    named ``name``, by default the draft model's name with [small-N]."""
+    frequent = load_frequent_ids(draft_folder(pair))
     if frequent is None:
         raise ValueError(f"The draft '{pair.draft_model_id}' has no frequent_ids.json in its folder, so it cannot "
-                         "draft from a reduced vocabulary (python -m pacer_core.training.vocabulary writes one).")
+                         f"draft from its {count} most frequent ids (python -m pacer_core.training.vocabulary "
+                         "writes one).")
     kept = frequent[:count]
-    return IndependentDrafter(pair.draft, pair.vocab_size, f"{pair.draft_model_id} [small-{kept.numel()}]", kept)
+    return IndependentDrafter(pair.draft, pair.vocab_size, name or f"{pair.draft_model_id} [small-{kept.numel()}]",
+                              kept)
 
 
 @contextlib.contextmanager
