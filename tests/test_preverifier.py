@@ -3,10 +3,13 @@ with a trained layer in the loop (greedy identity). Under sampling, in submit mo
 decides where drafting stops, from the draft's own state: a stopping rule that reads only the drafted tokens
 leaves speculative sampling exact, so PACER's sampling chi-square test (tests/test_exactness.py, heuristic
 rule) covers a trained layer too and no second one runs here."""
+import math
+
 import torch
 
 from pacer_core import Autoregressive, Pacer, generate, validate_settings
 from pacer_core.preverifier import ConfidencePreVerifier, default_preverifier, token_features
+from pacer_core.preverifier.features import DraftContext, history_context
 from pacer_core.preverifier import model as preverifier_model
 from pacer_core.preverifier.model import PreVerifierLayer, TrainedPreVerifier, load, pair_slug, save
 from pacer_core.training.preverifier import reliability, roc_auc
@@ -79,3 +82,92 @@ def test_shipped_block_size_applies_unless_chosen():
     assert result.settings["block_size"] == 1
     chosen = generate(pair, "pacer", "t1 t2", preverifier=trained, max_new_tokens=12, block_size=3)
     assert chosen.settings["block_size"] == 3 and chosen.token_ids == result.token_ids  # greedy: both exact
+
+
+def history_trained(hidden_size: int, seed: int = 0, threshold: float = 0.5) -> TrainedPreVerifier:
+    torch.manual_seed(seed)
+    layer = PreVerifierLayer(hidden_size, scalar_count=8)
+    config = {"hidden_size": hidden_size, "projection": layer.projection, "width": layer.width,
+              "scalar_count": 8, "threshold_greedy": threshold, "threshold_sampling": threshold}
+    return TrainedPreVerifier(layer, config)
+
+
+def test_draft_context_counts_the_generations_first_tokens():
+    assert history_context(0, 0, None) == DraftContext(0.5, 0.5, 0.0)
+    context = history_context(4, 3, False)
+    assert context.history_rate == (3 + 1) / (4 + 2) and context.last_accepted == 0.0
+    following = context.after(0.5).after(0.25)
+    assert abs(following.prefix_log_prob - math.log(0.125)) < 1e-9
+    assert following.history_rate == context.history_rate and following.last_accepted == 0.0
+
+
+def test_history_inputs_change_the_score_and_survive_save_load(tmp_path):
+    trained = history_trained(16, seed=3)
+    hidden, logits = torch.randn(16), torch.randn(50)
+    early = token_features(logits, hidden, 3, 0, history_context(0, 0, None))
+    late = token_features(logits, hidden, 3, 0, history_context(20, 2, False))
+    assert trained.token_probs([early]) != trained.token_probs([late])
+    save(tmp_path, trained.layer, trained.config)
+    assert load(tmp_path).token_probs([late]) == trained.token_probs([late])
+
+
+class RecordingContexts(ConfidencePreVerifier):
+    """The confidence rule, keeping the context PACER gave each block's first token."""
+
+    def __init__(self):
+        self.seen = []
+
+    def score_block(self, block):
+        self.seen.append((block[0].position, block[0].context))
+        return super().score_block(block)
+
+
+def test_pacer_gives_the_preverifier_this_generations_history():
+    pair = tiny_pair(scale=6.0, draft_noise=0.4)
+    recorder = RecordingContexts()
+    *events, result = Pacer(1, 6, 0.05, recorder).run(pair, [1, 2, 3], validate_settings(max_new_tokens=40))
+    firsts = [context for position, context in recorder.seen if position == 0]
+    assert len(firsts) == len(events)
+    verified = accepted = 0
+    last = None
+    for event, context in zip(events, firsts):
+        assert context == history_context(verified, accepted, last)
+        verified, accepted, last = verified + 1, accepted + int(event.n_accepted > 0), event.n_accepted > 0
+    assert 0 < accepted < verified   # the run saw both verdicts, so the history moved both ways
+    later = [context for position, context in recorder.seen if position > 0]
+    assert later and all(context.prefix_log_prob < 0 for context in later)
+
+
+def test_greedy_pacer_with_history_layer_equals_ar():
+    pair = tiny_pair(scale=6.0, draft_noise=0.2)
+    for seed, threshold in ((0, 0.2), (1, 0.6)):
+        trained = history_trained(pair.draft.config.hidden_size, seed, threshold)
+        for prompt in ([1, 2, 3], list(range(12))):
+            settings = validate_settings(max_new_tokens=30)
+            *_, reference = Autoregressive().run(pair, prompt, settings)
+            *_, ours = Pacer(1, 10, None, trained).run(pair, prompt, settings)
+            assert ours.token_ids == reference.token_ids
+
+
+def test_fit_compares_both_inputs_with_the_confidence_rule(tmp_path):
+    from argparse import Namespace
+
+    from pacer_core.training.preverifier import fit
+
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for prompt_index in range(30):
+        rate = 0.2 + 0.6 * (prompt_index % 2)              # half the prompts accept far more often
+        for step in range(12):
+            draft_prob = float(torch.rand((), generator=generator))
+            label = int(float(torch.rand((), generator=generator)) < 0.5 * draft_prob + 0.5 * rate)
+            rows.append({"hidden": torch.randn(8, generator=generator).half(), "draft_prob": draft_prob,
+                         "entropy": 1.0, "margin": draft_prob / 2, "position": 0, "label": label,
+                         "prefix_ok": True, "soft": float(label), "history_rate": (rate * step + 1) / (step + 2),
+                         "last_accepted": 0.5, "prefix_log_prob": 0.0, "prompt_index": prompt_index})
+    torch.save({"prompts": [f"p{i}" for i in range(30)], "rows": rows}, tmp_path / "data.pt")
+    _, metrics = fit(None, Namespace(work=str(tmp_path), seed=0, epochs=8, features="history"))
+    assert metrics["features"] == "history" and set(metrics["compared_inputs"]) == {"basic", "history"}
+    assert 0.0 <= metrics["roc_auc_confidence_rule"] <= 1.0
+    assert all(0.0 <= figures["brier"] <= 1.0 for figures in metrics["compared_inputs"].values())
+    assert (tmp_path / "layer.pt").exists()

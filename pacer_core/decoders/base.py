@@ -43,7 +43,19 @@ class DecodeState:
     finish_reason: str | None = None
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    first_verified: int = 0                    # steps whose first drafted token the target judged
+    first_accepted: int = 0                    # of those, steps that accepted it
+    last_first_accepted: bool | None = None    # the latest such step's verdict
     started: float = field(default_factory=time.perf_counter)
+
+    def record_verdict(self, verified: int, accepted: int) -> None:
+        """Count one verify pass: ``verified`` drafted tokens judged, the first ``accepted`` of them kept."""
+        self.drafted_tokens += verified
+        self.accepted_tokens += accepted
+        if verified:
+            self.first_verified += 1
+            self.first_accepted += int(accepted > 0)
+            self.last_first_accepted = accepted > 0
 
     @property
     def device(self) -> torch.device:
@@ -233,8 +245,7 @@ class SpeculativeDecoder:
         emitted = commit(state, verified_ids[: verdict.n_accepted] + [verdict.next_token], settings)
         state.target.crop(old_length + verdict.n_accepted)
         state.draft.crop(min(state.draft.length, old_length + verdict.n_accepted))
-        state.drafted_tokens += len(verified_ids)
-        state.accepted_tokens += verdict.n_accepted
+        state.record_verdict(len(verified_ids), verdict.n_accepted)
         return self.make_event(pair, state, step, proposal, verdict, emitted, verify_seconds)
 
     def verify(self, state: DecodeState, verified_ids: list[int]) -> torch.Tensor:

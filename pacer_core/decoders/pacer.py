@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..events import BlockDecision, StepEvent
 from ..phrases import PhraseMatch, find_phrase
 from ..preverifier import ConfidencePreVerifier, own_threshold, token_features
+from ..preverifier.features import DraftContext, history_context
 from ..settings import DecodeSettings
 from ..stopping import AcceptanceCalibration, CostMeter, decide_extension
 from .base import DecodeState, DraftBuilder, Proposal, SpeculativeDecoder
@@ -39,6 +40,7 @@ class Pacer(SpeculativeDecoder):
         draft, plan = DraftBuilder(pair, state, settings), BlockPlan()
         meters = pair_meters(pair, state.device)
         costs = meters.costs.costs() if settings.stop_rule == "cost" else None
+        context = history_context(state.first_verified, state.first_accepted, state.last_first_accepted)
         while len(draft.drafted_ids) < limit:
             block_start = len(draft.drafted_ids)
             room = limit - block_start
@@ -51,8 +53,10 @@ class Pacer(SpeculativeDecoder):
                 if not decision.extend:
                     plan.stop("cost", note=decision.describe())
                     break
-            features, hit_eos = (self._phrase_features(draft, phrase, state) if phrase
-                                 else self._drafted_features(draft, size, state))
+            features, hit_eos = (self._phrase_features(draft, phrase, state, context) if phrase
+                                 else self._drafted_features(draft, size, state, context))
+            for feature in features:
+                context = context.after(feature.draft_prob)
             block_score, token_probs = self.preverifier.score_block(features)
             passed = costs is not None or block_score >= threshold
             plan.add(BlockDecision(len(plan.blocks), len(features), float(block_score), threshold, passed,
@@ -68,18 +72,22 @@ class Pacer(SpeculativeDecoder):
             plan.stop("budget")
         return draft.proposal(**plan.proposal_fields())
 
-    def _drafted_features(self, draft: DraftBuilder, size: int, state: DecodeState) -> tuple[list, bool]:
-        """Draft ``size`` tokens with the drafter; their pre-verifier features, and whether EOS was drafted."""
+    def _drafted_features(self, draft: DraftBuilder, size: int, state: DecodeState,
+                          context: DraftContext) -> tuple[list, bool]:
+        """Draft ``size`` tokens with the drafter; their pre-verifier features (``context``: the block's first
+        token's), and whether EOS was drafted."""
         features = []
         for _ in range(size):
             position = len(draft.drafted_ids)
             token_id, logits_row, hidden_row = draft.draw(with_hidden=True)
-            features.append(token_features(logits_row, hidden_row, token_id, position))
+            features.append(token_features(logits_row, hidden_row, token_id, position, context))
+            context = context.after(features[-1].draft_prob)
             if token_id in state.eos_ids:
                 return features, True
         return features, False
 
-    def _phrase_features(self, draft: DraftBuilder, phrase: PhraseMatch, state: DecodeState) -> tuple[list, bool]:
+    def _phrase_features(self, draft: DraftBuilder, phrase: PhraseMatch, state: DecodeState,
+                         context: DraftContext) -> tuple[list, bool]:
         """Append a copied phrase (cut after an EOS); the pre-verifier reads the draft's view of each token."""
         token_ids = list(phrase.token_ids)
         for index, token_id in enumerate(token_ids):
@@ -88,8 +96,10 @@ class Pacer(SpeculativeDecoder):
                 break
         first = len(draft.drafted_ids)
         rows = draft.add_phrase(token_ids)
-        features = [token_features(logits_row, hidden_row, token_id, first + offset)
-                    for offset, (token_id, logits_row, hidden_row) in enumerate(rows)]
+        features = []
+        for offset, (token_id, logits_row, hidden_row) in enumerate(rows):
+            features.append(token_features(logits_row, hidden_row, token_id, first + offset, context))
+            context = context.after(features[-1].draft_prob)
         return features, token_ids[-1] in state.eos_ids
 
     def step(self, pair, state: DecodeState, settings: DecodeSettings, step: int) -> StepEvent:

@@ -1,9 +1,32 @@
-"""Per-token features for the pre-verifier, all computed from what the draft already produced."""
+"""Per-token features for the pre-verifier, all computed from what the draft already produced and from
+this generation's own past (how often its earlier drafts were accepted)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+
+
+@dataclass(frozen=True)
+class DraftContext:
+    """What a token's features know beyond its own position: this generation's acceptance history (the first
+    drafted token of every earlier step, which every method verifies, so the rate does not depend on how long
+    the drafts were) and the draft so far in this step."""
+    history_rate: float = 0.5        # (first tokens accepted + 1) / (steps verified + 2)
+    last_accepted: float = 0.5       # 1 if the previous step's first drafted token was accepted, 0 if not; 0.5 before
+    prefix_log_prob: float = 0.0     # sum of log q(x) over the tokens drafted before this one in this step
+
+    def after(self, draft_prob: float) -> "DraftContext":
+        """The context of the next token of the same draft."""
+        return DraftContext(self.history_rate, self.last_accepted,
+                            self.prefix_log_prob + math.log(max(draft_prob, 1e-8)))
+
+
+def history_context(first_verified: int, first_accepted: int, last_accepted: bool | None) -> DraftContext:
+    """The context of a step's first drafted token, from the generation's counts so far."""
+    return DraftContext(history_rate=(first_accepted + 1) / (first_verified + 2),
+                        last_accepted=0.5 if last_accepted is None else float(last_accepted))
 
 
 @dataclass
@@ -14,16 +37,15 @@ class TokenFeatures:
     entropy: float              # entropy of q at temperature 1 (nats)
     margin: float               # top-1 minus top-2 probability of q
     position: int               # 0-based position in the whole draft of this step
-
-    def scalars(self) -> torch.Tensor:
-        """[4] the non-hidden features, as the layer consumes them."""
-        return torch.tensor([self.draft_prob, self.entropy, self.margin, float(self.position)])
+    context: DraftContext = DraftContext()
 
 
-def token_features(draft_logits: torch.Tensor, hidden: torch.Tensor, chosen_id: int, position: int) -> TokenFeatures:
+def token_features(draft_logits: torch.Tensor, hidden: torch.Tensor, chosen_id: int, position: int,
+                   context: DraftContext | None = None) -> TokenFeatures:
     """draft_logits: [V] raw logits at the position; hidden: [H]."""
     draft_probs = torch.softmax(draft_logits.float(), dim=-1)
     top_two = torch.topk(draft_probs, 2).values
     entropy = -(draft_probs * torch.log(draft_probs.clamp_min(1e-30))).sum()
     return TokenFeatures(hidden=hidden.detach().float().cpu(), draft_prob=float(draft_probs[chosen_id]),
-                         entropy=float(entropy), margin=float(top_two[0] - top_two[1]), position=position)
+                         entropy=float(entropy), margin=float(top_two[0] - top_two[1]), position=position,
+                         context=context or DraftContext())

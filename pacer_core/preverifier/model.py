@@ -17,27 +17,42 @@ from torch import nn
 from .features import TokenFeatures
 
 FEATURE_SPEC = ["hidden (projected)", "q(x)", "log q(x)", "entropy(q)", "top1 - top2", "position / 16"]
+# The same plus what the draft's confidence cannot know: this generation's acceptance history and the draft so far.
+HISTORY_FEATURE_SPEC = FEATURE_SPEC + ["first-token acceptance rate so far", "previous first token accepted",
+                                       "log q of the draft before this token / 8"]
 ASSETS_DIR = Path(__file__).resolve().parent.parent.parent / "assets"
 
 
-def scalar_features(draft_prob, entropy, margin, position) -> torch.Tensor:
-    """[T, 5] from per-token tensors (or floats) of q(x), entropy, margin and position."""
+def scalar_features(draft_prob, entropy, margin, position, history=None) -> torch.Tensor:
+    """[T, 5] from per-token tensors (or floats) of q(x), entropy, margin and position; [T, 8] with
+    ``history`` = (acceptance rate so far, previous first token accepted, log q of the draft before it)."""
     draft_prob = torch.as_tensor(draft_prob, dtype=torch.float32)
-    return torch.stack([draft_prob, torch.log(draft_prob.clamp_min(1e-8)),
-                        torch.as_tensor(entropy, dtype=torch.float32),
-                        torch.as_tensor(margin, dtype=torch.float32),
-                        torch.as_tensor(position, dtype=torch.float32) / 16.0], dim=-1)
+    columns = [draft_prob, torch.log(draft_prob.clamp_min(1e-8)), torch.as_tensor(entropy, dtype=torch.float32),
+               torch.as_tensor(margin, dtype=torch.float32), torch.as_tensor(position, dtype=torch.float32) / 16.0]
+    if history is not None:
+        rate, last, prefix_log_prob = (torch.as_tensor(column, dtype=torch.float32) for column in history)
+        columns += [rate, last, prefix_log_prob / 8.0]
+    return torch.stack(columns, dim=-1)
+
+
+def block_scalars(block: list[TokenFeatures], with_history: bool) -> torch.Tensor:
+    """The scalar inputs of a block of drafted tokens, as a layer trained with or without history reads them."""
+    history = ([f.context.history_rate for f in block], [f.context.last_accepted for f in block],
+               [f.context.prefix_log_prob for f in block]) if with_history else None
+    return scalar_features([f.draft_prob for f in block], [f.entropy for f in block], [f.margin for f in block],
+                           [f.position for f in block], history)
 
 
 class PreVerifierLayer(nn.Module):
-    """hidden [T, H] + scalars [T, 5] → acceptance logits [T]."""
+    """hidden [T, H] + scalars [T, 5 or 8] → acceptance logits [T]."""
 
-    def __init__(self, hidden_size: int, projection: int = 32, width: int = 64):
+    def __init__(self, hidden_size: int, projection: int = 32, width: int = 64, scalar_count: int = 5):
         super().__init__()
         self.hidden_size, self.projection, self.width = hidden_size, projection, width
+        self.scalar_count = scalar_count
         self.hidden_norm = nn.LayerNorm(hidden_size)
         self.hidden_proj = nn.Linear(hidden_size, projection)
-        self.mlp = nn.Sequential(nn.Linear(projection + 5, width), nn.GELU(), nn.Linear(width, 1))
+        self.mlp = nn.Sequential(nn.Linear(projection + scalar_count, width), nn.GELU(), nn.Linear(width, 1))
 
     def forward(self, hidden: torch.Tensor, scalars: torch.Tensor) -> torch.Tensor:
         projected = self.hidden_proj(self.hidden_norm(hidden))
@@ -61,8 +76,7 @@ class TrainedPreVerifier:
     @torch.inference_mode()
     def token_probs(self, block: list[TokenFeatures]) -> list[float]:
         hidden = torch.stack([feature.hidden for feature in block])
-        scalars = scalar_features([f.draft_prob for f in block], [f.entropy for f in block],
-                                  [f.margin for f in block], [f.position for f in block])
+        scalars = block_scalars(block, with_history=self.layer.scalar_count > 5)
         return torch.sigmoid(self.layer(hidden, scalars)).tolist()
 
     def score_block(self, block: list[TokenFeatures]) -> tuple[float, list[float]]:
@@ -92,7 +106,8 @@ def load(directory: Path) -> TrainedPreVerifier:
     from safetensors.torch import load_file
 
     config = json.loads((directory / "config.json").read_text())
-    layer = PreVerifierLayer(config["hidden_size"], config["projection"], config["width"])
+    layer = PreVerifierLayer(config["hidden_size"], config["projection"], config["width"],
+                             config.get("scalar_count", 5))
     layer.load_state_dict(load_file(str(directory / "preverifier.safetensors")))
     return TrainedPreVerifier(layer, config)
 

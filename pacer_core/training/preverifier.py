@@ -26,11 +26,16 @@ import torch
 from ..decoders.base import DecodeState, DraftBuilder, Proposal
 from ..decoders.fixed import FixedSpeculative
 from ..models import ModelLoadError, load_pair
-from ..preverifier.features import token_features
-from ..preverifier.model import FEATURE_SPEC, PreVerifierLayer, TrainedPreVerifier, pair_slug, save, scalar_features, search_dirs
+from ..preverifier.features import history_context, token_features
+from ..preverifier.model import (FEATURE_SPEC, HISTORY_FEATURE_SPEC, PreVerifierLayer, TrainedPreVerifier, pair_slug,
+                                 save, scalar_features, search_dirs)
 from ..settings import SettingsError, validate_settings
 
 WORK_DIR = Path("work/preverifier")
+
+
+class CollectedDataError(Exception):
+    """The collected data cannot train what was asked for (the message says how to mend it)."""
 
 
 class RecordingDrafter(FixedSpeculative):
@@ -44,9 +49,12 @@ class RecordingDrafter(FixedSpeculative):
 
     def propose(self, pair, state: DecodeState, settings, budget: int) -> Proposal:
         draft, self._pending = DraftBuilder(pair, state, settings), []
+        context = history_context(state.first_verified, state.first_accepted, state.last_first_accepted)
         for position in range(settings.gamma):
             token_id, logits_row, hidden_row = draft.draw(with_hidden=True)
-            self._pending.append((token_features(logits_row, hidden_row, token_id, position), logits_row))
+            features = token_features(logits_row, hidden_row, token_id, position, context)
+            self._pending.append((features, logits_row))
+            context = context.after(features.draft_prob)
         return draft.proposal()
 
     def verify(self, state, verified_ids):
@@ -63,6 +71,9 @@ class RecordingDrafter(FixedSpeculative):
             soft = min(1.0, float(target_probs[index, token_id]) / max(float(draft_probs[token_id]), 1e-12))
             self.rows.append({"hidden": features.hidden.half(), "draft_prob": features.draft_prob,
                               "entropy": features.entropy, "margin": features.margin, "position": index,
+                              "history_rate": features.context.history_rate,
+                              "last_accepted": features.context.last_accepted,
+                              "prefix_log_prob": features.context.prefix_log_prob,
                               "label": int(token_id == target_argmax[index]), "prefix_ok": prefix_ok, "soft": soft})
             prefix_ok = prefix_ok and token_id == target_argmax[index]
 
@@ -97,10 +108,12 @@ def collect(pair, args) -> Path:
     return out
 
 
-def tensors(rows: list[dict]) -> dict:
+def tensors(rows: list[dict], with_history: bool = False) -> dict:
+    history = ([r["history_rate"] for r in rows], [r["last_accepted"] for r in rows],
+               [r["prefix_log_prob"] for r in rows]) if with_history else None
     return {"hidden": torch.stack([r["hidden"].float() for r in rows]),
             "scalars": scalar_features([r["draft_prob"] for r in rows], [r["entropy"] for r in rows],
-                                       [r["margin"] for r in rows], [r["position"] for r in rows]),
+                                       [r["margin"] for r in rows], [r["position"] for r in rows], history),
             "label": torch.tensor([float(r["label"]) for r in rows]),
             "soft": torch.tensor([float(r["soft"]) for r in rows])}
 
@@ -150,7 +163,7 @@ def train_layer(train: dict, validation: dict, epochs: int, seed: int) -> tuple[
     """BCE on greedy labels; keeps the epoch with the best validation ROC-AUC (the hidden-state input
     over-fits after a few epochs on a few thousand tokens)."""
     torch.manual_seed(seed)
-    layer = PreVerifierLayer(train["hidden"].shape[1], projection=8)
+    layer = PreVerifierLayer(train["hidden"].shape[1], projection=8, scalar_count=train["scalars"].shape[1])
     optimiser = torch.optim.AdamW(layer.parameters(), lr=2e-3, weight_decay=1e-2)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     history, best_auc, best_state = [], -1.0, None
@@ -174,23 +187,42 @@ def train_layer(train: dict, validation: dict, epochs: int, seed: int) -> tuple[
 
 
 def fit(pair, args) -> tuple[PreVerifierLayer, dict]:
+    """Train the layer with the chosen inputs (``--features``); the held-out metrics also give the other
+    inputs' layer and the confidence rule, on the same tokens, so the three can be compared."""
     data = torch.load(Path(args.work) / "data.pt")
     train_rows, heldout_rows = split_rows(data, 0.2, args.seed)
     fit_rows, validation_rows = split_by_prompt(train_rows, 0.15, args.seed + 1)
-    heldout = tensors(heldout_rows)
-    layer, history = train_layer(tensors(fit_rows), tensors(validation_rows), args.epochs, args.seed)
-    with torch.no_grad():
-        heldout_probs = torch.sigmoid(layer(heldout["hidden"], heldout["scalars"]))
-    metrics = {"roc_auc_greedy": roc_auc(heldout_probs, heldout["label"]),
-               "roc_auc_confidence_rule": roc_auc(heldout["scalars"][:, 0], heldout["label"]),
-               "roc_auc_soft_labels_binarised": roc_auc(heldout_probs, (heldout["soft"] > 0.5).float()),
+    if "history_rate" not in heldout_rows[0] and args.features == "history":
+        raise CollectedDataError(f"{Path(args.work) / 'data.pt'} was collected without history features: collect it again.")
+    layers, compared = {}, {}
+    for variant in ("basic", "history") if "history_rate" in heldout_rows[0] else ("basic",):
+        with_history = variant == "history"
+        heldout = tensors(heldout_rows, with_history)
+        layer, history = train_layer(tensors(fit_rows, with_history), tensors(validation_rows, with_history),
+                                     args.epochs, args.seed)
+        with torch.no_grad():
+            heldout_probs = torch.sigmoid(layer(heldout["hidden"], heldout["scalars"]))
+        layers[variant] = layer
+        compared[variant] = {"roc_auc_greedy": roc_auc(heldout_probs, heldout["label"]),
+                             "roc_auc_soft_labels_binarised": roc_auc(heldout_probs, (heldout["soft"] > 0.5).float()),
+                             "brier": float(((heldout_probs - heldout["label"]) ** 2).mean()),
+                             "reliability": reliability(heldout_probs, heldout["label"]),
+                             "roc": roc_points(heldout_probs, heldout["label"]), "history": history}
+    confidence = heldout["scalars"][:, 0]
+    metrics = {**compared[args.features], "features": args.features,
+               "roc_auc_confidence_rule": roc_auc(confidence, heldout["label"]),
+               "brier_confidence_rule": float(((confidence - heldout["label"]) ** 2).mean()),
+               "reliability_confidence_rule": reliability(confidence, heldout["label"]),
+               "compared_inputs": {variant: {key: figures[key] for key in ("roc_auc_greedy", "brier", "reliability")}
+                                   for variant, figures in compared.items()},
                "heldout_tokens": len(heldout_rows), "train_tokens": len(fit_rows),
                "validation_tokens": len(validation_rows), "prompts": len(data["prompts"]),
-               "heldout_accept_rate": float(heldout["label"].mean()),
-               "reliability": reliability(heldout_probs, heldout["label"]), "roc": roc_points(heldout_probs, heldout["label"]),
-               "history": history}
-    print(f"held-out ROC-AUC {metrics['roc_auc_greedy']:.3f} (confidence rule {metrics['roc_auc_confidence_rule']:.3f}) "
-          f"on {len(heldout_rows)} tokens")
+               "heldout_accept_rate": float(heldout["label"].mean())}
+    for variant, figures in compared.items():
+        print(f"{variant} inputs: held-out ROC-AUC {figures['roc_auc_greedy']:.3f}, Brier {figures['brier']:.4f}")
+    print(f"confidence rule: ROC-AUC {metrics['roc_auc_confidence_rule']:.3f}, Brier "
+          f"{metrics['brier_confidence_rule']:.4f} on {len(heldout_rows)} held-out tokens")
+    layer = layers[args.features]
     torch.save({"state": layer.state_dict(), "metrics": metrics}, Path(args.work) / "layer.pt")
     return layer, metrics
 
@@ -228,7 +260,8 @@ def measure_threshold(pair, layer, args, config: dict) -> dict:
 
 def export(pair, layer: PreVerifierLayer, metrics: dict, chosen: dict, args) -> Path:
     config = {"target_id": pair.target_id, "draft_id": pair.draft_id, "hidden_size": layer.hidden_size,
-              "projection": layer.projection, "width": layer.width, "features": FEATURE_SPEC,
+              "projection": layer.projection, "width": layer.width, "scalar_count": layer.scalar_count,
+              "features": HISTORY_FEATURE_SPEC if layer.scalar_count > 5 else FEATURE_SPEC,
               "block_size": args.block_size, "max_draft_len": args.max_draft_len,
               "threshold_greedy": chosen["threshold_greedy"],
               "threshold_sampling": chosen.get("threshold_sampling", chosen["threshold_greedy"]),
@@ -257,6 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--soft-temperature", type=float, default=0.7)
     parser.add_argument("--epochs", type=int, default=60)
+    parser.add_argument("--features", choices=["basic", "history"], default="basic",
+                        help="the layer's inputs: the draft's view of each token (basic), or that plus this "
+                             "generation's acceptance history and the draft so far (history)")
     parser.add_argument("--block-size", type=int, default=3)
     parser.add_argument("--max-draft-len", type=int, default=12)
     parser.add_argument("--thresholds", default="0.2,0.35,0.5,0.65")
@@ -285,13 +321,14 @@ def main(argv=None) -> int:
             fit(pair, args)
         if args.stage in ("threshold", "all"):
             saved = torch.load(Path(args.work) / "layer.pt")
-            layer = PreVerifierLayer(saved["state"]["hidden_norm.weight"].shape[0],
-                                     projection=saved["state"]["hidden_proj.weight"].shape[0])
+            projection = saved["state"]["hidden_proj.weight"].shape[0]
+            layer = PreVerifierLayer(saved["state"]["hidden_norm.weight"].shape[0], projection=projection,
+                                     scalar_count=saved["state"]["mlp.0.weight"].shape[1] - projection)
             layer.load_state_dict(saved["state"])
             config = {"threshold_greedy": 0.5}
             chosen = measure_threshold(pair, layer.eval(), args, config)
             export(pair, layer, saved["metrics"], chosen, args)
-    except (SettingsError, ModelLoadError, OSError) as problem:   # OSError: e.g. --work not writable
+    except (SettingsError, ModelLoadError, CollectedDataError, OSError) as problem:   # OSError: e.g. --work not writable
         print(f"error: {problem}", file=sys.stderr)
         return 2
     return 0
