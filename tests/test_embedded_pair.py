@@ -30,6 +30,13 @@ def test_the_default_cpu_pair_runs_packed_linear_layers_and_drafts_from_every_id
     assert embedded_pair.drafter.kept_ids is None
 
 
+def test_the_apps_fixed_length_starts_at_the_measured_cpu_gamma(embedded_pair):
+    """The shipped draft folder records the fixed length the benchmark measured fastest on a CPU."""
+    from pacer_core.drafters import measured_gamma
+
+    assert measured_gamma(embedded_pair) == 2
+
+
 def test_greedy_fixed_and_pacer_are_token_identical_to_ar(embedded_pair):
     for prompt in PROMPTS:
         reference = generate(embedded_pair, "ar", prompt, max_new_tokens=20)

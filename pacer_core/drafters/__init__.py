@@ -12,6 +12,8 @@ PACER, the oracle and SMC-SD run on any kind unchanged. Two kinds:
 from __future__ import annotations
 
 import contextlib
+import json
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -123,6 +125,25 @@ def load_drafter(pair, name: str, head_dir=None):
 def draft_folder(pair) -> str:
     """Where the pair's draft model was loaded from (its frequent_ids.json lives there)."""
     return getattr(pair.draft.config, "_name_or_path", "")
+
+
+MEASURED_DEFAULTS_FILE = "measured_defaults.json"
+
+
+def measured_gamma(pair) -> int | None:
+    """The fixed draft length the benchmark measured fastest for this pair's draft model on this kind of device
+    (``measured_defaults.json`` in the draft's folder: {"gamma": {"cpu": 2}, "source": ...}), or None when
+    nothing was measured. Only for the independent draft the measurement ran with."""
+    if getattr(pair.drafter, "kind", "") != "independent":
+        return None
+    path = Path(draft_folder(pair)) / MEASURED_DEFAULTS_FILE
+    if not draft_folder(pair) or not path.exists():
+        return None
+    try:
+        gamma = json.loads(path.read_text()).get("gamma", {}).get(torch.device(pair.device).type)
+    except (ValueError, AttributeError):
+        return None
+    return int(gamma) if isinstance(gamma, int) and gamma >= 1 else None
 
 
 def reduced_vocabulary_drafter(pair, count: int, name: str | None = None) -> IndependentDrafter:

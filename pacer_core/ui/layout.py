@@ -17,6 +17,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from ..drafters import measured_gamma
 from ..preverifier import ConfidencePreVerifier, own_threshold
 from ..settings import FIELD_BY_NAME, Limits
 from . import COLUMN_METHODS, METHOD_LABELS, columns, handlers, narration, page, plots, tables
@@ -156,7 +157,7 @@ def settings_panel(pair, preverifier, limits: Limits) -> tuple[dict, gr.Checkbox
             chat = gr.Checkbox(value=bool(pair.use_chat_template), label="Use the chat template")
         with gr.Column(min_width=200):
             gr.Markdown(f"**{METHOD_LABELS['fixed']}**")
-            fixed = {"gamma": control("gamma", limits)}
+            fixed = {"gamma": control("gamma", limits, measured_gamma(pair))}
         with gr.Column(min_width=220):
             gr.Markdown(f"**{METHOD_LABELS['pacer']}**")
             block_size = getattr(preverifier, "config", {}).get("block_size")

@@ -1,0 +1,34 @@
+"""The fixed draft length a draft folder records as measured fastest on a kind of device (the app's start value)."""
+import json
+
+from pacer_core.drafters import drafter_swapped, measured_gamma
+from pacer_core.drafters.feature_head import random_head_drafter
+from pacer_core.testing.tiny import tiny_pair
+
+
+def pair_from_folder(folder):
+    pair = tiny_pair()
+    pair.draft.config._name_or_path = str(folder)
+    return pair
+
+
+def test_measured_gamma_reads_the_draft_folder_for_this_device(tmp_path):
+    (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 3, "cuda": 5}}))
+    assert measured_gamma(pair_from_folder(tmp_path)) == 3
+
+
+def test_measured_gamma_is_none_without_a_measurement_for_this_device(tmp_path):
+    assert measured_gamma(pair_from_folder(tmp_path)) is None
+    (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cuda": 5}}))
+    assert measured_gamma(pair_from_folder(tmp_path)) is None
+    (tmp_path / "measured_defaults.json").write_text("not json")
+    assert measured_gamma(pair_from_folder(tmp_path)) is None
+    (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 0}}))
+    assert measured_gamma(pair_from_folder(tmp_path)) is None
+
+
+def test_measured_gamma_is_only_for_the_independent_draft_it_was_measured_with(tmp_path):
+    (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 3}}))
+    pair = pair_from_folder(tmp_path)
+    with drafter_swapped(pair, random_head_drafter(pair.target, pair.vocab_size)):
+        assert measured_gamma(pair) is None
