@@ -47,3 +47,40 @@ def test_heldout_prompt_file_matches_the_draft_heldout_list():
     from pathlib import Path
     lines = Path("assets/prompts/heldout.jsonl").read_text().splitlines()
     assert [json.loads(line)["prompt"] for line in lines] == heldout_instructions()
+
+
+class TemplateTokenizer:
+    """Stands in for the target's tokenizer: a fixed template around one id per character of the message."""
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+        return [1] + [ord(character) % 50 for character in messages[0]["content"]] + [2, 3]
+
+
+def test_reply_files_become_hard_label_samples_without_evaluation_prompts(tmp_path):
+    import gzip
+    import json
+
+    import torch
+
+    from pacer_core.training.draft import collate, load_samples
+    from pacer_core.training.draft_data import reply_file_samples
+
+    heldout = heldout_instructions()[0]
+    records = [{"kind": "templated", "prompt": "Name two colours.", "reply_ids": [7, 8, 9, 2]},
+               {"kind": "grounded", "prompt": heldout, "reply_ids": [5, 2]},
+               {"kind": "templated", "prompt": "Say nothing.", "reply_ids": []}]
+    path = tmp_path / "replies.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(json.dumps(record) for record in records) + "\n")
+    samples = reply_file_samples(path, TemplateTokenizer())
+    assert len(samples) == 2                                   # the empty reply is dropped
+    first = samples[0]
+    assert first["prompt"].tolist() == TemplateTokenizer().apply_chat_template(
+        [{"content": "Name two colours."}], True, True)
+    assert first["top_ids"][:, 0].tolist() == [7, 8, 9, 2] and first["top_probs"][:, 0].tolist() == [1.0] * 4
+    assert float(first["top_probs"][:, 1:].abs().sum()) == 0.0
+    kept = load_samples(include_corpus=False, reply_files=samples)
+    assert [sample["instruction"] for sample in kept if sample.get("kind", "").startswith("file-")] == \
+        ["Name two colours."]                                  # the held-out prompt never reaches training
+    batch = collate([first])
+    assert torch.equal(batch["labels"], torch.tensor([7, 8, 9, 2]))

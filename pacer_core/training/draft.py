@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .draft_data import (DTYPES, EXPORT_DIR, PAD_ID, TOKENIZER_FILES, WORK_DIR, draft_config, draft_from_checkpoint,
-                         load_target, log, stage_generate, stage_teacher, target_dir)
+                         load_target, load_tokenizer, log, reply_file_samples, stage_generate, stage_teacher,
+                         target_dir)
 from .draft_eval import load_draft_for_eval, stage_eval
 from .instructions import evaluation_prompts, resembles_evaluation
 
@@ -64,11 +65,13 @@ def build_draft(args):
 
 
 # ----------------------------------------------------------------------------- training data
-def load_samples(include_corpus: bool) -> list[dict]:
+def load_samples(include_corpus: bool, reply_files: list[dict] | None = None) -> list[dict]:
+    """The generated shards (soft labels) and corpus chunks, plus ``reply_files``: samples already read
+    from reply files (hard labels), all filtered against the evaluation prompts."""
     paths = sorted((WORK_DIR / "replies").glob("*.pt"))
     if include_corpus:
         paths += sorted((WORK_DIR / "corpus").glob("*.pt"))
-    samples = []
+    samples = list(reply_files or [])
     for path in paths:
         samples += torch.load(path)
     evaluation = evaluation_prompts()
@@ -218,10 +221,12 @@ def stage_train(args) -> None:
     draft, optimizer, step, history = load_checkpoint(args)
     draft.train()
     started, epoch, running = time.time(), 0, []
+    tokenizer = load_tokenizer() if args.replies else None
+    reply_files = [sample for path in args.replies for sample in reply_file_samples(path, tokenizer)]
     progress = tqdm(total=args.steps, initial=step, desc="train steps")
     while step < args.steps:
         # reloaded every epoch, so training can start while `generate` is still adding shards
-        samples = load_samples(include_corpus=not args.no_corpus)
+        samples = load_samples(include_corpus=not args.no_corpus, reply_files=reply_files)
         log(f"epoch {epoch}: {len(samples)} samples, {sum(len(s['reply']) for s in samples)} supervised tokens")
         frequent_ids = frequent_token_ids(samples, args.frequent_candidates)
         generator = torch.Generator().manual_seed(args.seed * 7919 + step)
@@ -333,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--weight-decay", type=float, default=0.01)
     train.add_argument("--hard-weight", type=float, default=0.1)
     train.add_argument("--no-corpus", action="store_true")
+    train.add_argument("--replies", action="append", default=[], metavar="FILE",
+                       help="also train on target-written replies in this JSON-lines file (kind, prompt, reply_ids; "
+                            "may be gzipped) with hard labels; repeatable")
     train.add_argument("--frequent-candidates", type=int, default=4096,
                        help="most frequent teacher ids always scored by the training softmax")
     train.add_argument("--random-candidates", type=int, default=2048)

@@ -139,6 +139,30 @@ def unpack_replies(prompts, tokens, top_ids, top_probs) -> list[dict]:
     return samples
 
 
+def reply_file_samples(path: Path, tokenizer, top_k: int = 32) -> list[dict]:
+    """Target-written replies from a JSON-lines file (``kind``, ``prompt``, ``reply_ids``; optionally gzipped)
+    as training samples with hard labels only: the reply token is the teacher's whole distribution (top_ids
+    holds it first, then padding with probability 0), so the soft loss becomes cross-entropy on the token
+    the target wrote, the sequence-level form of distillation (its argmax for greedy replies, a sample of its
+    distribution for sampled ones). Prompts resembling an evaluation prompt are dropped by load_samples."""
+    from .head_data import read_replies
+
+    samples = []
+    for record in read_replies(Path(path)):
+        reply = torch.tensor(record["reply_ids"], dtype=torch.int32)
+        if len(reply) == 0:
+            continue
+        top_ids = torch.zeros((len(reply), top_k), dtype=torch.int32)
+        top_ids[:, 0] = reply
+        top_probs = torch.zeros((len(reply), top_k), dtype=torch.float16)
+        top_probs[:, 0] = 1.0
+        samples.append({"prompt": torch.tensor(chat_prompt_ids(tokenizer, record["prompt"]), dtype=torch.int32),
+                        "reply": reply, "top_ids": top_ids, "top_probs": top_probs,
+                        "instruction": record["prompt"], "kind": f"file-{record.get('kind', 'reply')}"})
+    log(f"{len(samples)} hard-label replies from {path}")
+    return samples
+
+
 def recase_story(text: str) -> str:
     """Undo the lowercasing of the TinyStories training file well enough for prompts: sentence starts,
     'I', and the names introduced by 'named X'."""
