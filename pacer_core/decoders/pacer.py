@@ -55,8 +55,7 @@ class Pacer(SpeculativeDecoder):
                     break
             features, hit_eos = (self._phrase_features(draft, phrase, state, context) if phrase
                                  else self._drafted_features(draft, size, state, context))
-            for feature in features:
-                context = context.after(feature.draft_prob)
+            context = features[-1].context.after(features[-1].draft_prob)   # the next block's first token's
             block_score, token_probs = self.preverifier.score_block(features)
             passed = costs is not None or block_score >= threshold
             plan.add(BlockDecision(len(plan.blocks), len(features), float(block_score), threshold, passed,

@@ -136,8 +136,9 @@ def measured_gamma(pair) -> int | None:
     nothing was measured. Only for the independent draft the measurement ran with."""
     if getattr(pair.drafter, "kind", "") != "independent":
         return None
-    path = Path(draft_folder(pair)) / MEASURED_DEFAULTS_FILE
-    if not draft_folder(pair) or not path.exists():
+    folder = draft_folder(pair)
+    path = Path(folder) / MEASURED_DEFAULTS_FILE
+    if not folder or not path.exists():
         return None
     try:
         gamma = json.loads(path.read_text()).get("gamma", {}).get(torch.device(pair.device).type)
