@@ -208,3 +208,12 @@ def test_smc_proposal_of_a_reduced_head_keeps_mass_on_every_id():
     assert bool((probs > 0).all())
     off = probs[[i for i in range(pair.vocab_size) if i not in (1, 5, 9)]].sum()
     assert abs(float(off) - OFF_VOCABULARY_MASS) < 1e-5
+
+
+def test_feature_folders_weight_a_folder_by_repetition():
+    from pacer_core.training.head import feature_folders
+
+    assert feature_folders("features-chat*3, features") == [("features-chat", 3), ("features", 1)]
+    for bad in ("chat*0", "chat*x", "*2", "chat,"):
+        with pytest.raises(SystemExit, match="FOLDER"):
+            feature_folders(bad)

@@ -67,6 +67,18 @@ def stage_features(args) -> None:
             write_shard(target, shard, path, args.tokens_per_batch)
 
 
+def feature_folders(spec: str) -> list[tuple[str, int]]:
+    """``"features-chat*3,features"`` → [("features-chat", 3), ("features", 1)]: the folders to train on,
+    each with how many times an epoch repeats its training sequences (to weight a scarce kind of text)."""
+    folders = []
+    for item in spec.split(","):
+        name, _, times = item.strip().partition("*")
+        if not name or (times and (not times.isdigit() or int(times) < 1)):
+            raise SystemExit(f"--features: {item!r} is not FOLDER or FOLDER*N with N a positive whole number")
+        folders.append((name, int(times or 1)))
+    return folders
+
+
 def initial_head(target) -> FeatureHead:
     """A head whose layer starts as a copy of the target's last layer and whose output norm is the
     target's final norm (so its first predictions already live in the target's feature space)."""
@@ -113,10 +125,10 @@ def stage_train(args) -> None:
     torch.manual_seed(args.seed)
     target, _ = load_target(args.target, args.device, torch.float32)
     validation, training = [], []
-    for name in args.features.split(","):          # the first sequences of every folder validate
+    for name, times in feature_folders(args.features):   # the first sequences of every folder validate
         sequences = load_shards(WORK_DIR / name)
         validation += sequences[: args.validation_sequences]
-        training += sequences[args.validation_sequences:]
+        training += sequences[args.validation_sequences:] * times
     log(f"{len(training)} training sequences ({sum(len(s['ids']) for s in training):,} tokens), "
         f"{len(validation)} validation")
     checkpoint_path = WORK_DIR / "checkpoint.pt"
@@ -214,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--device", default="cpu")
     train.add_argument("--features", default="features",
-                       help="comma-separated sub-folders of the work folder whose shards to train on")
+                       help="comma-separated sub-folders of the work folder whose shards to train on; FOLDER*N repeats "
+                            "a folder's training sequences N times an epoch")
     train.add_argument("--kept-ids", type=int, default=16384, help="output ids the head may propose (most frequent)")
     train.add_argument("--train-ids", type=int, default=8192,
                        help="the loss covers the first N kept ids (the output layer dominates a step's cost)")
