@@ -23,6 +23,8 @@ EMBEDDED_HEAD = "embedded-head"       # the feature head in assets/head-smollm2 
 DEFAULT_EMBEDDED_DRAFTER = EMBEDDED_SMALL
 DRAFTER_NAMES = {EMBEDDED_SMALL: "small draft model (independent, 4 layers, assets/draft-smollm2)",
                  EMBEDDED_HEAD: "feature head reading the target (1 layer, assets/head-smollm2)"}
+EMBEDDED_DRAFT_LABEL = "PACER draft for SmolLM2 (embedded, assets/)"
+EMBEDDED_HEAD_LABEL = "PACER feature head for SmolLM2 (embedded, assets/)"
 _CONVERTED_MARKER = "pacer_converted.json"
 
 

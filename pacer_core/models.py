@@ -12,6 +12,7 @@ import torch
 
 from . import embedded
 from .drafters.feature_head import is_head_dir
+from .drafters.self_quantized import is_self_drafter_name
 from .packed_linear import PackedLinear, pack_linear_layers, packing_wanted
 
 PROBE_STRINGS = (
@@ -59,6 +60,16 @@ class ModelPair:
         from .drafters.feature_head import FeatureHeadDrafter
         self.drafter = FeatureHeadDrafter.load(directory, self.target, self.vocab_size, name or str(directory),
                                                dtype=dtype, kept=kept)
+        self.draft_id = self.drafter.name
+        return self
+
+    def use_drafter(self, name: str) -> "ModelPair":
+        """Draft with a drafter by name (``drafters.load_drafter``: small, head, self-int4, self-int8, ...)."""
+        from .drafters import load_drafter
+        try:
+            self.drafter = load_drafter(self, name)
+        except ValueError as failure:
+            raise ModelLoadError(str(failure)) from failure
         self.draft_id = self.drafter.name
         return self
 
@@ -185,9 +196,9 @@ def resolve_source(source: str, role: str) -> tuple[str, str]:
         if role == "target" and source == embedded.EMBEDDED:
             return str(embedded.ensure_embedded_target()), embedded.TARGET_NAME
         if role == "draft" and source == embedded.EMBEDDED_SMALL:
-            return str(embedded.embedded_draft_dir()), "PACER draft for SmolLM2 (embedded, assets/)"
+            return str(embedded.embedded_draft_dir()), embedded.EMBEDDED_DRAFT_LABEL
         if role == "draft" and source == embedded.EMBEDDED_HEAD:
-            return str(embedded.embedded_head_dir()), "PACER feature head for SmolLM2 (embedded, assets/)"
+            return str(embedded.embedded_head_dir()), embedded.EMBEDDED_HEAD_LABEL
     except embedded.EmbeddedModelMissing as missing:
         raise ModelLoadError(str(missing)) from missing
     return source, source
@@ -235,8 +246,10 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     target_location, target_name = resolve_source(target, "target")
     target_model, target_tokenizer = _load_one(target_location, target_name, "target", device, dtype, device_map)
     draft_location, draft_name = resolve_source(draft, "draft")
+    self_name = draft_location if is_self_drafter_name(draft_location) else None
     head_location = draft_location if is_head_dir(draft_location) else None
-    if head_location:   # the independent draft stays loaded for the embedded target (hf-assisted baselines)
+    kept_alongside = head_location or self_name
+    if kept_alongside:   # the independent draft stays loaded for the embedded target (hf-assisted baselines)
         draft_location, draft_model = None, None
         if target_location == str(embedded.converted_target_dir()):
             draft_location, _ = resolve_source(embedded.EMBEDDED_SMALL, "draft")
@@ -250,15 +263,17 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     pair = ModelPair.from_models(target_model, draft_model, target_tokenizer, target_name, draft_name,
                                  check_tokenizer=False, use_chat_template=use_chat_template)
     pair.device = device if not device_map else pair.device
-    if head_location and draft_location:
+    if kept_alongside and draft_location:
         pair.draft_model_id = resolve_source(embedded.EMBEDDED_SMALL, "draft")[1]
-    if draft_model is not None and not head_location:
+    if draft_model is not None and not kept_alongside:
         _apply_draft_vocabulary(pair, draft_vocab)
     if head_location:
         try:
             pair.use_head(head_location, draft_name, dtype=draft_dtype)
         except (OSError, KeyError, RuntimeError, ValueError) as failure:
             raise ModelLoadError(f"Could not load the feature head '{draft_name}': {failure}") from failure
+    if self_name:
+        pair.use_drafter(self_name)
     return pair
 
 

@@ -9,7 +9,10 @@ its own layer or a lower one. On top of that:
 * nothing in the library (pacer_core outside pacer_core.ui) loads gradio or plotly when imported, and no
   script in benchmarks/ or scripts/ loads gradio; "loads" follows the project's module-level imports
   transitively, so importing a UI module that imports gradio counts;
-* nothing imports the tests.
+* nothing imports the tests;
+* no import circle between the project's modules, counting imports inside functions (a package's
+  ``__init__`` importing its own submodules does not count: Python imports a package before its submodules
+  anyway, so that edge adds no order of its own).
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Lowest first. A name covers itself and its submodules; the facade `pacer_core` (its __init__) only itself.
 LAYERS = (
     ("core", ("pacer_core.settings", "pacer_core.events", "pacer_core.sampling", "pacer_core.particles",
-              "pacer_core.kvcache", "pacer_core.packed_linear", "pacer_core.prompts", "pacer_core.phrases",
+              "pacer_core.kvcache", "pacer_core.packed_linear", "pacer_core.quantized_linear", "pacer_core.prompts", "pacer_core.phrases",
               "pacer_core.stopping")),
     ("components", ("pacer_core.embedded", "pacer_core.models", "pacer_core.drafters", "pacer_core.analysis",
                     "pacer_core.preverifier")),
@@ -181,3 +184,39 @@ def test_the_rules_catch_a_bad_import():
     assert not problems("pacer_core.decoders.base", "from .. import sampling")
     graph = {"benchmarks.x": {"pacer_core.ui.layout"}, "pacer_core.ui": set(), "pacer_core.ui.layout": {"gradio"}}
     assert loaded_packages("benchmarks.x", graph) == {"gradio"}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every circle of imports between the graph's modules, each as the list of modules around it."""
+    cycles, state = [], {}
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = "open"
+        for target in sorted(graph.get(name, ())):
+            if target not in graph:
+                continue
+            if state.get(target) == "open":
+                cycles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[name] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return cycles
+
+
+def test_no_import_circle():
+    modules = parsed_modules()
+    graph = {module: {name for name in imported_names(module, is_package, tree, set(modules))
+                      if name != module and not name.startswith(module + ".")}
+             for module, (tree, is_package) in modules.items()}
+    cycles = import_cycles(graph)
+    assert not cycles, "import circles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_circle_check_finds_a_circle():
+    graph = {"pacer_core.models": {"pacer_core.drafters"}, "pacer_core.drafters": {"pacer_core.models"},
+             "pacer_core.kvcache": set()}
+    assert import_cycles(graph) == [["pacer_core.drafters", "pacer_core.models", "pacer_core.drafters"]]

@@ -2,13 +2,17 @@
 
 Every drafter hands each decoding run a *cache* with one interface (``kvcache.CachedModel``'s: feed
 tokens and get logits over the full vocabulary, crop to a length, reorder batch rows), so fixed SD,
-PACER, the oracle and SMC-SD run on any kind unchanged. Two kinds:
+PACER, the oracle and SMC-SD run on any kind unchanged. Three kinds:
 
 * ``independent``: a small causal LM with its own KV cache (any hub or local draft; the baseline for
   transformers' assisted generation), optionally scoring only its most frequent ids (``vocabulary.py``).
 * ``feature-head``: one decoder layer that reads the target's own hidden state (EAGLE, Li et al. 2024,
   arXiv 2401.15077), optionally with a reduced output vocabulary (FR-Spec, Zhao et al. 2025,
-  arXiv 2502.14856); see ``feature_head.py``."""
+  arXiv 2502.14856); see ``feature_head.py``.
+* ``self-quantized`` (``self-int4``, ``self-int8``): the loaded target's own weights, quantized weight-only at
+  load time, with a KV cache of its own (QSpec, Zhao et al. 2025, arXiv 2410.11305); see ``self_quantized.py``.
+
+This package does not import ``models`` (the loader imports the drafters, never the reverse)."""
 from __future__ import annotations
 
 import contextlib
@@ -18,8 +22,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .. import embedded
 from ..kvcache import CachedModel
 from ..packed_linear import PackedLinear
+from ..quantized_linear import QuantizationUnavailable
+from .self_quantized import SELF_DRAFTERS, SelfQuantizedDrafter
 from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits, load_frequent_ids
 
 
@@ -93,33 +100,59 @@ def new_caches(pair, full_support: bool = False):
     return target, drafter.new_cache(target, full_support)
 
 
+NAMED_PREFIXES = ("head-", "small-", "self-int4-", "self-int8-")
+
+
 def valid_drafter_name(name: str) -> bool:
     """Names for comparing drafters on one pair: small, small-N (its N most frequent ids), head, head-N,
-    head-all."""
-    return name in ("small", "head", "head-all") or any(
-        name.startswith(prefix) and name[len(prefix):].isdigit() and int(name[len(prefix):]) > 0
-        for prefix in ("head-", "small-"))
+    head-all, self-int4, self-int8, self-int4-N, self-int8-N (the target's own weights; N: drafting from
+    the N most frequent ids)."""
+    if name in ("small", "head", "head-all") or name in SELF_DRAFTERS:
+        return True
+    prefix = next((prefix for prefix in NAMED_PREFIXES if name.startswith(prefix)), None)
+    return prefix is not None and name[len(prefix):].isdigit() and int(name[len(prefix):]) > 0
 
 
 def load_drafter(pair, name: str, head_dir=None):
     """A drafter by name, bound to the pair's target (the head folder defaults to the embedded one)."""
     from .feature_head import FeatureHeadDrafter
     if not valid_drafter_name(name):
-        raise ValueError(f"Unknown drafter {name!r}: use small, small-N, head, head-N or head-all.")
+        raise ValueError(f"Unknown drafter {name!r}: use small, small-N, head, head-N, head-all, self-int4, "
+                         "self-int8, self-int4-N or self-int8-N.")
+    if name.startswith("self-"):
+        return self_drafter(pair, name)
     if name.startswith("small"):
         if pair.draft is None:
             raise ValueError(f"The drafter '{name}' needs an independent draft model in the pair.")
         if name == "small":
             return IndependentDrafter(pair.draft, pair.vocab_size, pair.draft_model_id)
         return reduced_vocabulary_drafter(pair, int(name[len("small-"):]))
-    from ..models import ModelLoadError, resolve_source
     try:
-        head_dir, head_name = (str(head_dir), str(head_dir)) if head_dir else resolve_source("embedded-head", "draft")
-    except ModelLoadError as missing:
+        head_dir, head_name = (str(head_dir), str(head_dir)) if head_dir else (
+            str(embedded.embedded_head_dir()), embedded.EMBEDDED_HEAD_LABEL)
+    except embedded.EmbeddedModelMissing as missing:
         raise ValueError(str(missing)) from None
     kept = "all" if name == "head-all" else (int(name[5:]) if name.startswith("head-") else None)
     shown = head_name if kept is None else f"{head_name} [{name}]"
     return FeatureHeadDrafter.load(head_dir, pair.target, pair.vocab_size, shown, kept=kept)
+
+
+def self_drafter(pair, name: str) -> SelfQuantizedDrafter:
+    """self-int4 / self-int8 [-N]: the pair's target quantized; with -N exact methods draft from the N most
+    frequent ids of the pair's draft folder ranking (the same tokenizer), SMC-SD from every id."""
+    parts = name.split("-")
+    bits_name, kept_ids = "-".join(parts[:2]), None
+    if len(parts) == 3:
+        frequent = load_frequent_ids(draft_folder(pair)) if pair.draft is not None else None
+        if frequent is None:
+            raise ValueError(f"The drafter '{name}' needs a frequent-id ranking (frequent_ids.json in the draft "
+                             f"model's folder); use {bits_name} to draft from every id.")
+        kept_ids = frequent[: int(parts[2])]
+    try:
+        return SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, bits_name, pair.target_id,
+                                                kept_ids=kept_ids)
+    except QuantizationUnavailable as missing:
+        raise ValueError(str(missing)) from None
 
 
 def draft_folder(pair) -> str:
@@ -172,5 +205,5 @@ def drafter_swapped(pair, drafter):
         pair.drafter, pair.draft_id = saved
 
 
-__all__ = ["IndependentDrafter", "new_caches", "load_drafter", "drafter_swapped", "valid_drafter_name",
-           "reduced_vocabulary_drafter"]
+__all__ = ["IndependentDrafter", "SelfQuantizedDrafter", "new_caches", "load_drafter", "drafter_swapped",
+           "valid_drafter_name", "reduced_vocabulary_drafter", "SELF_DRAFTERS"]

@@ -1,0 +1,162 @@
+"""The self-int4 / self-int8 drafters: the quantization math, the lean decode step against the module tree,
+and exactness of every decoder that drafts with them (greedy identity with AR, chi-square on sampling)."""
+from collections import Counter
+
+import pytest
+import torch
+
+from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
+from pacer_core.decoders.smc import SMC
+from pacer_core.drafters import drafter_swapped, load_drafter, valid_drafter_name
+from pacer_core.drafters.lean_decoder import LeanCache, lean_supported
+from pacer_core.drafters.self_quantized import SelfQuantizedDrafter, quantized_copy
+from pacer_core.kvcache import CachedModel
+from pacer_core.preverifier import ConfidencePreVerifier
+from pacer_core.quantized_linear import (QuantizationUnavailable, QuantizedLinear, check_kernel, dequantize_int4,
+                                         dequantize_int8, int4_groupwise, int8_per_channel)
+from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
+from pacer_core.testing.tiny import tiny_pair
+
+SIGNIFICANCE = 1e-3
+
+
+@pytest.mark.pure
+def test_int8_codes_round_trip_within_half_a_step():
+    weight = torch.randn(24, 64)
+    codes, scales = int8_per_channel(weight)
+    assert codes.dtype == torch.int8
+    assert (dequantize_int8(codes, scales) - weight).abs().max() <= scales.max() / 2 + 1e-6
+
+
+@pytest.mark.pure
+def test_int4_codes_cover_each_group_and_round_trip_within_half_a_step():
+    weight = torch.randn(8, 64) * torch.linspace(0.1, 3, 64)
+    codes, scales, zeros = int4_groupwise(weight, 32)
+    assert codes.min() >= 0 and codes.max() <= 15 and scales.shape == (8, 2)
+    error = (dequantize_int4(codes, scales, zeros) - weight).abs().reshape(8, 2, 32).amax(-1)
+    assert (error <= scales / 2 + 1e-5).all()
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_a_quantized_layer_computes_with_its_dequantized_weight(bits):
+    weight, bias, rows = torch.randn(48, 64), torch.randn(48), torch.randn(3, 5, 64)
+    layer = QuantizedLinear(weight, bias, bits)
+    if bits == 8:
+        dequantized = dequantize_int8(*int8_per_channel(weight))
+    else:
+        dequantized = dequantize_int4(*int4_groupwise(weight, 32))
+    expected = rows.bfloat16().float() @ dequantized.t() + bias
+    assert torch.allclose(layer(rows), expected, atol=0.15, rtol=0.02)
+    assert layer(rows).dtype == torch.float32
+
+
+def test_a_missing_kernel_is_named(monkeypatch):
+    def missing(*args):
+        raise RuntimeError("Could not run 'aten::_weight_int8pack_mm' with arguments from the 'Meta' backend")
+    monkeypatch.setattr(torch.ops.aten, "_weight_int8pack_mm", missing)
+    with pytest.raises(QuantizationUnavailable, match="_weight_int8pack_mm on cpu"):
+        check_kernel(8, "cpu")
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_the_lean_step_matches_the_quantized_module_tree_through_crops_and_reorders(bits):
+    target = tiny_pair(draft_noise=None).target
+    assert lean_supported(target)
+    lean = SelfQuantizedDrafter.from_target(target, 64, f"self-int{bits}")
+    tree = quantized_copy(target, bits)
+    lean_cache, tree_cache = LeanCache(lean.model, 64), CachedModel(tree, 64)
+    prompt = torch.tensor([[3, 9, 27, 17, 51, 25]]).repeat(3, 1)
+    assert torch.allclose(lean_cache.forward(prompt), tree_cache.forward(prompt), atol=1e-4)
+    for cache in (lean_cache, tree_cache):
+        cache.crop(4)
+        cache.reorder(torch.tensor([2, 0, 0]))
+    more = torch.tensor([[5, 6], [7, 8], [9, 10]])
+    assert torch.allclose(lean_cache.forward(more), tree_cache.forward(more), atol=1e-4)
+    assert lean_cache.length == tree_cache.length == 6
+
+
+def test_the_copy_shares_everything_but_the_linear_weights():
+    target = tiny_pair(draft_noise=None).target
+    copy = quantized_copy(target, 8)
+    assert copy.model.embed_tokens.weight is target.model.embed_tokens.weight
+    assert copy.model.norm.weight is target.model.norm.weight
+    assert not any(isinstance(module, torch.nn.Linear) for module in copy.modules())
+
+
+def run_ids(decoder, pair, prompt_ids, **settings):
+    *_, result = decoder.run(pair, prompt_ids, validate_settings(**settings))
+    return result.token_ids
+
+
+@pytest.mark.parametrize("name", ["self-int4", "self-int8"])
+def test_greedy_fixed_and_pacer_with_the_targets_own_weights_return_ars_tokens(name):
+    pair = tiny_pair(scale=6.0, eos_token_id=63)
+    drafter = SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, name)
+    decoders = [FixedSpeculative(gamma) for gamma in (1, 3, 6)] + [
+        Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit"), Pacer(2, 16, 0.9, ConfidencePreVerifier(), "discard")]
+    with drafter_swapped(pair, drafter):
+        for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20))):
+            reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=40)
+            for decoder in decoders:
+                assert run_ids(decoder, pair, prompt, max_new_tokens=40) == reference, (decoder.info(), prompt)
+
+
+def test_greedy_with_kept_ids_returns_ars_tokens_and_smc_proposes_from_every_id():
+    pair = tiny_pair(scale=6.0)
+    kept = torch.arange(0, 64, 2)
+    drafter = SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, "self-int8", kept_ids=kept)
+    reduced, every = drafter.new_cache(None), drafter.new_cache(None, full_support=True)
+    assert torch.isinf(reduced.forward([1, 2])[0, -1, 1::2]).all()
+    assert torch.isfinite(every.forward([1, 2])).all()
+    with drafter_swapped(pair, drafter):
+        reference = run_ids(Autoregressive(), pair, [5, 6, 7], max_new_tokens=30)
+        assert run_ids(FixedSpeculative(4), pair, [5, 6, 7], max_new_tokens=30) == reference
+
+
+PROMPT, N_TOKENS, RUNS = [1, 2], 3, 1000
+FILTERED = {"temperature": 0.8, "top_k": 4}
+
+
+@pytest.fixture(scope="module")
+def five_token_pair_drafting_itself():
+    pair = tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=32)
+    return pair, SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, "self-int4")
+
+
+def sample_counts(decoder, pair, **settings):
+    counts = Counter()
+    for seed in range(RUNS):
+        counts[tuple(run_ids(decoder, pair, PROMPT, max_new_tokens=N_TOKENS, seed=seed, **settings))] += 1
+    return counts
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("decoder", [FixedSpeculative(2), Pacer(1, 2, 0.5, ConfidencePreVerifier(), "submit")],
+                         ids=["fixed", "pacer"])
+def test_sampling_with_the_targets_own_weights_matches_the_target(five_token_pair_drafting_itself, decoder):
+    pair, drafter = five_token_pair_drafting_itself
+    truth = target_sequence_distribution(pair.target, PROMPT, N_TOKENS, **FILTERED)
+    with drafter_swapped(pair, drafter):
+        counts = sample_counts(decoder, pair, **FILTERED)
+    assert chi_square_p_value(counts, truth) > SIGNIFICANCE
+
+
+def test_smc_sd_runs_with_the_targets_own_weights():
+    pair = tiny_pair(scale=2.0)
+    with drafter_swapped(pair, SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, "self-int4")):
+        *events, result = SMC().run(pair, [1, 2, 3], validate_settings(
+            max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
+    assert len(result.token_ids) == 12 and events
+
+
+@pytest.mark.pure
+def test_self_drafter_names():
+    assert all(valid_drafter_name(name) for name in ("self-int4", "self-int8", "self-int4-16384", "self-int8-8"))
+    assert not any(valid_drafter_name(name) for name in ("self-int3", "self-int4-", "self-int4-0", "self"))
+
+
+def test_a_kept_id_self_drafter_needs_a_ranking():
+    pair = tiny_pair()
+    assert load_drafter(pair, "self-int8").name == "self-int8"
+    with pytest.raises(ValueError, match="frequent-id ranking"):
+        load_drafter(pair, "self-int8-16")
