@@ -3,7 +3,8 @@
     ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T], oracle
 
 each optionally followed by +NAME=VALUE settings of its own and, for a speculative one, by @DRAFTER (small,
-small-N, head, head-N, head-all). Example: ``parse_method("pacer:2:8:0.4+phrase_len=8@head")`` is a PACER run with block
+small-N, head, head-N, head-all, self-int4, self-int8, self-int4-N, self-int8-N). Example:
+``parse_method("pacer:2:8:0.4+phrase_len=8@head")`` is a PACER run with block
 size 2, at most 8 drafted tokens, threshold 0.4 and phrase drafts of up to 8 tokens, drafted by the feature head.
 """
 from __future__ import annotations
@@ -21,12 +22,12 @@ class MethodSpec:
     label: str
     kind: str                 # ar | fixed | pacer | smc | oracle | hf | hf-assisted | hf-assisted-dynamic
     overrides: dict = field(default_factory=dict)
-    drafter: str | None = None  # "small", "small-N", "head", "head-N" (N most frequent ids), "head-all"; None: the pair's
+    drafter: str | None = None  # drafters.valid_drafter_name: small, head, self-int4, ...; None: the pair's
 
 
 def parse_method(text: str) -> MethodSpec:
     """ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T], oracle,
-    each speculative one optionally followed by @DRAFTER (small, small-N, head, head-N, head-all)."""
+    each speculative one optionally followed by @DRAFTER (drafters.valid_drafter_name)."""
     method_text, _, drafter = text.strip().partition("@")
     method_text, *assignments = method_text.split("+")
     spec = _parse_method_name(method_text)
@@ -35,7 +36,8 @@ def parse_method(text: str) -> MethodSpec:
     if drafter:
         if spec.kind in ("ar", "hf") or spec.kind.startswith("hf-assisted") or not valid_drafter_name(drafter):
             raise SettingsError(f"{text!r}: @{drafter} needs a speculative method of ours and one of "
-                                "small, small-N, head, head-N, head-all.")
+                                "small, small-N, head, head-N, head-all, self-int4, self-int8, self-int4-N, "
+                                "self-int8-N.")
         spec.label, spec.drafter = text.strip(), drafter
     return spec
 

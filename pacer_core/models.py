@@ -4,6 +4,7 @@ Sources are a hub id, a local directory, or the word ``embedded``. Loading error
 ``ModelLoadError`` with a message that names the model; the UI and CLIs show it as one line."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,11 @@ class ModelPair:
                                                dtype=dtype, kept=kept)
         self.draft_id = self.drafter.name
         return self
+
+    def with_drafter(self, drafter) -> "ModelPair":
+        """Another view of this pair drafting with ``drafter``: the same target, draft model, tokenizer and
+        device (nothing is copied or reloaded); this pair is unchanged."""
+        return dataclasses.replace(self, drafter=drafter, draft_id=drafter.name, draft_model_id=self.draft_model_id)
 
     def use_drafter(self, name: str) -> "ModelPair":
         """Draft with a drafter by name (``drafters.load_drafter``: small, head, self-int4, self-int8, ...)."""

@@ -275,14 +275,16 @@ def make_result(method, tokens, seconds, target_calls, alpha=0.5, reason="length
 def test_metrics_frame_speedup_against_ar():
     results = {"ar": make_result("ar", 20, 2.0, 20, None), "fixed": make_result("fixed", 20, 1.0, 8),
                "pacer": make_result("pacer", 20, 0.5, 5, reason="cancelled")}
-    frame = tables.metrics_frame(results, seconds={"fixed": 1.0, "pacer": 0.5, "ar": 2.0}, statuses={"smc": "error"})
+    frame = tables.metrics_frame(results, seconds={"fixed": 1.0, "pacer": 0.5, "ar": 2.0}, statuses={"smc": "error"},
+                                 drafter="self-int8")
     assert list(frame.columns) == tables.COLUMNS
+    assert list(frame["drafter"]) == ["—", "self-int8", "self-int8", "self-int8"]
     assert list(frame["method"])[:2] == ["Autoregressive (AR)", "Fixed-length SD"]
     speed = dict(zip(frame["method"], frame["speedup"]))
     assert speed["Autoregressive (AR)"] == 1.0 and speed["Fixed-length SD"] == 2.0
     assert speed["PACER (stopped)"] == 4.0
     assert "SMC-SD (approximate) (error)" in list(frame["method"])
-    assert frame.to_csv(index=False).startswith("method,tau,alpha,target_calls")
+    assert frame.to_csv(index=False).startswith("method,drafter,tau,alpha,target_calls")
 
 
 def test_metrics_frame_without_ar_has_no_speedup():

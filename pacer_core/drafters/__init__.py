@@ -163,19 +163,41 @@ def draft_folder(pair) -> str:
 MEASURED_DEFAULTS_FILE = "measured_defaults.json"
 
 
-def measured_gamma(pair) -> int | None:
-    """The fixed draft length the benchmark measured fastest for this pair's draft model on this kind of device
-    (``measured_defaults.json`` in the draft's folder: {"gamma": {"cpu": 2}, "source": ...}), or None when
-    nothing was measured. Only for the independent draft the measurement ran with."""
-    if getattr(pair.drafter, "kind", "") != "independent":
-        return None
-    folder = draft_folder(pair)
+def measured_defaults(pair) -> dict:
+    """The draft folder's ``measured_defaults.json`` ({} without one, or when it cannot be read)."""
+    folder = draft_folder(pair) if pair.draft is not None else ""
     path = Path(folder) / MEASURED_DEFAULTS_FILE
     if not folder or not path.exists():
+        return {}
+    try:
+        record = json.loads(path.read_text())
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def measured_drafter(pair, key: str) -> dict:
+    """What the benchmark measured for one drafter of this pair ({"gamma": {"cpu": 5}, "cost": {"cpu": 0.55},
+    "agreement": 0.97}), from ``drafters`` in measured_defaults.json; the independent draft's fixed length
+    is also the file's top-level ``gamma``."""
+    record = measured_defaults(pair)
+    entry = (record.get("drafters") or {}).get(key) or {}
+    if key == "small" and "gamma" in record:
+        entry = {**entry, "gamma": record["gamma"]}
+    return entry if isinstance(entry, dict) else {}
+
+
+def measured_gamma(pair) -> int | None:
+    """The fixed draft length the benchmark measured fastest for this pair's drafter on this kind of device
+    (``measured_defaults.json`` in the draft's folder: {"gamma": {"cpu": 2}, "drafters": {"self-int8":
+    {"gamma": {"cpu": 5}}}, "source": ...}), or None when nothing was measured for this drafter."""
+    kind = getattr(pair.drafter, "kind", "")
+    key = {"independent": "small", "self-quantized": f"self-int{getattr(pair.drafter, 'bits', 0)}"}.get(kind)
+    if key is None:
         return None
     try:
-        gamma = json.loads(path.read_text()).get("gamma", {}).get(torch.device(pair.device).type)
-    except (ValueError, AttributeError):
+        gamma = (measured_drafter(pair, key).get("gamma") or {}).get(torch.device(pair.device).type)
+    except AttributeError:
         return None
     return int(gamma) if isinstance(gamma, int) and gamma >= 1 else None
 
@@ -206,4 +228,4 @@ def drafter_swapped(pair, drafter):
 
 
 __all__ = ["IndependentDrafter", "SelfQuantizedDrafter", "new_caches", "load_drafter", "drafter_swapped",
-           "valid_drafter_name", "reduced_vocabulary_drafter", "SELF_DRAFTERS"]
+           "valid_drafter_name", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "measured_drafter", "measured_gamma"]

@@ -15,13 +15,14 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
 from ..models import ModelLoadError
 from ..settings import Limits, SettingsError
 from . import METHOD_LABELS, columns, measured, narration, page, plots, tables
+from .drafter_menu import drafter_key
 from .session import RunSession, user_message
 
 PLOT_INTERVAL_S = 2.0          # redraw plots at most this often while streaming (~10-40 ms per figure)
@@ -30,12 +31,14 @@ PLOT_BUDGET = 0.03             # ... and so that drawing them takes at most this
 
 @dataclass(frozen=True)
 class AppContext:
-    """What every handler of one app shares: the pair loaded once per process, PACER's pre-verifier and
-    the Space owner's limits (read once, here or by ``build_ui``)."""
+    """What every handler of one app shares: the pair loaded once per process, PACER's pre-verifier, the
+    Space owner's limits (read once, here or by ``build_ui``) and the drafters the page offers (a
+    ``DrafterMenu``; None: only the pair's own)."""
     pair: object
     preverifier: object = None
     preverifier_kind: str = "heuristic"     # "trained" or "heuristic"
     limits: Limits = field(default_factory=Limits.from_env)
+    drafters: object = None
 
 
 @dataclass(frozen=True)
@@ -45,10 +48,11 @@ class PageInputs:
     settings: dict              # setting name → control value; threshold None: the pre-verifier's own
     chat: bool = False
     measure_ar: bool = True
+    drafter: str | None = None  # the drafter menu's key (small, head, self-int8, self-int4); None: the pair's own
 
     def key(self) -> tuple:
         """Equal to ``RunSession.key()`` of a session started from these inputs."""
-        return (self.prompt, tuple(sorted(self.settings.items())), self.chat)
+        return (self.prompt, tuple(sorted(self.settings.items())), self.chat, self.drafter or None)
 
 
 @dataclass
@@ -67,9 +71,33 @@ class ViewUpdate:
 # ---------------------------------------------------------------- views of a session
 
 def new_session(context: AppContext, inputs: PageInputs) -> RunSession:
-    """Validates the settings (SettingsError) and encodes the prompt; no model runs yet."""
+    """Validates the settings (SettingsError) and encodes the prompt; no model runs yet. ``context`` is the
+    chosen drafter's (``drafter_context``)."""
     return RunSession(context.pair, inputs.prompt, dict(inputs.settings), chat=bool(inputs.chat),
-                      preverifier=context.preverifier, measure_ar=bool(inputs.measure_ar), limits=context.limits)
+                      preverifier=context.preverifier, measure_ar=bool(inputs.measure_ar), limits=context.limits,
+                      drafter=inputs.drafter or None)
+
+
+def drafter_context(context: AppContext, key: str | None) -> AppContext:
+    """The context whose pair drafts with the menu's ``key`` and whose PACER uses that drafter's trained
+    pre-verifier (or the confidence rule); the same context for the pair's own drafter. The drafter is built
+    on its first use and kept (``DrafterMenu``); ValueError for a key the page does not offer."""
+    if context.drafters is None or not key or key == context.drafters.default_key:
+        if key and context.drafters is None:
+            raise ValueError(f"This page drafts only with its pair's own drafter, not '{key}'.")
+        return context
+    view = context.drafters.view(key)
+    preverifier = context.drafters.preverifier(key)
+    return replace(context, pair=view, preverifier=preverifier,
+                   preverifier_kind=getattr(preverifier, "kind", None) or "heuristic")
+
+
+def contexts_for(context: AppContext, inputs: PageInputs):
+    """(the drafter's context, None), or (None, an error ViewUpdate) when the drafter cannot be built."""
+    try:
+        return drafter_context(context, inputs.drafter), None
+    except (ValueError, ModelLoadError) as error:
+        return None, error_update(user_message(error) if isinstance(error, ModelLoadError) else str(error))
 
 
 def column_note(context: AppContext, session: RunSession, method: str) -> str | None:
@@ -108,7 +136,7 @@ def plots_view(session: RunSession, names=None) -> dict[str, object]:
     fixed, pacer, smc = events.get("fixed", []), events.get("pacer", []), events.get("smc", [])
     oracle_label = "oracle γ*" if session.oracle_greedy else "oracle E[γ*] (sampling)"
     builders = {"timeline": lambda: plots.timeline_figure(events),
-                "speedup": lambda: plots.speedup_figure(events),
+                "speedup": lambda: plots.speedup_figure(events, drafter_label(session)),
                 "histogram": lambda: plots.accepted_histogram_figure(events),
                 "lengths": lambda: plots.draft_length_figure(fixed, pacer, session.oracle, session.oracle_steps,
                                                              oracle_label),
@@ -120,8 +148,14 @@ def plots_view(session: RunSession, names=None) -> dict[str, object]:
     return {name: build() for name, build in builders.items() if names is None or name in names}
 
 
+def drafter_label(session: RunSession) -> str:
+    """The drafter's menu key (small, head, self-int8, self-int4), as the page's drafter choice names it."""
+    return session.drafter or drafter_key(session.pair.drafter)
+
+
 def table_view(session: RunSession):
-    return tables.metrics_frame(session.results(), session.busy_seconds(), session.statuses(), session.logliks)
+    return tables.metrics_frame(session.results(), session.busy_seconds(), session.statuses(), session.logliks,
+                                drafter=drafter_label(session))
 
 
 def export_files(session: RunSession, folder: Path | None = None) -> tuple[str, str]:
@@ -141,7 +175,8 @@ def latest_lines(session: RunSession) -> dict[str, str]:
 
 
 def summary_lines(session: RunSession) -> dict[str, str]:
-    return {method: run.error or narration.summarize_run(run.result, run.events)
+    drafted_by = f" Drafter: {drafter_label(session)}."
+    return {method: run.error or narration.summarize_run(run.result, run.events) + drafted_by
             for method, run in session.runs.items() if run.error or run.result is not None}
 
 
@@ -198,6 +233,10 @@ def finish_run(context: AppContext, session: RunSession, measure_ar: bool,
 
 def run(context: AppContext, inputs: PageInputs, plot_interval_s: float = PLOT_INTERVAL_S) -> Iterator[ViewUpdate]:
     """Run all three methods interleaved, one ViewUpdate per step, then the finished page."""
+    context, refused = contexts_for(context, inputs)
+    if refused is not None:
+        yield refused
+        return
     try:
         session = new_session(context, inputs)
     except (SettingsError, ModelLoadError) as error:
@@ -249,6 +288,10 @@ def step_lines(session: RunSession, new_events: dict, verify_phase: bool) -> dic
 
 def step(context: AppContext, inputs: PageInputs, session: RunSession | None) -> Iterator[ViewUpdate]:
     """Advance every method by half a target forward pass (draft, then verdict) and say what happened."""
+    context, refused = contexts_for(context, inputs)
+    if refused is not None:
+        yield refused
+        return
     try:
         session = session_for_step(context, inputs, session)
     except (SettingsError, ModelLoadError) as error:

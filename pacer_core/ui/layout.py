@@ -21,6 +21,7 @@ from ..drafters import measured_gamma
 from ..preverifier import ConfidencePreVerifier, own_threshold
 from ..settings import FIELD_BY_NAME, Limits
 from . import COLUMN_METHODS, METHOD_LABELS, columns, handlers, narration, page, plots, tables
+from .drafter_menu import DrafterMenu
 from .handlers import AppContext, PageInputs, ViewUpdate
 from .session import preverifier_kind
 
@@ -92,16 +93,18 @@ class Controls:
     chat: gr.Checkbox
     own_threshold: gr.Checkbox
     measure_ar: gr.Checkbox
+    drafter: gr.Dropdown
 
     def inputs(self, session_state: gr.State) -> set:
         return set(self.settings.values()) | {self.prompt, self.chat, self.own_threshold, self.measure_ar,
-                                               session_state}
+                                               self.drafter, session_state}
 
     def read(self, values: dict) -> PageInputs:
         settings = {name: values[component] for name, component in self.settings.items()}
         if values[self.own_threshold]:
             settings["threshold"] = None
-        return PageInputs(values[self.prompt], settings, bool(values[self.chat]), bool(values[self.measure_ar]))
+        return PageInputs(values[self.prompt], settings, bool(values[self.chat]), bool(values[self.measure_ar]),
+                          values[self.drafter] or None)
 
 
 @dataclass
@@ -229,12 +232,29 @@ def other_tabs(preverifier, explain_text: str) -> None:
             gr.Plot(plots.roc_figure(heldout), elem_id="plot-roc", show_label=False)
 
 
+def drafter_dropdown(menu: DrafterMenu) -> gr.Dropdown:
+    """The drafter choice: every drafter the loaded target offers, each with its one-line description."""
+    options = menu.options()
+    return gr.Dropdown([(option.description, option.key) for option in options], value=menu.default_key,
+                       label="Drafter", elem_id="drafter", filterable=False,
+                       info="Who drafts for all three columns (built once on first use; the target stays loaded).")
+
+
+def drafter_choice_view(context: AppContext, key: str, pair_note: str | None) -> dict:
+    """What the page shows for a drafter: the pair line, and where the fixed length and threshold start."""
+    chosen = handlers.drafter_context(context, key)
+    gamma = measured_gamma(chosen.pair) or FIELD_BY_NAME["gamma"].app_value or FIELD_BY_NAME["gamma"].default
+    return {"pair": page.pair_status_html(chosen.pair.describe(), chosen.preverifier_kind, pair_note),
+            "gamma": gamma, "threshold": round(default_threshold(chosen.preverifier, 0.7), 2)}
+
+
 def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: str | None = None,
              title: str = "PACER Lab") -> gr.Blocks:
     """The whole app for one ModelPair loaded once per process."""
     limits = limits or Limits.from_env()
     preverifier = preverifier if preverifier is not None else load_preverifier(pair)
-    context = AppContext(pair, preverifier, getattr(preverifier, "kind", None) or preverifier_kind(pair), limits)
+    context = AppContext(pair, preverifier, getattr(preverifier, "kind", None) or preverifier_kind(pair), limits,
+                         DrafterMenu(pair, preverifier))
     examples = load_examples()
     explain_text = EXPLAIN_PATH.read_text(encoding="utf-8") if EXPLAIN_PATH.exists() else ""
 
@@ -246,8 +266,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 # collapsed, then run status, legend and the three columns; narration, plots and table below.
                 with gr.Row(elem_id="pacer-header", equal_height=False):
                     gr.Markdown(INTRO, elem_id="pacer-title", scale=2, min_width=300)
-                    gr.HTML(page.pair_status_html(pair.describe(), context.preverifier_kind, pair_note),
-                            elem_id="pair-status", scale=3, min_width=300)
+                    pair_status = gr.HTML(page.pair_status_html(pair.describe(), context.preverifier_kind, pair_note),
+                                          elem_id="pair-status", scale=3, min_width=300)
                 with gr.Row(equal_height=False, elem_id="prompt-row"):
                     with gr.Column(scale=4, min_width=300):
                         prompt = gr.Textbox(label="Prompt", show_label=False, lines=2, max_lines=6, elem_id="prompt",
@@ -271,9 +291,10 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                                                     min_width=90)
                         measure_ar = gr.Checkbox(value=True, label="Measure the AR baseline too", elem_id="measure-ar",
                                                  container=False)
+                        drafter = drafter_dropdown(context.drafters)
                 view, show_trace, show_rejected = live_outputs(session_state)
             other_tabs(preverifier, explain_text)
-        controls = Controls(prompt, settings, chat, own_threshold, measure_ar)
+        controls = Controls(prompt, settings, chat, own_threshold, measure_ar, drafter)
 
         def show(updates):
             """ViewUpdates → Gradio update dicts; a warning also becomes a toast (HTML: escape it)."""
@@ -293,12 +314,25 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
         def stop(session):
             return handlers.stop(session).status
 
+        @_gpu
+        def choose_drafter(key):
+            """Build the chosen drafter (once) and show it: the pair line, its measured fixed length and threshold."""
+            try:
+                shown = drafter_choice_view(context, key, pair_note)
+            except (ValueError, RuntimeError) as error:
+                gr.Warning(html.escape(str(error)))
+                return {pair_status: page.pair_status_html(pair.describe(), context.preverifier_kind, str(error))}
+            return {pair_status: shown["pair"], settings["gamma"]: shown["gamma"],
+                    settings["threshold"]: shown["threshold"]}
+
         decode = {"inputs": controls.inputs(session_state), "outputs": view.outputs(), "concurrency_id": "decode",
                   "show_progress": "minimal"}
         run_button.click(run_all, api_name="run", **decode)
         prompt.submit(run_all, api_visibility="private", **decode)
         step_button.click(step_once, api_name="step", **decode)
         stop_button.click(stop, inputs=session_state, outputs=view.status, concurrency_limit=None, api_name="stop")
+        drafter.change(choose_drafter, inputs=drafter, outputs=[pair_status, settings["gamma"], settings["threshold"]],
+                       concurrency_id="decode", api_name="choose_drafter")
         # Pure display toggle, in the browser only: hide struck-through drafts to read the final text.
         show_rejected.change(None, inputs=show_rejected, js=(
             "(show) => { document.body.classList.toggle('pacer-hide-rejected', !show); return show; }"),

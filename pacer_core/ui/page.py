@@ -41,6 +41,10 @@ def drafter_text(describe: dict) -> str:
                 f"(proposes its {drafter['kept_ids']:,} most frequent ids)")
     if drafter.get("kind") == "independent":
         return f"{describe.get('draft', '?')}: a separate small model"
+    if drafter.get("kind") == "self-quantized":
+        kept = f", proposes its {drafter['kept_ids']:,} most frequent ids" if drafter.get("kept_ids") else ""
+        return (f"{describe.get('draft', '?')}: the target's own weights, int{drafter.get('bits', '?')} weight-only "
+                f"({drafter.get('quantized_megabytes', 0):.0f} MB{kept})")
     return str(describe.get("draft", "?"))
 
 

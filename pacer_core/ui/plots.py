@@ -336,10 +336,11 @@ def timeline_figure(events_by_method: dict) -> go.Figure:
 ALPHAS = [i / 50 for i in range(51)]
 
 
-def speedup_figure(events_by_method: dict) -> go.Figure:
+def speedup_figure(events_by_method: dict, drafter: str | None = None) -> go.Figure:
     """Expected speedup against per-token acceptance α for each speculative method's measured γ, draft cost
-    c and verify cost v (Leviathan et al. 2023; ui/timeline.py), its measured operating point on it, AR at 1."""
-    title = "Speedup vs acceptance (measured costs)"
+    c and verify cost v (Leviathan et al. 2023; ui/timeline.py), its measured operating point on it, AR at 1.
+    ``drafter``: named in the title (c is that drafter's cost per drafted token)."""
+    title = "Speedup vs acceptance (measured costs" + (f"; drafter {drafter})" if drafter else ")")
     ar_seconds = timeline.ar_seconds_per_token(events_by_method.get("ar"))
     if ar_seconds is None:
         return empty_figure(title, "Needs the AR baseline's time per token (tick “Measure the AR baseline”).")

@@ -67,8 +67,11 @@ class RunSession:
     its error instead."""
 
     def __init__(self, pair, prompt: str, settings: dict, chat: bool | None = None,
-                 methods=COLUMN_METHODS, preverifier=None, measure_ar: bool = False, limits: Limits | None = None):
+                 methods=COLUMN_METHODS, preverifier=None, measure_ar: bool = False, limits: Limits | None = None,
+                 drafter: str | None = None):
+        """``drafter``: the page's drafter key this session was started with (``pair`` already drafts with it)."""
         self.pair = pair
+        self.drafter = drafter
         self.limits = limits if limits is not None else Limits.from_env()
         self.prompt = validate_prompt(prompt, self.limits)
         self.validated = validate_settings(self.limits, **settings)
@@ -101,7 +104,7 @@ class RunSession:
             return MethodRun(method, error=str(error))
 
     def key(self) -> tuple:
-        return (self.prompt, tuple(sorted(self.raw_settings.items())), self.chat)
+        return (self.prompt, tuple(sorted(self.raw_settings.items())), self.chat, self.drafter)
 
     # ------------------------------------------------------------ stepping
 

@@ -13,14 +13,14 @@ import pandas as pd
 
 from . import METHOD_LABELS
 
-COLUMNS = ["method", "tau", "alpha", "target_calls", "draft_calls", "new_tokens", "seconds", "tokens_per_s",
+COLUMNS = ["method", "drafter", "tau", "alpha", "target_calls", "draft_calls", "new_tokens", "seconds", "tokens_per_s",
            "speedup", "same_as_ar", "target_loglik"]
 ORDER = ("ar", "fixed", "pacer", "smc")
 
 
 def metrics_row(method: str, result, seconds: float | None = None, status: str | None = None) -> dict:
     """One table row; ``seconds`` overrides the decoder's own wall time (see module doc)."""
-    row = {"method": METHOD_LABELS.get(method, method)}
+    row = {"method": METHOD_LABELS.get(method, method), "drafter": None}
     if result is None:
         row.update({name: None for name in COLUMNS[1:]})
         if status:
@@ -39,8 +39,9 @@ def metrics_row(method: str, result, seconds: float | None = None, status: str |
 
 
 def metrics_frame(results: dict, seconds: dict | None = None, statuses: dict | None = None,
-                  logliks: dict | None = None) -> pd.DataFrame:
-    """Rows AR, fixed, PACER, SMC (those present), with speedup = tokens_per_s / AR tokens_per_s."""
+                  logliks: dict | None = None, drafter: str | None = None) -> pd.DataFrame:
+    """Rows AR, fixed, PACER, SMC (those present), with speedup = tokens_per_s / AR tokens_per_s; ``drafter``
+    names who drafted for the speculative rows."""
     seconds, statuses, logliks = seconds or {}, statuses or {}, logliks or {}
     rows = []
     for method in ORDER:
@@ -57,6 +58,7 @@ def metrics_frame(results: dict, seconds: dict | None = None, statuses: dict | N
             row["same_as_ar"] = same_tokens(result.token_ids, ar_result.token_ids)
         if method in logliks:
             row["target_loglik"] = round(logliks[method], 3)
+        row["drafter"] = "—" if method == "ar" else drafter
     frame = pd.DataFrame([row for _, row in rows], columns=COLUMNS)
     return frame
 

@@ -1,0 +1,127 @@
+"""The drafters the page offers for the loaded target: the pair's independent draft (``small``), the
+feature head (``head``, for the embedded target), and the target's own weights in 8 and 4 bits
+(``self-int8``, ``self-int4``). Each is built once, on first use, and kept for the life of the process; the
+target is never reloaded. A choice is a view of the pair (``ModelPair.with_drafter``: same target,
+tokenizer and device, another drafter) with the pre-verifier trained for that drafter, if one exists.
+
+Memory: the small draft and the head are loaded with the pair (or on first use); each self-quantized copy
+holds only its quantized linear weights and shares the rest with the target (``SelfQuantizedDrafter.describe``
+gives its megabytes: for the embedded 135M target about 129 MB in int8 and 80 MB in int4)."""
+from __future__ import annotations
+
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+
+from .. import embedded
+from ..drafters import SELF_DRAFTERS, load_drafter, measured_drafter
+from ..preverifier import ConfidencePreVerifier, default_preverifier
+from ..quantized_linear import QuantizationUnavailable, check_kernel
+
+KIND_WORDS = {"small": "a separate small model", "head": "a 1-layer head reading the target's hidden state",
+              "self-int8": "the target's own weights in 8 bits", "self-int4": "the target's own weights in 4 bits"}
+
+
+@dataclass(frozen=True)
+class DrafterOption:
+    key: str             # small, head, self-int8, self-int4
+    description: str     # one line: what it is, size, cost per drafted token, agreement when measured
+
+
+def drafter_key(drafter) -> str:
+    """The menu key of a drafter object."""
+    kind = getattr(drafter, "kind", "")
+    if kind == "self-quantized":
+        return f"self-int{drafter.bits}"
+    return "head" if kind == "feature-head" else "small"
+
+
+def describe_option(key: str, size: str, measured: dict, device_type: str) -> str:
+    """``small · a separate small model · 16M parameters · c = 0.13 of a target step · agreement 0.39``."""
+    parts = [key, KIND_WORDS.get(key, "drafter"), size]
+    cost = (measured.get("cost") or {}).get(device_type)
+    parts.append(f"c = {cost:.2f} of a target step on {device_type}" if cost else "cost not measured here")
+    if measured.get("agreement") is not None:
+        parts.append(f"agreement {measured['agreement']:.2f}")
+    return " · ".join(parts)
+
+
+def size_text(drafter) -> str:
+    described = drafter.describe()
+    if "quantized_megabytes" in described:
+        return f"{described['quantized_megabytes']:.0f} MB of int{described['bits']} weights"
+    return f"{described.get('parameters', 0) / 1e6:.1f}M parameters"
+
+
+def estimated_size(pair, key: str) -> str:
+    """A drafter's size before it is built: a self-quantized copy stores bits/8 bytes per linear weight."""
+    if key in SELF_DRAFTERS:
+        linear = sum(module.weight.numel() for module in pair.target.modules()
+                     if hasattr(module, "in_features") and hasattr(module, "weight"))
+        return f"≈{linear * SELF_DRAFTERS[key] / 8 / 2 ** 20:.1f} MB of int{SELF_DRAFTERS[key]} weights"
+    return "loaded on first use"
+
+
+class DrafterMenu:
+    """Drafter key → a pair view drafting with it, built on first use (thread-safe) and kept."""
+
+    def __init__(self, pair, preverifier=None):
+        """``preverifier``: the one already loaded for the pair's own drafter (found again when None)."""
+        self.pair = pair
+        self.default_key = drafter_key(pair.drafter)
+        self._views = {self.default_key: pair}
+        self._preverifiers: dict = {} if preverifier is None else {self.default_key: preverifier}
+        self._lock = threading.Lock()
+        self.keys = [key for key in ("small", "head", "self-int8", "self-int4") if self._available(key)]
+        if self.default_key not in self.keys:
+            self.keys.insert(0, self.default_key)
+
+    def _available(self, key: str) -> bool:
+        if key == "small":
+            return self.pair.draft is not None
+        if key == "head":
+            return self.pair.target_id == embedded.TARGET_NAME and embedded.EMBEDDED_HEAD_DIR.exists()
+        try:
+            check_kernel(SELF_DRAFTERS[key], self.pair.device)
+        except QuantizationUnavailable:
+            return False
+        return True
+
+    def view(self, key: str | None):
+        """The pair drafting with ``key`` (None or "": the pair's own drafter). ValueError for a key the
+        menu does not offer or a drafter that cannot be built."""
+        key = key or self.default_key
+        if key not in self.keys:
+            raise ValueError(f"Unknown drafter '{key}': this page offers {', '.join(self.keys)}.")
+        with self._lock:
+            if key not in self._views:
+                self._views[key] = self.pair.with_drafter(load_drafter(self.pair, key))
+            return self._views[key]
+
+    def preverifier(self, key: str | None):
+        """PACER's pre-verifier for the drafter: the layer trained for it, else the confidence rule (a broken
+        layer file is reported in the log and replaced by the rule)."""
+        key = key or self.default_key
+        view = self.view(key)
+        with self._lock:
+            if key not in self._preverifiers:
+                try:
+                    self._preverifiers[key] = default_preverifier(view)
+                except Exception:  # noqa: BLE001 - a broken optional layer must not stop the app
+                    traceback.print_exc(file=sys.stderr)
+                    self._preverifiers[key] = ConfidencePreVerifier()
+            return self._preverifiers[key]
+
+    def built(self, key: str) -> bool:
+        return key in self._views
+
+    def options(self) -> list[DrafterOption]:
+        """Every key with its one-line description (a drafter not built yet is described from its kind)."""
+        device_type = self.pair.device.type
+        options = []
+        for key in self.keys:
+            size = size_text(self._views[key].drafter) if key in self._views else estimated_size(self.pair, key)
+            options.append(DrafterOption(key, describe_option(key, size, measured_drafter(self.pair, key),
+                                                              device_type)))
+        return options
