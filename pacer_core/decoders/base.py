@@ -46,6 +46,7 @@ class DecodeState:
     first_verified: int = 0                    # steps whose first drafted token the target judged
     first_accepted: int = 0                    # of those, steps that accepted it
     last_first_accepted: bool | None = None    # the latest such step's verdict
+    phrase_index: object = None                # PACER's phrases.PhraseIndex over ``sequence`` (built on first use)
     started: float = field(default_factory=time.perf_counter)
 
     def record_verdict(self, verified: int, accepted: int) -> None:

@@ -13,7 +13,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from ..events import BlockDecision, StepEvent
-from ..phrases import PhraseMatch, find_phrase
+from ..phrases import PhraseIndex, PhraseMatch
 from ..preverifier import ConfidencePreVerifier, own_threshold, token_features
 from ..preverifier.features import DraftContext, history_context
 from ..settings import DecodeSettings
@@ -41,11 +41,12 @@ class Pacer(SpeculativeDecoder):
         meters = pair_meters(pair, state.device)
         costs = meters.costs.costs() if settings.stop_rule == "cost" else None
         context = history_context(state.first_verified, state.first_accepted, state.last_first_accepted)
+        phrases = phrase_index(state) if settings.phrase_len else None
         while len(draft.drafted_ids) < limit:
             block_start = len(draft.drafted_ids)
             room = limit - block_start
-            phrase = find_phrase(draft.sequence, state.prompt_len, min(settings.phrase_len, room)) \
-                if settings.phrase_len else None
+            phrase = phrases.find(draft.sequence, state.prompt_len, min(settings.phrase_len, room)) \
+                if phrases is not None else None
             size = len(phrase.token_ids) if phrase else min(settings.block_size, room)
             if costs is not None and plan.blocks:
                 estimates = meters.calibration.calibrate(plan.token_probs)
@@ -117,6 +118,14 @@ class Pacer(SpeculativeDecoder):
         return {"preverifier": getattr(self.preverifier, "kind", "custom"), "block_size": settings.block_size,
                 "max_draft_len": settings.max_draft_len, "threshold": self.threshold(settings),
                 "on_fail": settings.on_fail, "stop_rule": settings.stop_rule, "phrase_len": settings.phrase_len}
+
+
+def phrase_index(state: DecodeState) -> PhraseIndex:
+    """The run's phrase index over its committed sequence, brought up to date (built on first use)."""
+    if state.phrase_index is None:
+        state.phrase_index = PhraseIndex()
+    state.phrase_index.sync(state.sequence)
+    return state.phrase_index
 
 
 class BlockPlan:
