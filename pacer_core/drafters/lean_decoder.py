@@ -18,7 +18,6 @@ from torch import nn
 from torch.nn import functional
 
 from ..kvcache import CachedModel
-from .vocabulary import full_vocabulary_logits
 from ..quantized_linear import INT4_GROUP_SIZE, QuantizedLinear, storable_bits
 
 LEAN_MODEL_TYPES = ("llama", "qwen2", "mistral")
@@ -53,12 +52,14 @@ def fused_quantized(bits: int, group_size: int, *layers: nn.Module) -> Quantized
 
 
 class LeanLayer(nn.Module):
-    """One decoder layer: norms shared with the target, projections quantized and fused."""
+    """One decoder layer: projections quantized and fused, norm weights in the activations' dtype."""
 
-    def __init__(self, layer: nn.Module, bits: int, group_size: int):
+    def __init__(self, layer: nn.Module, bits: int, group_size: int, activations: torch.dtype):
         super().__init__()
         attention, mlp = layer.self_attn, layer.mlp
-        self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
+        self.input_norm = layer.input_layernorm.weight.detach().to(activations)
+        self.post_norm = layer.post_attention_layernorm.weight.detach().to(activations)
+        self.epsilon = float(layer.input_layernorm.variance_epsilon)
         self.qkv = fused_quantized(bits, group_size, attention.q_proj, attention.k_proj, attention.v_proj)
         self.output = fused_quantized(bits, group_size, attention.o_proj)
         self.gate_up = fused_quantized(bits, group_size, mlp.gate_proj, mlp.up_proj)
@@ -66,11 +67,6 @@ class LeanLayer(nn.Module):
         self.query_size = attention.q_proj.out_features
         self.kv_size = attention.k_proj.out_features
         self.intermediate = mlp.gate_proj.out_features
-
-
-def rms_norm(hidden: torch.Tensor, norm: nn.Module) -> torch.Tensor:
-    variance = hidden.pow(2).mean(-1, keepdim=True)
-    return hidden * torch.rsqrt(variance + norm.variance_epsilon) * norm.weight
 
 
 def rotate_half(states: torch.Tensor) -> torch.Tensor:
@@ -110,50 +106,50 @@ class LeanKVCache:
 
 
 class LeanDecoder(nn.Module):
-    """The quantized copy's forward over new tokens with a LeanKVCache: the final normed hidden states
-    [B, T, H]; ``lm_head`` (every id) or ``kept_head`` (the kept ids) turn them into scores."""
+    """The quantized copy's forward over new tokens with a LeanKVCache. Activations (the residual stream,
+    norms, attention) are float32 by default: bfloat16 throughout was no faster on the 2-core CPU (its
+    elementwise kernels are slower there) and agreed a little less often with the int8 copy (0.983 vs 0.988)."""
 
     def __init__(self, target: nn.Module, bits: int, group_size: int = INT4_GROUP_SIZE,
-                 kept_ids: torch.Tensor | None = None):
-        """``kept_ids``: the output layer also gets these rows alone (FR-Spec, vocabulary.py), which exact
-        methods draft from; SMC-SD's proposal keeps every row."""
+                 activations: torch.dtype = torch.float32):
         super().__init__()
         inner, config = target.model, target.config
-        self.config = config
-        self.embed, self.final_norm, self.rotary = inner.embed_tokens, inner.norm, inner.rotary_emb
-        self.layers = nn.ModuleList(LeanLayer(layer, bits, group_size) for layer in inner.layers)
-        output = target.get_output_embeddings()
-        self.lm_head = fused_quantized(bits, group_size, output)
-        self.kept_ids = None if kept_ids is None else kept_ids.long().to(output.weight.device)
-        self.kept_head = None if kept_ids is None else QuantizedLinear(
-            output.weight.detach()[self.kept_ids], None if output.bias is None else output.bias.detach()[self.kept_ids],
-            storable_bits(bits, len(self.kept_ids), output.in_features, group_size), group_size)
+        self.config, self.activations = config, activations
+        self.embed, self.rotary = inner.embed_tokens, inner.rotary_emb
+        self.final_norm = inner.norm.weight.detach().to(activations)
+        self.epsilon = float(inner.norm.variance_epsilon)
+        self.layers = nn.ModuleList(LeanLayer(layer, bits, group_size, activations) for layer in inner.layers)
+        self.lm_head = fused_quantized(bits, group_size, target.get_output_embeddings())
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        parameter = next(target.parameters())
-        self.device, self.dtype = parameter.device, parameter.dtype
+        self.hidden_size = config.hidden_size
+        self.device = next(target.parameters()).device
 
     def new_kv_cache(self) -> LeanKVCache:
-        return LeanKVCache(len(self.layers), self.kv_heads, self.head_dim, self.device, self.dtype)
+        return LeanKVCache(len(self.layers), self.kv_heads, self.head_dim, self.device, self.activations)
+
+    def norm(self, hidden: torch.Tensor, weight: torch.Tensor, epsilon: float) -> torch.Tensor:
+        return functional.rms_norm(hidden, (self.hidden_size,), weight, epsilon)
 
     @torch.inference_mode()
-    def forward(self, token_ids: torch.Tensor, cache: LeanKVCache) -> torch.Tensor:
+    def forward(self, token_ids: torch.Tensor, cache: LeanKVCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [B, T, V], the final normed hidden states [B, T, H])."""
         batch, count = token_ids.shape
         start = cache.length
         cache.ensure(batch, start + count)
-        hidden = self.embed(token_ids)
+        hidden = self.embed(token_ids).to(self.activations)
         positions = torch.arange(start, start + count, device=self.device).unsqueeze(0)
-        cos, sin = self.rotary(hidden, positions)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)                                   # [1, 1, T, D]
+        cos, sin = (table.unsqueeze(2) for table in self.rotary(hidden, positions))        # [1, T, 1, D]
         mask = self._mask(start, count)
         for index, layer in enumerate(self.layers):
-            hidden = hidden + self._attention(layer, rms_norm(hidden, layer.input_norm), cos, sin, cache, index,
-                                              start, mask)
-            gate, up = layer.gate_up(rms_norm(hidden, layer.post_norm)).split(layer.intermediate, dim=-1)
+            normed = self.norm(hidden, layer.input_norm, layer.epsilon)
+            hidden = hidden + self._attention(layer, normed, cos, sin, cache, index, start, mask)
+            gate, up = layer.gate_up(self.norm(hidden, layer.post_norm, layer.epsilon)).split(layer.intermediate, -1)
             hidden = hidden + layer.down(functional.silu(gate) * up)
         cache.length = start + count
-        return rms_norm(hidden, self.final_norm)
+        final = self.norm(hidden, self.final_norm, self.epsilon)
+        return self.lm_head(final), final
 
     def _mask(self, start: int, count: int) -> torch.Tensor | None:
         """Causal over the new tokens (None for one token: it sees everything before it)."""
@@ -164,16 +160,17 @@ class LeanDecoder(nn.Module):
         return key_positions[None, :] <= query_positions[:, None]
 
     def _attention(self, layer: LeanLayer, normed, cos, sin, cache: LeanKVCache, index: int, start: int, mask):
+        """Rotary positions on queries and keys together (one fused product made them adjacent), the new
+        keys and values into the cache, grouped-query attention over everything cached."""
         batch, count, _ = normed.shape
-        query, key, value = layer.qkv(normed).split((layer.query_size, layer.kv_size, layer.kv_size), dim=-1)
-        query = query.view(batch, count, self.heads, self.head_dim).transpose(1, 2)
-        key = key.view(batch, count, self.kv_heads, self.head_dim).transpose(1, 2)
-        value = value.view(batch, count, self.kv_heads, self.head_dim).transpose(1, 2)
-        query = query * cos + rotate_half(query) * sin
-        key = key * cos + rotate_half(key) * sin
+        mixed = layer.qkv(normed)
+        query_key = mixed[..., : layer.query_size + layer.kv_size].view(batch, count, -1, self.head_dim)
+        query_key = query_key * cos + rotate_half(query_key) * sin
+        query = query_key[:, :, : self.heads].transpose(1, 2)
         end = start + count
-        cache.keys[index][:, :, start:end] = key
-        cache.values[index][:, :, start:end] = value
+        cache.keys[index][:, :, start:end] = query_key[:, :, self.heads:].transpose(1, 2)
+        cache.values[index][:, :, start:end] = mixed[..., layer.query_size + layer.kv_size:].view(
+            batch, count, self.kv_heads, self.head_dim).transpose(1, 2)
         attended = functional.scaled_dot_product_attention(
             query, cache.keys[index][:, :, :end], cache.values[index][:, :, :end], attn_mask=mask,
             enable_gqa=self.kv_heads != self.heads)
@@ -187,10 +184,8 @@ class LeanCache:
     features = None
     feature_length = 0
 
-    def __init__(self, decoder: LeanDecoder, vocab_size: int, every_id: bool = False):
-        """``every_id``: score the whole vocabulary even when the decoder has kept ids (SMC-SD)."""
+    def __init__(self, decoder: LeanDecoder, vocab_size: int):
         self.decoder, self.vocab_size = decoder, vocab_size
-        self.reduced = decoder.kept_head is not None and not every_id
         self.kv = decoder.new_kv_cache()
         self.device = decoder.device
         self.calls = 0
@@ -202,12 +197,9 @@ class LeanCache:
     def forward(self, new_token_ids, output_hidden_states: bool = False):
         if not torch.is_tensor(new_token_ids):
             new_token_ids = torch.tensor([list(new_token_ids)], dtype=torch.long)
-        hidden = self.decoder(new_token_ids.to(self.device), self.kv)
+        logits, hidden = self.decoder(new_token_ids.to(self.device), self.kv)
         self.calls += 1
-        if self.reduced:
-            logits = full_vocabulary_logits(self.decoder.kept_head(hidden), self.decoder.kept_ids, self.vocab_size)
-        else:
-            logits = self.decoder.lm_head(hidden)[..., : self.vocab_size].float()
+        logits = logits[..., : self.vocab_size].float()
         return (logits, hidden.float()) if output_hidden_states else logits
 
     def crop(self, length: int) -> None:

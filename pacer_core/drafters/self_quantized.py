@@ -40,13 +40,13 @@ class SelfQuantizedDrafter:
     @classmethod
     def from_target(cls, target: nn.Module, vocab_size: int, name: str, target_id: str = "",
                     group_size: int = INT4_GROUP_SIZE, lean: bool = True,
-                    kept_ids: torch.Tensor | None = None) -> "SelfQuantizedDrafter":
+                    activations: torch.dtype = torch.float32) -> "SelfQuantizedDrafter":
         """Quantize the target's linear layers (seconds). ``lean``: use the lean decode step when the
-        architecture has one; ``kept_ids``: exact methods draft from these ids only (lean step only)."""
+        architecture has one (``activations``: its dtype)."""
         bits = SELF_DRAFTERS[name]
         check_kernel(bits, next(target.parameters()).device, group_size)
         if lean and lean_supported(target):
-            model = LeanDecoder(target, bits, group_size, kept_ids)
+            model = LeanDecoder(target, bits, group_size, activations)
         else:
             model = quantized_copy(target, bits, group_size)
         return cls(model, vocab_size, name, bits, target_id)
@@ -57,19 +57,15 @@ class SelfQuantizedDrafter:
 
     def new_cache(self, target_cache, full_support: bool = False):
         if self.lean:
-            return LeanCache(self.model, self.vocab_size, every_id=full_support)
+            return LeanCache(self.model, self.vocab_size)
         return CachedModel(self.model, self.vocab_size)
-
-    def _kept(self) -> dict:
-        kept = getattr(self.model, "kept_ids", None)
-        return {} if kept is None else {"kept_ids": int(kept.numel())}
 
     def quantized_bytes(self) -> int:
         return sum(module.nbytes() for module in self.model.modules() if isinstance(module, QuantizedLinear))
 
     def describe(self) -> dict:
         return {"kind": self.kind, "name": self.name, "bits": self.bits, "dtype": f"int{self.bits} weights",
-                "of": self.target_id, "lean_step": self.lean, **self._kept(),
+                "of": self.target_id, "lean_step": self.lean,
                 "parameters": count_parameters(self.model),
                 "quantized_megabytes": round(self.quantized_bytes() / 2 ** 20, 1)}
 
