@@ -22,6 +22,7 @@ from typing import Iterator
 from ..models import ModelLoadError
 from ..settings import Limits, SettingsError
 from . import METHOD_LABELS, columns, measured, narration, page, plots, tables
+from .live import LiveColumns
 from .drafter_menu import drafter_key
 from .session import RunSession, user_message
 
@@ -58,7 +59,7 @@ class PageInputs:
 @dataclass
 class ViewUpdate:
     """What one handler step changes on the page. A field left None keeps what the page shows."""
-    columns: dict[str, str] | None = None       # method → column HTML
+    columns: dict[str, object] | None = None    # method → column HTML, or a running column in parts (ui/live.py)
     plots: dict[str, object] | None = None      # plot name (plots_view's keys) → plotly figure
     status: str | None = None                   # run-status HTML
     narration: str | None = None                # narration HTML
@@ -117,6 +118,15 @@ def columns_view(context: AppContext, session: RunSession, running: bool, pendin
     """Every column's HTML; methods in ``pending`` show their newest step as drafted, not yet verified."""
     return {method: columns.column_html(method, run.events, run.result, run.error, running=running and not run.done,
                                         note=column_note(context, session, method), pending=method in pending)
+            for method, run in session.runs.items()}
+
+
+def live_columns_view(context: AppContext, session: RunSession, live: LiveColumns) -> dict[str, object]:
+    """``columns_view`` while Run streams, at a cost per update that does not grow with the run: running
+    columns in parts from ``live`` (ui/live.py: only the new events are rendered, and Gradio sends only what
+    changed), finished ones rendered once."""
+    return {method: live.value(method, run.events, run.result, run.error,
+                               note=lambda method=method: column_note(context, session, method))
             for method, run in session.runs.items()}
 
 
@@ -246,10 +256,10 @@ def run(context: AppContext, inputs: PageInputs, plot_interval_s: float = PLOT_I
     yield ViewUpdate(columns=columns_view(context, session, running=True),
                      status=page.run_status_html("Running…", "busy"),
                      narration=narration.narration_html({}), table=table_view(session), session=session)
-    last_plot, plot_cost, redraws = 0.0, 0.0, 0
+    last_plot, plot_cost, redraws, live = 0.0, 0.0, 0, LiveColumns()
     while not session.finished:
         session.advance()
-        update = ViewUpdate(columns=columns_view(context, session, running=True),
+        update = ViewUpdate(columns=live_columns_view(context, session, live),
                             status=page.run_status_html(f"Running… step {steps_so_far(session)}", "busy"))
         if plots_due(time.perf_counter() - last_plot, plot_cost, plot_interval_s):
             drawing = time.perf_counter()

@@ -20,7 +20,7 @@ import gradio as gr
 from ..drafters import measured_gamma
 from ..preverifier import ConfidencePreVerifier, own_threshold
 from ..settings import FIELD_BY_NAME, Limits
-from . import COLUMN_METHODS, METHOD_LABELS, columns, handlers, narration, page, plots, tables
+from . import COLUMN_METHODS, METHOD_LABELS, columns, handlers, live, narration, page, plots, tables
 from .drafter_menu import DrafterMenu
 from .handlers import AppContext, PageInputs, ViewUpdate
 from .session import preverifier_kind
@@ -198,9 +198,12 @@ def live_outputs(session_state: gr.State) -> tuple[PageView, gr.Checkbox, gr.Che
         for method in COLUMN_METHODS:
             with gr.Column(min_width=280):
                 # No autoscroll: the answer stays at the top of the box while the trace grows beneath it.
+                # The template joins a running column's parts (ui/live.py), so a streamed update sends only
+                # what changed; a plain string shows as it is.
                 column_boxes[method] = gr.HTML(columns.column_html(method, []), elem_id=f"col-{method}",
                                                label=METHOD_LABELS[method], elem_classes=["pacer-col-box"],
-                                               max_height=480, autoscroll=False, container=True, padding=True)
+                                               max_height=480, autoscroll=False, container=True, padding=True,
+                                               html_template=live.COLUMN_TEMPLATE)
     narration_box = gr.HTML(narration.narration_html({}), elem_id="narration", label="Step-through narration")
     plot_boxes = {}
     plot_rows = (("timeline",), ("speedup", "histogram"), ("lengths", "accept", "blocks"),
