@@ -4,7 +4,6 @@ handlers on the embedded pair with the guide's settings, and the test asserts wh
 to look for. The step-through exercise also runs in the browser, picked from the page's example list."""
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -12,19 +11,13 @@ import pytest
 from app_process import browser_marks
 
 from pacer_core.ui import handlers, timeline
+from pacer_core.ui.drafter_menu import DrafterMenu
 from pacer_core.ui.handlers import AppContext, PageInputs
 from pacer_core.ui.workshop import GUIDE_PATH, load_examples, load_workshop, render_guide, starting_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKSHOP = load_workshop()
 DEFAULT_PROMPT = "Write a Python function that returns the factorial of n."
-DEFAULT_DRAFTER = "small"      # the embedded target's default drafter (the shipped 16M draft)
-NEEDS_DRAFTER = ("the app's drafter choice (a `drafter` field of handlers.PageInputs) is not in this tree yet, so "
-                 "this exercise's second run (Drafter self-int4) cannot be replayed; its first run was checked")
-
-
-def drafter_choice_available() -> bool:
-    return "drafter" in {field.name for field in dataclasses.fields(PageInputs)}
 
 
 # ---------------------------------------------------------------- the guide and the page's list (no model)
@@ -61,22 +54,22 @@ def test_an_unknown_example_label_is_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def context(embedded_pair):
+    """The app's context as build_ui makes it: the pair, its pre-verifier and the drafter menu."""
     from pacer_core.preverifier import default_preverifier
 
     preverifier = default_preverifier(embedded_pair)
-    return AppContext(embedded_pair, preverifier, getattr(preverifier, "kind", "heuristic"))
+    return AppContext(embedded_pair, preverifier, getattr(preverifier, "kind", "heuristic"),
+                      drafters=DrafterMenu(embedded_pair, preverifier))
 
 
 def page_inputs(context, run) -> PageInputs:
-    """What the page sends after the class followed the run: the settings as the page starts them with the run's
-    changes, the pair's chat template, the AR baseline measured, and the chosen drafter."""
-    settings = starting_settings(context.pair, context.preverifier, context.limits) | run.settings
-    chosen = {}
-    if run.drafter is not None and drafter_choice_available():
-        chosen["drafter"] = run.drafter
-    elif run.drafter not in (None, DEFAULT_DRAFTER):
-        pytest.skip(NEEDS_DRAFTER)
-    return PageInputs(run.prompt, settings, chat=context.pair.use_chat_template, measure_ar=True, **chosen)
+    """What the page sends after the class followed the run: the settings as the page starts them (γ where the
+    chosen drafter moves it) with the run's changes, the pair's chat template, the AR baseline measured, and the
+    chosen drafter."""
+    drafter_pair = handlers.drafter_context(context, run.drafter).pair
+    settings = starting_settings(context.pair, context.preverifier, context.limits, drafter_pair) | run.settings
+    return PageInputs(run.prompt, settings, chat=context.pair.use_chat_template, measure_ar=True,
+                      drafter=run.drafter)
 
 
 _REPLAYS: dict = {}
@@ -199,13 +192,14 @@ def check_smc_particles(context, exercise):
     print(f"small draft: {sum(event.resampled for event in cycles)} of {len(cycles)} cycles resampled, "
           f"KL {small.proposal_kl:.2f} nats/token")
     assert any(event.resampled for event in cycles)
-    if not drafter_choice_available():
-        pytest.skip(NEEDS_DRAFTER)
     close = session_of(context, close_run)
     close_cycles = close.runs["smc"].events
     print(f"self-int4: {sum(event.resampled for event in close_cycles)} of {len(close_cycles)} cycles resampled, "
           f"KL {close.proposal_kl:.2f} nats/token")
+    assert close.pair.drafter.kind == "self-quantized"
     assert close.proposal_kl < small.proposal_kl
+    mean_ess = [sum(event.ess for event in events) / len(events) for events in (cycles, close_cycles)]
+    assert mean_ess[1] > mean_ess[0]                  # the weights stay more even with the closer drafter
 
 
 CHECKS = {"step-through": check_step_through, "easy-and-hard": check_easy_and_hard,

@@ -114,9 +114,10 @@ def format_value(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def starting_settings(pair, preverifier=None, limits: Limits | None = None) -> dict:
+def starting_settings(pair, preverifier=None, limits: Limits | None = None, drafter_pair=None) -> dict:
     """The Settings accordion's values before anyone touches it, as the page sends them (layout.settings_panel):
-    each control at its app value, γ at the draft length measured for the pair, PACER's block size and
+    each control at its app value, γ at the draft length measured for the drafter (``drafter_pair``: the pair
+    drafting with the Drafter chosen in the page, which moves γ; default ``pair``), PACER's block size and
     threshold the pre-verifier's own."""
     from ..drafters import measured_gamma
 
@@ -124,7 +125,7 @@ def starting_settings(pair, preverifier=None, limits: Limits | None = None) -> d
     values = {field.name: field.default if field.app_value is None else field.app_value
               for field in FIELDS if field.name in PAGE_CONTROLS}
     values["max_new_tokens"] = min(values["max_new_tokens"], limits.max_new_tokens)
-    values["gamma"] = measured_gamma(pair) or values["gamma"]
+    values["gamma"] = measured_gamma(drafter_pair if drafter_pair is not None else pair) or values["gamma"]
     block_size = getattr(preverifier, "config", {}).get("block_size") if preverifier is not None else None
     if block_size:
         values["block_size"] = block_size
