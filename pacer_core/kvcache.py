@@ -11,6 +11,89 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
+
+
+class GrowingLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys and values live in buffers with room to grow, so a forward writes its new
+    positions in place. DynamicLayer appends with ``torch.cat``, which copies every cached position at every
+    forward: a cost that grows with the position apart from attention itself (the embedded target at 2,000
+    positions: ~10 ms a forward on one CPU core, ~100 ms with SMC-SD's 4 particles; docs/measurements.md,
+    "Long answers and long prompts"). ``keys`` / ``values`` are views of the first ``length`` positions
+    ([B, H, length, D] of [B, H, capacity, D]); the buffer grows by a quarter (at least GROW_BY positions)
+    when full, so an append copies the cache once every GROW_BY or more tokens."""
+
+    GROW_BY = 256
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self.key_buffer = self.value_buffer = None
+        self.length = 0
+
+    def _views(self) -> None:
+        self.keys, self.values = self.key_buffer[:, :, : self.length], self.value_buffer[:, :, : self.length]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start, end = self.length, self.length + key_states.shape[-2]
+        if self.key_buffer is None or end > self.key_buffer.shape[-2] or self.key_buffer.shape[0] != key_states.shape[0]:
+            capacity = end + max(self.GROW_BY, end // 4)
+            batch, heads, _, key_dim = key_states.shape
+            keys = key_states.new_empty(batch, heads, capacity, key_dim)
+            values = value_states.new_empty(batch, heads, capacity, value_states.shape[-1])
+            if start:
+                keys[:, :, :start] = self.key_buffer[:, :, :start]
+                values[:, :, :start] = self.value_buffer[:, :, :start]
+            self.key_buffer, self.value_buffer = keys, values
+        self.key_buffer[:, :, start:end] = key_states
+        self.value_buffer[:, :, start:end] = value_states
+        self.length = end
+        self._views()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length if self.is_initialized else 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError(f"GrowingLayer.crop takes the number of tokens to remove as a negative integer "
+                             f"(got {tokens_to_remove}).")
+        if tokens_to_remove == 0 or not self.is_initialized:
+            return
+        self.length = max(self.length + tokens_to_remove, 0)
+        self._views()
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Row i becomes old row beam_idx[i] (the batch may change size: SMC-SD's 1 → N after prefill)."""
+        if self.is_initialized and self.key_buffer is not None:
+            index = beam_idx.to(self.key_buffer.device)
+            self.key_buffer = self.key_buffer.index_select(0, index)
+            self.value_buffer = self.value_buffer.index_select(0, index)
+            self._views()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.is_initialized and self.key_buffer is not None:
+            self.key_buffer = self.key_buffer.repeat_interleave(repeats, dim=0)
+            self.value_buffer = self.value_buffer.repeat_interleave(repeats, dim=0)
+            self._views()
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized and self.key_buffer is not None:
+            self.key_buffer, self.value_buffer = self.key_buffer[indices, ...], self.value_buffer[indices, ...]
+            self._views()
+
+    def reset(self) -> None:
+        self.key_buffer = self.value_buffer = None
+        self.length = 0
+        super().reset()
+
+
+class GrowingCache(DynamicCache):
+    """A DynamicCache made of ``GrowingLayer``s (same interface: crop, reorder_cache, get_seq_length)."""
+
+    def __init__(self):
+        Cache.__init__(self, layer_class_to_replicate=GrowingLayer)
 
 
 class CachedModel:
@@ -19,7 +102,7 @@ class CachedModel:
     def __init__(self, model, vocab_size: int, keep_features: bool = False):
         self.model = model
         self.vocab_size = vocab_size
-        self.cache = DynamicCache()
+        self.cache = GrowingCache()
         self.length = 0
         self.calls = 0
         self.device = next(model.parameters()).device
