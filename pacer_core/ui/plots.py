@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from ..events import SMCCycleEvent, StepEvent, TokenState
 from . import timeline
@@ -18,12 +19,44 @@ from .genealogy import Fate, lineage
 METHOD_COLOURS = {"ar": "#000000", "fixed": "#56B4E9", "pacer": "#0072B2", "smc": "#CC79A7", "oracle": "#000000"}
 ACCEPTED, REJECTED, STOPPED, DUPLICATED = "#009E73", "#D55E00", "#E69F00", "#CC79A7"
 PARTICLE_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+# A long run's figures keep a bounded number of points, so a redraw costs about the same at 48 tokens as at
+# 512: per-step plots show every k-th step (``thinned``), the timeline groups consecutive passes, the SMC-SD
+# weights and genealogy show the latest cycles.
+MAX_STEPS_SHOWN = 160
+MAX_CYCLES_SHOWN = 48
+
+
+def _page_template() -> go.layout.Template:
+    """plotly_white reduced to what these 2-D bar and scatter figures read (its layout colours, axes, fonts and
+    its bar and scatter defaults): the same look, ~0.8 KB per figure on the page instead of ~7 KB, and
+    several times faster to apply (plotly validates and copies a figure's whole template)."""
+    white = pio.templates["plotly_white"].to_plotly_json()
+    kept = ("colorway", "font", "hovermode", "hoverlabel", "paper_bgcolor", "plot_bgcolor", "xaxis", "yaxis",
+            "shapedefaults", "annotationdefaults", "title", "autotypenumbers")
+    layout = {key: value for key, value in white["layout"].items() if key in kept}
+    return go.layout.Template(layout=layout, data={kind: white["data"][kind] for kind in ("bar", "scatter")})
+
+
+PAGE_TEMPLATE = _page_template()
+
+
+def thinned(items: list, limit: int = MAX_STEPS_SHOWN) -> tuple[list, int]:
+    """At most ``limit`` of ``items`` and the stride k: every k-th item counted back from the last (the
+    newest is always shown), k the smallest that fits; all of them (k = 1) when they fit."""
+    if len(items) <= limit:
+        return list(items), 1
+    stride = -(-len(items) // limit)
+    return items[len(items) - 1::-stride][::-1], stride
+
+
+def _thinned_title(title: str, stride: int, unit: str = "step") -> str:
+    return title if stride == 1 else f"{title} (one {unit} in {stride} shown)"
 
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int = 340) -> go.Figure:
     fig.update_layout(title={"text": title, "font": {"size": 16}, "x": 0.01, "xanchor": "left", "y": 0.985,
                              "yanchor": "top"},
-                      template="plotly_white", height=height,
+                      template=PAGE_TEMPLATE, height=height,
                       margin={"l": 55, "r": 15, "t": 88, "b": 45}, xaxis_title=x_title, yaxis_title=y_title,
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0, "font": {"size": 12}},
                       hoverlabel={"font": {"size": 12}}, font={"size": 12})
@@ -57,6 +90,9 @@ def draft_length_figure(fixed_events, pacer_events, oracle: list | None = None,
     fixed, pacer = _steps(fixed_events), _steps(pacer_events)
     if not fixed and not pacer:
         return empty_figure(title, "Run to see how many tokens each method drafts per step.")
+    (fixed, stride), (pacer, pacer_stride) = thinned(fixed), thinned(pacer)
+    stride = max(stride, pacer_stride)
+    title = _thinned_title(title, stride)
     fig = go.Figure()
     for name, label, events, dash in (("fixed", "fixed γ", fixed, "solid"), ("pacer", "PACER", pacer, "solid")):
         if events:
@@ -73,6 +109,8 @@ def draft_length_figure(fixed_events, pacer_events, oracle: list | None = None,
                 hovertext=[f"step {e.step + 1}: {e.n_accepted} accepted" for e in events], hoverinfo="text"))
     if oracle:
         steps = oracle_steps or list(range(1, len(oracle) + 1))
+        pairs, _ = thinned(list(zip(steps, oracle)))
+        steps, oracle = [step for step, _ in pairs], [value for _, value in pairs]
         fig.add_trace(go.Scatter(x=steps, y=oracle, mode="lines+markers", name=html.escape(oracle_label),
                                  line={"color": METHOD_COLOURS["oracle"], "dash": "dot", "shape": "hv"},
                                  marker={"symbol": "x", "size": 7},
@@ -120,7 +158,9 @@ def block_scores_figure(pacer_events) -> go.Figure:
     dashed line is the highest threshold any block was judged by."""
     title = "PACER pre-verifier block scores"
     points = []
-    for event in _steps(pacer_events):
+    shown, stride = thinned(_steps(pacer_events))
+    title = _thinned_title(title, stride)
+    for event in shown:
         for block in event.blocks:
             tokens = [t for t in event.tokens if t.block == block.index]
             points.append((event.step + 1, block, "".join(t.text for t in tokens)))
@@ -154,6 +194,9 @@ def smc_weights_figure(smc_events) -> go.Figure:
     cycles = _cycles(smc_events)
     if not cycles:
         return empty_figure(title, "SMC-SD's particle weights appear here.")
+    if len(cycles) > MAX_CYCLES_SHOWN:
+        title = f"{title} (the last {MAX_CYCLES_SHOWN} of {len(cycles)})"
+        cycles = cycles[-MAX_CYCLES_SHOWN:]
     n = max(len(c.weights) for c in cycles)
     fig = go.Figure()
     for row in range(n):
@@ -174,6 +217,8 @@ def smc_ess_figure(smc_events) -> go.Figure:
     cycles = _cycles(smc_events)
     if not cycles:
         return empty_figure(title, "ESS per cycle appears here.")
+    cycles, stride = thinned(cycles)
+    title = _thinned_title(title, stride, "cycle")
     x = [c.step + 1 for c in cycles]
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=x, y=[c.ess for c in cycles], mode="lines+markers", name="ESS",
@@ -229,6 +274,9 @@ def smc_genealogy_figure(smc_events) -> go.Figure:
     lines = lineage(smc_events)
     if not lines:
         return empty_figure(title, "Which particle descends from which appears here.")
+    if len(lines) > MAX_CYCLES_SHOWN:
+        title = f"{title} (the last {MAX_CYCLES_SHOWN} of {len(lines)} cycles)"
+        lines = lines[-MAX_CYCLES_SHOWN:]
     edge_x, edge_y = _genealogy_edges(lines)
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=edge_x, y=edge_y, mode="lines", line={"color": "#9a9a9a", "width": 1.5},
@@ -296,6 +344,10 @@ def _segment_hover(segment: timeline.Segment) -> str:
     what = {timeline.KEPT_DRAFT: f"drafting the {segment.drafted - segment.wasted} kept of {segment.drafted} tokens",
             timeline.WASTED_DRAFT: f"drafting the {segment.wasted} of {segment.drafted} tokens the target did not keep",
             timeline.VERIFY: "target forward pass" + (" (verify)" if segment.method != "ar" else "")}[segment.kind]
+    if segment.passes > 1:
+        return (f"{html.escape(label)}, passes {segment.step + 1}–{segment.step + segment.passes}: {what}<br>"
+                f"{segment.seconds * 1000:.1f} ms, from {segment.start:.2f} s; the passes added {segment.emitted} "
+                f"token{'s' if segment.emitted != 1 else ''}")
     return (f"{html.escape(label)}, pass {segment.step + 1}: {what}<br>{segment.seconds * 1000:.1f} ms, "
             f"from {segment.start:.2f} s; the pass added {segment.emitted} token{'s' if segment.emitted != 1 else ''}")
 
@@ -304,9 +356,11 @@ def timeline_figure(events_by_method: dict) -> go.Figure:
     """One lane per method; each target pass a block of draft time (kept, then wasted, hatched) and verify
     time, on one axis of seconds. Each lane lays the method's own passes end to end (they ran interleaved)."""
     title = "Timeline: each target pass, draft → verify"
-    segments = timeline.timeline_segments({m: e for m, e in events_by_method.items() if e})
+    segments = timeline.timeline_segments({m: e for m, e in events_by_method.items() if e}, MAX_STEPS_SHOWN)
     if not segments:
         return empty_figure(title, "Run to see each method's target passes on one time axis.")
+    if any(segment.passes > 1 for segment in segments):
+        title += " (long lanes: a bar per group of passes)"
     lanes = [SHORT_LABELS.get(m, m) for m in timeline.LANES if any(s.method == m for s in segments)]
     fig = go.Figure()
     for kind, (name, colour, hatch) in SEGMENT_STYLES.items():

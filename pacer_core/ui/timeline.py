@@ -67,6 +67,7 @@ class Segment:
     drafted: int        # tokens drafted in this pass (0 for AR)
     wasted: int         # of which rejected or discarded
     emitted: int        # tokens the pass added to the output
+    passes: int = 1     # consecutive passes this bar stands for (``method_segments``' ``group``)
 
 
 def _passes(events) -> list:
@@ -82,27 +83,42 @@ def emitted_per_pass(events) -> list[int]:
     return counts
 
 
-def method_segments(method: str, events) -> list[Segment]:
+def method_segments(method: str, events, group: int = 1) -> list[Segment]:
     """One method's lane: per pass, the kept draft time, the wasted draft time, then the verify time
-    (zero-length parts left out)."""
+    (zero-length parts left out). ``group`` > 1: each bar stands for that many consecutive passes (their
+    times and counts summed, ``step`` the first one's), so a long run's lane keeps a bounded number of bars
+    on the same time axis."""
     segments, clock = [], 0.0
-    for event, emitted in zip(_passes(events), emitted_per_pass(events)):
-        drafted, wasted = drafted_and_wasted(event)
-        draft_seconds, verify_seconds = max(event.draft_seconds, 0.0), max(event.verify_seconds, 0.0)
-        wasted_seconds = draft_seconds * wasted / drafted if drafted else 0.0
+    passes = list(zip(_passes(events), emitted_per_pass(events)))
+    for first in range(0, len(passes), max(1, group)):
+        chunk = passes[first: first + max(1, group)]
+        counts = [drafted_and_wasted(event) for event, _ in chunk]
+        drafted, wasted = sum(count for count, _ in counts), sum(lost for _, lost in counts)
+        emitted = sum(count for _, count in chunk)
+        draft_seconds = sum(max(event.draft_seconds, 0.0) for event, _ in chunk)
+        verify_seconds = sum(max(event.verify_seconds, 0.0) for event, _ in chunk)
+        wasted_seconds = sum(max(event.draft_seconds, 0.0) * lost / count
+                             for (event, _), (count, lost) in zip(chunk, counts) if count)
         parts = ((KEPT_DRAFT, draft_seconds - wasted_seconds), (WASTED_DRAFT, wasted_seconds),
                  (VERIFY, verify_seconds))
         for kind, seconds in parts:
             if seconds > 0:
-                segments.append(Segment(method, event.step, kind, clock, seconds, drafted, wasted, emitted))
+                segments.append(Segment(method, chunk[0][0].step, kind, clock, seconds, drafted, wasted, emitted,
+                                        len(chunk)))
                 clock += seconds
     return segments
 
 
-def timeline_segments(events_by_method: dict) -> list[Segment]:
-    """Every lane's segments, lanes in LANES order (methods not in LANES after them)."""
+def timeline_segments(events_by_method: dict, max_bars: int | None = None) -> list[Segment]:
+    """Every lane's segments, lanes in LANES order (methods not in LANES after them). ``max_bars``: a lane
+    with more passes than that groups consecutive passes (the fewest per bar that fit)."""
     order = [m for m in LANES if m in events_by_method] + [m for m in events_by_method if m not in LANES]
-    return [segment for method in order for segment in method_segments(method, events_by_method[method])]
+    segments = []
+    for method in order:
+        count = len(_passes(events_by_method[method]))
+        group = -(-count // max_bars) if max_bars and count > max_bars else 1
+        segments += method_segments(method, events_by_method[method], group)
+    return segments
 
 
 # ---------------------------------------------------------------- expected speedup (Leviathan et al. 2023)
