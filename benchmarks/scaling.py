@@ -134,15 +134,21 @@ def step_records(method: str, events: list, calls: list) -> list[dict]:
 
 
 def at_marks(records: list[dict], marks=MARKS) -> dict:
-    """{mark: {"tokens", "seconds", "tokens_per_s"}} from the steps up to the one that reached the mark."""
+    """{mark: {"tokens", "seconds", "tokens_per_s", "decode_tokens_per_s"}} from the steps up to the one that
+    reached the mark; "decode" leaves out the first step, which also runs the prompt through the models."""
     out, seconds, tokens = {}, 0.0, 0
     pending = sorted(marks)
+    first = records[0] if records else None
     for record in records:
         seconds += record["wall_s"]
         tokens = record["start"] + record["tokens"]
         while pending and tokens >= pending[0]:
             mark = pending.pop(0)
-            out[str(mark)] = {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+            decode_seconds = seconds - first["wall_s"]
+            out[str(mark)] = {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
+                              "first_step_s": first["wall_s"],
+                              "decode_tokens_per_s": (tokens - first["tokens"]) / decode_seconds
+                              if decode_seconds > 0 else None}
     return out
 
 
@@ -171,6 +177,17 @@ def app_settings(pair, max_new_tokens: int) -> dict:
     settings = {"max_new_tokens": max_new_tokens, "temperature": FIELD_BY_NAME["temperature"].app_value, "seed": 0}
     gamma = measured_gamma(pair)
     return settings | ({"gamma": gamma} if gamma else {})
+
+
+def add_speedups(methods: dict) -> None:
+    """Each mark's speedup over AR at the same mark, end to end and for the decoding after the first step."""
+    for row in methods.values():
+        for mark, value in row.get("marks", {}).items():
+            ar = methods.get("ar", {}).get("marks", {}).get(mark)
+            value["speedup_vs_ar"] = value["tokens_per_s"] / ar["tokens_per_s"] if ar else None
+            value["decode_speedup_vs_ar"] = (value["decode_tokens_per_s"] / ar["decode_tokens_per_s"]
+                                             if ar and ar.get("decode_tokens_per_s") and value.get("decode_tokens_per_s")
+                                             else None)
 
 
 def run_prompt(context, record: dict, max_new_tokens: int, eos_ids: set[int]) -> dict:
@@ -204,10 +221,7 @@ def run_prompt(context, record: dict, max_new_tokens: int, eos_ids: set[int]) ->
         first_eos = next((index for index, token in enumerate(output) if token in eos_ids), None)
         methods[method] = {"marks": at_marks(records), "profile": profile(records), "steps": records,
                            "new_tokens": len(output), "busy_s": run.busy_seconds, "first_eos": first_eos}
-    for method, row in methods.items():
-        for mark, value in row.get("marks", {}).items():
-            ar = methods.get("ar", {}).get("marks", {}).get(mark)
-            value["speedup_vs_ar"] = value["tokens_per_s"] / ar["tokens_per_s"] if ar else None
+    add_speedups(methods)
     render = wall - recorder.model_seconds
     return {"id": record["id"], "category": record.get("category"), "prompt_tokens": len(session.prompt_ids),
             "prompt_note": session.prompt_note, "wall_s": wall, "model_s": recorder.model_seconds,
@@ -256,6 +270,21 @@ def report_markdown(report: dict) -> str:
                 cells += [fmt(mean_or_none(s.get("tokens_per_s") for s in speeds)),
                           fmt(mean_or_none(s.get("speedup_vs_ar") for s in speeds), 2, "×")]
             lines.append(f"| {size} | {tokens} | {LABELS[method]} | " + " | ".join(cells) + " |")
+    lines += ["", "## The same without the first step (decoding only)", "",
+              "The first step also runs the prompt through the target (and, for the speculative methods, the "
+              "drafter): first step seconds, then tokens/s and speedup over AR of the steps after it.", "",
+              "| prompt | method | first step s | " + " | ".join(f"tok/s @{m} | ×AR @{m}" for m in MARKS) + " |",
+              "|---|---|---|" + "---|---|" * len(MARKS)]
+    for size in sizes:
+        chosen = [run for run in runs if size_of(run) == size]
+        for method in METHODS:
+            rows = [run["methods"].get(method, {}).get("marks", {}) for run in chosen]
+            first = mean_or_none(row.get(str(MARKS[0]), {}).get("first_step_s") for row in rows)
+            cells = []
+            for mark in MARKS:
+                cells += [fmt(mean_or_none(row.get(str(mark), {}).get("decode_tokens_per_s") for row in rows)),
+                          fmt(mean_or_none(row.get(str(mark), {}).get("decode_speedup_vs_ar") for row in rows), 2, "×")]
+            lines.append(f"| {size} | {LABELS[method]} | {fmt(first)} | " + " | ".join(cells) + " |")
     lines += ["", "## Time per step by output position (ms per step: draft / verify / other; tokens per step)", "",
               "Steps grouped by where the output stood when they started; mean over the prompts of each size.", "",
               "| prompt | method | " + " | ".join(f"{low}–{high}" for low, high in BINS) + " |",
