@@ -198,6 +198,8 @@ def resolve_source(source: str, role: str) -> tuple[str, str]:
     source = str(source).strip()
     if role == "draft" and source == embedded.EMBEDDED:
         source = embedded.DEFAULT_EMBEDDED_DRAFTER
+    if role == "draft":     # the page's drafter names for the embedded drafters
+        source = {"small": embedded.EMBEDDED_SMALL, "head": embedded.EMBEDDED_HEAD}.get(source, source)
     try:
         if role == "target" and source == embedded.EMBEDDED:
             return str(embedded.ensure_embedded_target()), embedded.TARGET_NAME

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .. import embedded
 from ..drafters import SELF_DRAFTERS, load_drafter, measured_drafter
 from ..preverifier import ConfidencePreVerifier, default_preverifier
-from ..quantized_linear import QuantizationUnavailable, check_kernel
+from ..quantized_linear import INT4_GROUP_SIZE, QuantizationUnavailable, check_kernel
 
 KIND_WORDS = {"small": "a separate small model", "head": "a 1-layer head reading the target's hidden state",
               "self-int8": "the target's own weights in 8 bits", "self-int4": "the target's own weights in 4 bits"}
@@ -57,9 +57,11 @@ def size_text(drafter) -> str:
 def estimated_size(pair, key: str) -> str:
     """A drafter's size before it is built: a self-quantized copy stores bits/8 bytes per linear weight."""
     if key in SELF_DRAFTERS:
+        bits = SELF_DRAFTERS[key]
         linear = sum(module.weight.numel() for module in pair.target.modules()
                      if hasattr(module, "in_features") and hasattr(module, "weight"))
-        return f"≈{linear * SELF_DRAFTERS[key] / 8 / 2 ** 20:.1f} MB of int{SELF_DRAFTERS[key]} weights"
+        per_weight = bits / 8 + (4 / INT4_GROUP_SIZE if bits == 4 else 0)    # int4: a bf16 scale and zero a group
+        return f"≈{linear * per_weight / 2 ** 20:.0f} MB of int{bits} weights"
     return "loaded on first use"
 
 

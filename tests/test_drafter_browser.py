@@ -1,0 +1,60 @@
+"""In the browser, on the embedded pair: the Drafter dropdown switches drafters without a restart; the pair
+line, the measured fixed length, the metrics table and the speedup plot follow the choice."""
+from __future__ import annotations
+
+import pytest
+from app_process import browser_marks
+
+RUN_TIMEOUT_S = 420
+
+pytestmark = browser_marks()
+
+
+@pytest.fixture(scope="module")
+def page(app_url, chromium_browser):
+    context = chromium_browser.new_context(viewport={"width": 1600, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(180_000)
+    page.goto(app_url)
+    page.wait_for_selector("#run-button")
+    yield page
+    context.close()
+
+
+def choose_drafter(page, key: str, pair_line: str) -> list[str]:
+    """Open the list, press the option and wait for the pair line to show ``pair_line``; returns the options.
+    (The option gets the mouse-down event itself: the list re-renders as a pointer moves over it.)"""
+    page.click("#drafter input")
+    page.wait_for_selector("[role=option]")
+    listed = page.eval_on_selector_all("[role=option]", "els => els.map(e => e.innerText.trim())")
+    page.locator("[role=option]", has_text=f"{key} ·").first.dispatch_event("mousedown")
+    page.wait_for_function(f"document.querySelector('#pair-status').innerText.includes({pair_line!r})",
+                           timeout=RUN_TIMEOUT_S * 1000)
+    return listed
+
+
+def run_short(page) -> str:
+    page.fill("#prompt textarea", "Name three primary colours.")
+    header = page.locator("#settings button.label-wrap")
+    header.click()
+    box = page.locator("#max-new-tokens input[type=number]")
+    box.fill("6")
+    box.press("Enter")
+    header.click()
+    page.click("#run-button")
+    page.wait_for_selector("#run-status .run-busy", timeout=RUN_TIMEOUT_S * 1000)
+    page.wait_for_selector("#run-status .run-done", timeout=RUN_TIMEOUT_S * 1000)
+    return page.inner_text("#metrics-table")
+
+
+def test_the_page_switches_drafters_and_the_columns_follow(page):
+    listed = choose_drafter(page, "self-int8", "self-int8: the target's own weights, int8")
+    for key in ("small", "head", "self-int8", "self-int4"):
+        assert any(f"{key} ·" in text for text in listed), listed
+    table = run_short(page)
+    assert table.count("self-int8") >= 3, table                 # the fixed, PACER and SMC-SD rows
+    assert "drafter self-int8" in page.inner_text("#plot-speedup")
+
+    choose_drafter(page, "small", "a separate small model")
+    table = run_short(page)
+    assert "self-int8" not in table and table.count("small") >= 3, table
