@@ -17,8 +17,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--target", default=None, help="target model: hub id, local dir or 'embedded' "
                         "(default: $PACER_TARGET or embedded)")
     parser.add_argument("--draft", default=None, help="drafter: hub id or local dir of a draft model, a folder "
-                        "with a trained feature head, or for the embedded target 'embedded' (the shipped default), "
-                        "'embedded-head' or 'embedded-small' (default: $PACER_DRAFT or embedded)")
+                        "with a trained feature head, 'self-int8' or 'self-int4' (the target's own weights quantized "
+                        "at load time, any target), or for the embedded target 'embedded' (the shipped default), "
+                        "'small' or 'head' (default: $PACER_DRAFT or embedded); the page can switch drafters")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: $PACER_DEVICE or auto)")
     parser.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default: $PACER_DTYPE)")
     parser.add_argument("--draft-dtype", default=None, dest="draft_dtype",

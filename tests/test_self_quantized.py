@@ -74,6 +74,9 @@ def test_the_lean_step_matches_the_quantized_module_tree_through_crops_and_reord
     more = torch.tensor([[5, 6], [7, 8], [9, 10]])
     assert torch.allclose(lean_cache.forward(more), tree_cache.forward(more), atol=1e-4)
     assert lean_cache.length == tree_cache.length == 6
+    last = lean_cache.forward(torch.tensor([[1, 2, 3]] * 3), keep=1)
+    assert last.shape == (3, 1, 64) and torch.allclose(last[:, -1], tree_cache.forward(
+        torch.tensor([[1, 2, 3]] * 3))[:, -1], atol=1e-4)
 
 
 def test_the_copy_shares_everything_but_the_linear_weights():

@@ -133,8 +133,10 @@ class LeanDecoder(nn.Module):
         return functional.rms_norm(hidden, (self.hidden_size,), weight, epsilon)
 
     @torch.inference_mode()
-    def forward(self, token_ids: torch.Tensor, cache: LeanKVCache) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits [B, T, V], the final normed hidden states [B, T, H])."""
+    def forward(self, token_ids: torch.Tensor, cache: LeanKVCache,
+                keep: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [B, T, V], the final normed hidden states [B, T, H]); with ``keep`` only the last ``keep``
+        positions go through the output layer (T becomes ``keep`` in both)."""
         batch, count = token_ids.shape
         start = cache.length
         cache.ensure(batch, start + count)
@@ -148,7 +150,7 @@ class LeanDecoder(nn.Module):
             gate, up = layer.gate_up(self.norm(hidden, layer.post_norm, layer.epsilon)).split(layer.intermediate, -1)
             hidden = hidden + layer.down(functional.silu(gate) * up)
         cache.length = start + count
-        final = self.norm(hidden, self.final_norm, self.epsilon)
+        final = self.norm(hidden if not keep else hidden[:, -keep:], self.final_norm, self.epsilon)
         return self.lm_head(final), final
 
     def _mask(self, start: int, count: int) -> torch.Tensor | None:
@@ -194,10 +196,11 @@ class LeanCache:
     def length(self) -> int:
         return self.kv.length
 
-    def forward(self, new_token_ids, output_hidden_states: bool = False):
+    def forward(self, new_token_ids, output_hidden_states: bool = False, keep: int | None = None):
+        """As ``CachedModel.forward``: logits [B, T, V] float32 (only the last ``keep`` rows when given)."""
         if not torch.is_tensor(new_token_ids):
             new_token_ids = torch.tensor([list(new_token_ids)], dtype=torch.long)
-        logits, hidden = self.decoder(new_token_ids.to(self.device), self.kv)
+        logits, hidden = self.decoder(new_token_ids.to(self.device), self.kv, keep)
         self.calls += 1
         logits = logits[..., : self.vocab_size].float()
         return (logits, hidden.float()) if output_hidden_states else logits

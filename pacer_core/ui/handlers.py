@@ -185,8 +185,9 @@ def latest_lines(session: RunSession) -> dict[str, str]:
 
 
 def summary_lines(session: RunSession) -> dict[str, str]:
-    drafted_by = f" Drafter: {drafter_label(session)}."
-    return {method: run.error or narration.summarize_run(run.result, run.events) + drafted_by
+    drafter = drafter_label(session)
+    return {method: run.error or narration.summarize_run(run.result, run.events)
+            + narration.drafter_sentence(method, drafter)
             for method, run in session.runs.items() if run.error or run.result is not None}
 
 

@@ -142,6 +142,26 @@ def summarize_run(result: Result, events: list) -> str:
     return text
 
 
+DRAFTER_LESSONS = {
+    "small": "cheap guesses (about a tenth of a target step each) that the target often rejects",
+    "head": "cheap guesses read off the target's own hidden state, still often rejected",
+    "self-int8": "the target's own weights in 8 bits: guesses almost always accepted, but each costs about half "
+                 "a target step on a CPU",
+    "self-int4": "the target's own weights in 4 bits: guesses usually accepted, each costing about half a target "
+                 "step on a CPU",
+}
+
+
+def drafter_sentence(method: str, drafter: str) -> str:
+    """What the drafter choice means for a finished column (plain text): its cost against its acceptance,
+    and for SMC-SD why the proposal must be close to the target (its weights are p/q)."""
+    lesson = DRAFTER_LESSONS.get(drafter, "the pair's own drafter")
+    if method == "smc":
+        return (f" Drafter {drafter}: {lesson}. SMC-SD weighs each particle by p/q, so the closer the drafter's q "
+                "is to the target's p, the more even the weights and the closer its text to what the target writes.")
+    return f" Drafter {drafter}: {lesson}."
+
+
 def narration_html(lines: dict[str, str]) -> str:
     """The step-through narration box: one escaped paragraph per method."""
     if not lines:
