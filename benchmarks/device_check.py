@@ -39,6 +39,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pacer_core.drafters import drafter_swapped, load_drafter  # noqa: E402
 from pacer_core.api import run_request  # noqa: E402
 from pacer_core.events import Result  # noqa: E402
 from pacer_core.models import ModelPair  # noqa: E402
@@ -60,18 +61,23 @@ OVERHEAD_LIMIT = 0.10   # the issue's bar: above it, the per-step Python work ne
 
 @dataclass
 class MethodRow:
-    """One method and temperature in the report."""
+    """One method and temperature in the report; ``drafter``: drafters.load_drafter's name (None: the pair's)."""
     label: str
     method: str
     temperature: float
     overrides: dict
+    drafter: str | None = None
 
 
 ROWS = [MethodRow("ar", "ar", 0.0, {}), MethodRow("fixed:4", "fixed", 0.0, {"gamma": 4}),
         MethodRow("pacer", "pacer", 0.0, {}),
         MethodRow("ar T=1", "ar", 1.0, {}), MethodRow("fixed:4 T=1", "fixed", 1.0, {"gamma": 4}),
         MethodRow("pacer T=1", "pacer", 1.0, {}),
-        MethodRow("smc:8:4 T=1", "smc", 1.0, {"n_particles": 8, "draft_len": 4})]
+        MethodRow("smc:8:4 T=1", "smc", 1.0, {"n_particles": 8, "draft_len": 4}),
+        # the target's own weights, quantized at load time (drafters/self_quantized.py)
+        MethodRow("fixed:4@self-int4", "fixed", 0.0, {"gamma": 4}, "self-int4"),
+        MethodRow("fixed:4@self-int8", "fixed", 0.0, {"gamma": 4}, "self-int8"),
+        MethodRow("smc:8:4 T=1@self-int4", "smc", 1.0, {"n_particles": 8, "draft_len": 4}, "self-int4")]
 
 
 class NumberTokenizer:
@@ -158,6 +164,21 @@ def summarize(row: MethodRow, steps: list[tuple], results: list[Result]) -> dict
 
 
 def measure(pair, row: MethodRow, prompt_ids: list[int], args) -> dict:
+    """The row's per-step figures; a row whose drafter cannot be built here (no quantized kernel on this
+    device) says why instead."""
+    if row.drafter is None:
+        return measure_with(pair, row, prompt_ids, args)
+    try:
+        drafter = load_drafter(pair, row.drafter)
+    except ValueError as missing:
+        return {"label": row.label, "method": row.method, "temperature": row.temperature, "error": str(missing),
+                "steps": 0, "step_ms": 0.0, "draft_ms": 0.0, "verify_ms": 0.0, "other_ms": 0.0, "median_step_ms": 0.0,
+                "overhead": 0.0, "tokens_per_target_call": 0.0, "tokens_per_s": 0.0}
+    with drafter_swapped(pair, drafter):
+        return measure_with(pair, row, prompt_ids, args)
+
+
+def measure_with(pair, row: MethodRow, prompt_ids: list[int], args) -> dict:
     timed_run(pair, row_request(pair, row, prompt_ids, min(8, args.max_new_tokens)))   # warm-up (kernels, allocator)
     request = row_request(pair, row, prompt_ids, args.max_new_tokens)
     steps, results = [], []
@@ -169,12 +190,15 @@ def measure(pair, row: MethodRow, prompt_ids: list[int], args) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    header = (f"{'method':<13} {'steps':>5} {'step ms':>8} {'draft ms':>9} {'verify ms':>9} {'other ms':>9} "
+    header = (f"{'method':<22} {'steps':>5} {'step ms':>8} {'draft ms':>9} {'verify ms':>9} {'other ms':>9} "
               f"{'overhead':>8} {'tok/call':>8} {'tok/s':>8}")
     lines = [header, "-" * len(header)]
     for row in rows:
+        if row.get("error"):
+            lines.append(f"{row['label']:<22} not run: {row['error']}")
+            continue
         flag = "  > 10%" if row["overhead"] > OVERHEAD_LIMIT else ""
-        lines.append(f"{row['label']:<13} {row['steps']:>5} {row['step_ms']:>8.2f} {row['draft_ms']:>9.2f} "
+        lines.append(f"{row['label']:<22} {row['steps']:>5} {row['step_ms']:>8.2f} {row['draft_ms']:>9.2f} "
                      f"{row['verify_ms']:>9.2f} {row['other_ms']:>9.2f} {100 * row['overhead']:>7.1f}% "
                      f"{row['tokens_per_target_call']:>8.2f} {row['tokens_per_s']:>8.1f}{flag}")
     return "\n".join(lines)

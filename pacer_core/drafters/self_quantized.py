@@ -40,13 +40,13 @@ class SelfQuantizedDrafter:
     @classmethod
     def from_target(cls, target: nn.Module, vocab_size: int, name: str, target_id: str = "",
                     group_size: int = INT4_GROUP_SIZE, lean: bool = True,
-                    activations: torch.dtype = torch.float32) -> "SelfQuantizedDrafter":
+                    activations: torch.dtype | None = None) -> "SelfQuantizedDrafter":
         """Quantize the target's linear layers (seconds). ``lean``: use the lean decode step when the
-        architecture has one (``activations``: its dtype)."""
+        architecture has one (``activations``: its dtype; default the target's)."""
         bits = SELF_DRAFTERS[name]
         check_kernel(bits, next(target.parameters()).device, group_size)
         if lean and lean_supported(target):
-            model = LeanDecoder(target, bits, group_size, activations)
+            model = LeanDecoder(target, bits, group_size, activations or next(target.parameters()).dtype)
         else:
             model = quantized_copy(target, bits, group_size)
         return cls(model, vocab_size, name, bits, target_id)
