@@ -9,6 +9,9 @@ put the last layer on another GPU; recorded ``features`` stay where the output l
 move them). The KV cache's layers stay on their own devices (``reorder_cache`` moves the index)."""
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
@@ -96,10 +99,21 @@ class GrowingCache(DynamicCache):
         Cache.__init__(self, layer_class_to_replicate=GrowingLayer)
 
 
+@functools.lru_cache(maxsize=None)
+def accepts_logits_to_keep(model_class: type) -> bool:
+    """Whether a model class's forward computes only the last positions' logits when asked (transformers'
+    ``logits_to_keep``)."""
+    try:
+        return "logits_to_keep" in inspect.signature(model_class.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class CachedModel:
     """Runs a causal LM incrementally over one growing (or batched) token sequence."""
 
     def __init__(self, model, vocab_size: int, keep_features: bool = False):
+        self.keep_logits: int | None = None   # this forward's ``keep`` (read by _run)
         self.model = model
         self.vocab_size = vocab_size
         self.cache = GrowingCache()
@@ -114,12 +128,16 @@ class CachedModel:
         return 0 if self.features is None else self.features.shape[1]
 
     @torch.inference_mode()
-    def forward(self, new_token_ids, output_hidden_states: bool = False):
+    def forward(self, new_token_ids, output_hidden_states: bool = False, keep: int | None = None):
         """Append tokens (list of ids, or [B, T] tensor) and return logits [B, T, vocab] in float32
-        (and the last hidden states [B, T, H] when asked)."""
+        (and the last hidden states [B, T, H] when asked). ``keep``: only the last ``keep`` positions' logits
+        are needed, and the model computes only those when it can (``logits_to_keep``; not while features
+        are recorded): a 1,500-token prompt's logits are 300 MB and a fifth of the target's prefill. Logits
+        then have ``keep`` rows (else T): callers index them from the end."""
         if not torch.is_tensor(new_token_ids):
             new_token_ids = torch.tensor([list(new_token_ids)], dtype=torch.long)
         new_token_ids = new_token_ids.to(self.device)
+        self.keep_logits = keep
         logits, hidden = self._run(new_token_ids, output_hidden_states)   # the cache grows in place
         self.length += new_token_ids.shape[1]
         self.calls += 1
@@ -133,9 +151,12 @@ class CachedModel:
         captured = {}
         hook = (self.model.get_output_embeddings().register_forward_pre_hook(
             lambda module, args: captured.__setitem__("features", args[0])) if self.keep_features else None)
+        keep = getattr(self, "keep_logits", None)
+        extra = ({"logits_to_keep": int(keep)} if keep and not self.keep_features
+                 and accepts_logits_to_keep(type(self.model)) else {})
         try:
             outputs = self.model(input_ids=token_ids, cache=self.cache, use_cache=True,
-                                 output_hidden_states=output_hidden_states)
+                                 output_hidden_states=output_hidden_states, **extra)
         finally:
             if hook is not None:
                 hook.remove()
@@ -158,12 +179,13 @@ class CachedModel:
         if self.features is not None:
             self.features = self.features.index_select(0, ancestor_index.to(self.features.device))
 
-    def feed_sequence(self, sequence: list[int], extra: list[int] = (), output_hidden_states=False):
+    def feed_sequence(self, sequence: list[int], extra: list[int] = (), output_hidden_states=False,
+                      keep: int | None = None):
         """Crop to what ``sequence`` shares with the cache, then feed the rest of ``sequence`` plus
-        ``extra``. Returns the logits of every fed position, [T, vocab]."""
+        ``extra``. Returns the logits of every fed position, [T, vocab] (at least the last ``keep``)."""
         self.crop(min(self.length, len(sequence) - 1 if not extra else len(sequence)))
         pending = list(sequence[self.length:]) + list(extra)
-        result = self.forward(pending, output_hidden_states)
+        result = self.forward(pending, output_hidden_states, keep)
         if output_hidden_states:
             return result[0][0], result[1][0]
         return result[0]

@@ -20,7 +20,7 @@ class Autoregressive:
                 state.finish_reason = "cancelled"
                 break
             started = time.perf_counter()
-            target_logits_row = state.target.feed_sequence(state.sequence)[-1]
+            target_logits_row = state.target.feed_sequence(state.sequence, keep=1)[-1]
             token_id, shown_prob = pick_next(target_logits_row, settings, state.generator)
             seconds = time.perf_counter() - started
             emitted = commit(state, [token_id], settings)
