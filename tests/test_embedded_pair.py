@@ -102,3 +102,17 @@ def test_embedded_drafters_load_by_name():
     assert head_pair.describe()["drafter"]["kept_ids"] > 0
     small_pair = load_pair("embedded", "embedded-small", device="cpu", dtype="float32")
     assert small_pair.drafter.kind == "independent"
+
+
+def test_the_targets_own_weights_draft_ars_tokens_and_agree_far_more_than_the_small_draft(embedded_pair):
+    """self-int8 on the real target: greedy fixed SD and PACER return AR's tokens, nearly every drafted token
+    is accepted, and the app's fixed length starts at the one measured for it."""
+    from pacer_core.drafters import drafter_swapped, load_drafter, measured_gamma
+
+    with drafter_swapped(embedded_pair, load_drafter(embedded_pair, "self-int8")):
+        assert measured_gamma(embedded_pair) == 3
+        reference = generate(embedded_pair, "ar", PROMPTS[1], max_new_tokens=24)
+        fixed = generate(embedded_pair, "fixed", PROMPTS[1], max_new_tokens=24, gamma=3)
+        pacer = generate(embedded_pair, "pacer", PROMPTS[1], max_new_tokens=24)
+    assert fixed.token_ids == reference.token_ids == pacer.token_ids
+    assert fixed.metrics.alpha > 0.8

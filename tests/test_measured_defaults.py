@@ -32,3 +32,16 @@ def test_measured_gamma_is_only_for_the_independent_draft_it_was_measured_with(t
     pair = pair_from_folder(tmp_path)
     with drafter_swapped(pair, random_head_drafter(pair.target, pair.vocab_size)):
         assert measured_gamma(pair) is None
+
+
+def test_each_drafter_has_its_own_measured_length_cost_and_agreement(tmp_path):
+    from pacer_core.drafters import load_drafter, measured_drafter
+    (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 2}, "drafters": {
+        "self-int8": {"gamma": {"cpu": 5}, "cost": {"cpu": 0.6}, "agreement": 0.96}}}))
+    pair = pair_from_folder(tmp_path)
+    assert measured_gamma(pair) == 2 and measured_drafter(pair, "small") == {"gamma": {"cpu": 2}}
+    with drafter_swapped(pair, load_drafter(pair, "self-int8")):
+        assert measured_gamma(pair) == 5
+    with drafter_swapped(pair, load_drafter(pair, "self-int4")):
+        assert measured_gamma(pair) is None
+    assert measured_drafter(pair, "self-int8")["agreement"] == 0.96
