@@ -4,7 +4,8 @@ wires its events.
 
 Data flows one way: decoders yield events → ``session`` collects them → ``handlers`` turn each click
 into ``ViewUpdate``s built by the renderers (``columns``, ``smc_panel``, ``narration``, ``page``,
-``plots``, ``tables``; all untrusted text through ``escape``) → ``layout`` puts them on the page.
+``plots``, ``tables``; all untrusted text through ``escape``; while Run streams, ``live`` keeps each column's
+rendered steps so an update costs and sends only what changed) → ``layout`` puts them on the page.
 Only ``layout`` imports Gradio. Nothing here touches a KV cache."""
 
 METHOD_LABELS = {
