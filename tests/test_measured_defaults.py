@@ -1,5 +1,6 @@
 """The fixed draft length a draft folder records as measured fastest on a kind of device (the app's start value)."""
 import json
+from contextlib import nullcontext
 
 from pacer_core.drafters import drafter_swapped, measured_gamma
 from pacer_core.drafters.feature_head import random_head_drafter
@@ -45,3 +46,30 @@ def test_each_drafter_has_its_own_measured_length_cost_and_agreement(tmp_path):
     with drafter_swapped(pair, load_drafter(pair, "self-int4")):
         assert measured_gamma(pair) is None
     assert measured_drafter(pair, "self-int8")["agreement"] == 0.96
+
+
+def test_a_drafters_measured_pacer_settings_start_its_bench_rows_and_its_page(tmp_path):
+    from pacer_core.bench import row_requests
+    from pacer_core.drafters import load_drafter
+    from pacer_core.methods import parse_method
+    from pacer_core.request import EncodedPrompt
+    from pacer_core.settings import Limits
+    from pacer_core.ui.drafter_menu import DrafterMenu
+    from pacer_core.ui.handlers import AppContext
+    from pacer_core.ui.layout import drafter_choice_view
+
+    (tmp_path / "measured_defaults.json").write_text(json.dumps({"drafters": {
+        "self-int8": {"gamma": {"cpu": 4}, "settings": {"pacer": {"block_size": 1, "phrase_len": 0}}}}}))
+    pair = pair_from_folder(tmp_path)
+    prompt = [EncodedPrompt((1, 2, 3))]
+
+    def ran(method):
+        spec = parse_method(method)
+        with drafter_swapped(pair, load_drafter(pair, spec.drafter)) if spec.drafter else nullcontext():
+            return row_requests(pair, spec, {"max_new_tokens": 8}, prompt, Limits(), None)[0].settings
+    assert (ran("pacer@self-int8").block_size, ran("pacer@self-int8").phrase_len) == (1, 0)
+    assert ran("pacer+phrase_len=4@self-int8").phrase_len == 4
+    assert ran("pacer").phrase_len == 8
+    shown = drafter_choice_view(AppContext(pair, drafters=DrafterMenu(pair)), "self-int8", None)
+    assert (shown["gamma"], shown["block_size"], shown["phrase_len"]) == (4, 1, 0)
+    assert drafter_choice_view(AppContext(pair, drafters=DrafterMenu(pair)), "small", None)["phrase_len"] == 8

@@ -179,6 +179,13 @@ def measured_drafter(pair, key: str) -> dict:
     return entry if isinstance(entry, dict) else {}
 
 
+def measured_settings(pair, key: str, method: str) -> dict:
+    """The settings a method starts with for this drafter ("settings": {"pacer": {"block_size": 1}} in its
+    measured_defaults.json entry): the app's controls and the bench's @drafter rows use them unless chosen."""
+    settings = (measured_drafter(pair, key).get("settings") or {}).get(method) or {}
+    return dict(settings) if isinstance(settings, dict) else {}
+
+
 def measured_gamma(pair) -> int | None:
     """The fixed draft length the benchmark measured fastest for this pair's drafter on this kind of device
     (``measured_defaults.json`` in the draft's folder: {"gamma": {"cpu": 2}, "drafters": {"self-int8":
@@ -220,4 +227,5 @@ def drafter_swapped(pair, drafter):
 
 
 __all__ = ["IndependentDrafter", "SelfQuantizedDrafter", "new_caches", "load_drafter", "drafter_swapped",
-           "valid_drafter_name", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "measured_drafter", "measured_gamma"]
+           "valid_drafter_name", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "measured_drafter", "measured_gamma",
+           "measured_settings"]

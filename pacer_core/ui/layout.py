@@ -17,7 +17,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..drafters import measured_gamma
+from ..drafters import measured_gamma, measured_settings
 from ..preverifier import ConfidencePreVerifier, own_threshold
 from ..settings import FIELD_BY_NAME, Limits
 from . import COLUMN_METHODS, METHOD_LABELS, columns, handlers, live, narration, page, plots, tables
@@ -243,12 +243,20 @@ def drafter_dropdown(menu: DrafterMenu) -> gr.Dropdown:
                        info="Who drafts for all three columns (built once on first use; the target stays loaded).")
 
 
+DRAFTER_STARTS = ("gamma", "threshold", "block_size", "phrase_len")   # the controls a drafter choice resets
+
+
 def drafter_choice_view(context: AppContext, key: str, pair_note: str | None) -> dict:
-    """What the page shows for a drafter: the pair line, and where the fixed length and threshold start."""
+    """What the page shows for a drafter: the pair line, and where the fixed length, PACER's block size,
+    phrase length and threshold start (measured for that drafter where measured, else the defaults)."""
     chosen = handlers.drafter_context(context, key)
     gamma = measured_gamma(chosen.pair) or FIELD_BY_NAME["gamma"].app_value or FIELD_BY_NAME["gamma"].default
+    pacer = measured_settings(chosen.pair, key or context.drafters.default_key, "pacer")
+    block_size = (pacer.get("block_size") or getattr(chosen.preverifier, "config", {}).get("block_size")
+                  or FIELD_BY_NAME["block_size"].default)
     return {"pair": page.pair_status_html(chosen.pair.describe(), chosen.preverifier_kind, pair_note),
-            "gamma": gamma, "threshold": round(default_threshold(chosen.preverifier, 0.7), 2)}
+            "gamma": gamma, "threshold": round(default_threshold(chosen.preverifier, 0.7), 2),
+            "block_size": block_size, "phrase_len": pacer.get("phrase_len", FIELD_BY_NAME["phrase_len"].default)}
 
 
 def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: str | None = None,
@@ -325,8 +333,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             except (ValueError, RuntimeError) as error:
                 gr.Warning(html.escape(str(error)))
                 return {pair_status: page.pair_status_html(pair.describe(), context.preverifier_kind, str(error))}
-            return {pair_status: shown["pair"], settings["gamma"]: shown["gamma"],
-                    settings["threshold"]: shown["threshold"]}
+            return {pair_status: shown["pair"]} | {settings[name]: shown[name] for name in DRAFTER_STARTS}
 
         decode = {"inputs": controls.inputs(session_state), "outputs": view.outputs(), "concurrency_id": "decode",
                   "show_progress": "minimal"}
@@ -334,7 +341,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
         prompt.submit(run_all, api_visibility="private", **decode)
         step_button.click(step_once, api_name="step", **decode)
         stop_button.click(stop, inputs=session_state, outputs=view.status, concurrency_limit=None, api_name="stop")
-        drafter.change(choose_drafter, inputs=drafter, outputs=[pair_status, settings["gamma"], settings["threshold"]],
+        drafter.change(choose_drafter, inputs=drafter, outputs=[pair_status] + [settings[n] for n in DRAFTER_STARTS],
                        concurrency_id="decode", api_name="choose_drafter")
         # Pure display toggle, in the browser only: hide struck-through drafts to read the final text.
         show_rejected.change(None, inputs=show_rejected, js=(
