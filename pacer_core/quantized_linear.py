@@ -136,7 +136,7 @@ class QuantizedLinear(nn.Module):
 def check_kernel(bits: int, device, group_size: int = INT4_GROUP_SIZE) -> None:
     """Run the kernel once on a tiny layer; raise QuantizationUnavailable naming what is missing."""
     device = torch.device(device)
-    size = 16 * INT4_INNER_K_TILES * 2
+    size = max(16 * INT4_INNER_K_TILES, group_size) * 2
     try:
         layer = QuantizedLinear(torch.randn(size, size, device=device), None, bits, group_size)
         layer(torch.randn(1, size, device=device))
