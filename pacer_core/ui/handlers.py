@@ -2,8 +2,9 @@
 No Gradio here: ``layout`` maps each ViewUpdate onto its components, the tests and
 benchmarks/ui_overhead.py call these functions directly.
 
-Run streams one ViewUpdate per step of the three interleaved decoders (the timeline, two more plots in
-turn and the narration at most every ``PLOT_INTERVAL_S``, within ``PLOT_BUDGET``), then finishes: the AR
+Run streams one ViewUpdate per step of the three interleaved decoders (each running column in parts from
+kept state, ``live_columns_view``, so an update costs and sends only the new step; the timeline, two more plots
+in turn and the narration at most every ``PLOT_INTERVAL_S``, within ``PLOT_BUDGET``), then finishes: the AR
 baseline if asked, the oracle γ*, the target log-likelihoods, the metrics table and the downloads. Step is
 a two-click state machine per target pass (``RunSession.pending_verdict``): first what each draft proposed
 (grey), then the target's verdict. Bad settings give a ViewUpdate with an error line and a warning, never
