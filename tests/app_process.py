@@ -89,3 +89,13 @@ def embedded_pair_missing() -> str | None:
         if not (draft_dir / "config.json").exists():
             return f"the embedded draft is not in {draft_dir} (set PACER_DRAFT to another draft to run this test)"
     return None
+
+
+def set_max_new_tokens(page, value: int) -> None:
+    """Open the Settings accordion, type the number of new tokens, close it again (a Playwright page)."""
+    header = page.locator("#settings button.label-wrap")
+    header.click()
+    box = page.locator("#max-new-tokens input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+    header.click()

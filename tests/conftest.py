@@ -71,3 +71,15 @@ def chromium_browser():
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(app_url, chromium_browser):
+    """A 1600x1000 page on the module's app (a browser module may define its own)."""
+    context = chromium_browser.new_context(viewport={"width": 1600, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(180_000)   # the CPU may be shared and slow
+    page.goto(app_url)
+    page.wait_for_selector("#run-button")
+    yield page
+    context.close()

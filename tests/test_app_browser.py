@@ -13,33 +13,12 @@ import shutil
 import time
 from pathlib import Path
 
-import pytest
-from app_process import browser_marks
+from app_process import browser_marks, set_max_new_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 420
 
 pytestmark = browser_marks()
-
-
-@pytest.fixture(scope="module")
-def page(app_url, chromium_browser):
-    context = chromium_browser.new_context(viewport={"width": 1600, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(180_000)   # the CPU may be shared and slow
-    page.goto(app_url)
-    page.wait_for_selector("#run-button")
-    yield page
-    context.close()
-
-
-def set_max_new_tokens(page, value: int) -> None:
-    header = page.locator("#settings button.label-wrap")
-    header.click()               # open the accordion
-    box = page.locator("#max-new-tokens input[type=number]")
-    box.fill(str(value))
-    box.press("Enter")
-    header.click()               # close it again
 
 
 def token_states(page, method: str) -> set[str]:

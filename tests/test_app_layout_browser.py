@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from app_process import browser_marks
+from app_process import browser_marks, set_max_new_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 420
@@ -51,12 +51,7 @@ def box(page, selector: str) -> dict:
 def run_to_the_end(page) -> None:
     """Run (8 new tokens, or the defaults when writing README screenshots) and wait for the finished page."""
     if not SCREENSHOT_DIR:
-        header = page.locator("#settings button.label-wrap")
-        header.click()
-        field = page.locator("#max-new-tokens input[type=number]")
-        field.fill("8")
-        field.press("Enter")
-        header.click()
+        set_max_new_tokens(page, 8)
     page.evaluate("window.scrollTo(0, 0)")
     started = time.time()
     page.click("#run-button")

@@ -2,23 +2,11 @@
 line, the measured fixed length, the metrics table and the speedup plot follow the choice."""
 from __future__ import annotations
 
-import pytest
-from app_process import browser_marks
+from app_process import browser_marks, set_max_new_tokens
 
 RUN_TIMEOUT_S = 420
 
 pytestmark = browser_marks()
-
-
-@pytest.fixture(scope="module")
-def page(app_url, chromium_browser):
-    context = chromium_browser.new_context(viewport={"width": 1600, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(180_000)
-    page.goto(app_url)
-    page.wait_for_selector("#run-button")
-    yield page
-    context.close()
 
 
 def choose_drafter(page, key: str, pair_line: str) -> list[str]:
@@ -35,12 +23,7 @@ def choose_drafter(page, key: str, pair_line: str) -> list[str]:
 
 def run_short(page) -> str:
     page.fill("#prompt textarea", "Name three primary colours.")
-    header = page.locator("#settings button.label-wrap")
-    header.click()
-    box = page.locator("#max-new-tokens input[type=number]")
-    box.fill("6")
-    box.press("Enter")
-    header.click()
+    set_max_new_tokens(page, 6)
     page.click("#run-button")
     page.wait_for_selector("#run-status .run-busy", timeout=RUN_TIMEOUT_S * 1000)
     page.wait_for_selector("#run-status .run-done", timeout=RUN_TIMEOUT_S * 1000)
