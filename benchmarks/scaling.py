@@ -29,6 +29,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import math
 import statistics
 import sys
 import time
@@ -325,6 +326,12 @@ COLOURS = {"fixed": "#56B4E9", "pacer": "#0072B2", "smc": "#CC79A7", "ar": "#000
 DASHES = {0: "", 1: "6 4", 2: "2 3"}
 
 
+def nice_step(rough: float) -> float:
+    """1, 2 or 5 times a power of ten, at least ``rough``."""
+    power = 10 ** math.floor(math.log10(rough)) if rough > 0 else 1.0
+    return next(factor * power for factor in (1, 2, 5, 10) if factor * power >= rough)
+
+
 def svg_panel(x0: float, y0: float, width: float, height: float, title: str, xs: list, series: list,
               y_range: tuple[float, float], y_label: str, reference: float | None = None) -> list[str]:
     """One line chart: ``series`` = [(label, colour, dash, [y or None per x])]; x at even spacing."""
@@ -338,11 +345,13 @@ def svg_panel(x0: float, y0: float, width: float, height: float, title: str, xs:
     def py(value):
         return y0 + height * (1 - (value - low) / (high - low))
 
-    steps = 5
-    for tick in range(steps + 1):
-        value = low + (high - low) * tick / steps
+    step = nice_step((high - low) / 5)
+    for tick in range(int(low // step), int(high // step) + 1):
+        value = tick * step
+        if not low <= value <= high:
+            continue
         out.append(f'<line x1="{x0}" x2="{x0 + width}" y1="{py(value):.1f}" y2="{py(value):.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{x0 - 6}" y="{py(value) + 4:.1f}" text-anchor="end" font-size="11">{value:.2f}</text>')
+        out.append(f'<text x="{x0 - 6}" y="{py(value) + 4:.1f}" text-anchor="end" font-size="11">{value:g}</text>')
     for index, x in enumerate(xs):
         out.append(f'<text x="{px(index):.1f}" y="{y0 + height + 16}" text-anchor="middle" font-size="11">{x}</text>')
     out.append(f'<text x="{x0 + width / 2}" y="{y0 + height + 34}" text-anchor="middle" font-size="12">'
@@ -380,11 +389,11 @@ def figure_svg(report: dict, overhead: dict | None) -> str:
     high = max(values + [1.2]) * 1.1
     low = min(values + [0.8]) * 0.9
     width, height = 380, 260
-    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="960" height="420" font-family="sans-serif">',
-             '<rect width="960" height="420" fill="white"/>']
+    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="960" height="440" font-family="sans-serif">',
+             '<rect width="960" height="440" fill="white"/>']
     parts += svg_panel(70, 40, width, height, "Speedup over AR (same run)", list(MARKS), series, (low, high),
                        "× AR", reference=1.0)
-    legend_y = 360
+    legend_y = 385
     for index, (label, colour, dash, _) in enumerate(series):
         x, y = 20 + (index % 3) * 155, legend_y + (index // 3) * 16 - 20
         parts.append(f'<line x1="{x}" x2="{x + 22}" y1="{y}" y2="{y}" stroke="{colour}" stroke-width="2" '
@@ -393,16 +402,16 @@ def figure_svg(report: dict, overhead: dict | None) -> str:
         lengths = sorted(overhead, key=int)
         over_series = [(name, colour, dash, [100 * overhead[length].get(key) if overhead[length].get(key)
                                              is not None else None for length in lengths])
-                       for name, key, colour, dash in (("before", "before", "#D55E00", "6 4"),
-                                                       ("after", "after", "#009E73", ""))]
+                       for name, key, colour, dash in (("before (old page, replayed)", "before", "#D55E00", "6 4"),
+                                                       ("after (measured)", "after", "#009E73", ""))]
         peak = max([v for _, _, _, ys in over_series for v in ys if v is not None] + [6.0]) * 1.15
         parts += svg_panel(560, 40, width, height, "Page render overhead (% of decoding)", lengths, over_series,
                            (0.0, peak), "%", reference=5.0)
         for index, (label, colour, dash, _) in enumerate(over_series):
-            x, y = 600 + index * 120, legend_y - 20
+            x, y = 580 + index * 190, legend_y - 20
             parts.append(f'<line x1="{x}" x2="{x + 22}" y1="{y}" y2="{y}" stroke="{colour}" stroke-width="2" '
                          f'stroke-dasharray="{dash}"/><text x="{x + 26}" y="{y + 4}" font-size="11">{label}</text>')
-        parts.append(f'<text x="600" y="{legend_y}" font-size="10">dashed black: the 5% target</text>')
+        parts.append(f'<text x="580" y="{legend_y}" font-size="10">dashed black: the 5% target</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
