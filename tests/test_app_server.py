@@ -68,15 +68,17 @@ def test_full_run_streams_three_columns_metrics_and_exports(client):
     table = out["Metrics (speedup = tokens/s ÷ AR tokens/s)"]
     methods = [row[0] for row in table["data"]]
     assert methods == ["Autoregressive (AR)", "Fixed-length SD", "PACER", "SMC-SD (approximate)"]
-    assert all(row[5] == 8 for row in table["data"])          # new_tokens
-    assert table["headers"][10] == "target_loglik" and all(row[10] < 0 for row in table["data"])
+    column = {header: index for index, header in enumerate(table["headers"])}
+    assert all(row[column["new_tokens"]] == 8 for row in table["data"])
+    assert all(row[column["target_loglik"]] < 0 for row in table["data"])
+    assert [row[column["drafter"]] for row in table["data"]] == ["—", "small", "small", "small"]
     assert "This run: the target&#x27;s log-likelihood per token is" in out["SMC-SD (approximate)"]
     trace = json.loads(Path(out["⬇ JSON trace"]).read_text())
     assert set(trace["results"]) == {"ar", "fixed", "pacer", "smc"}
     assert trace["settings"]["max_new_tokens"] == 8 and trace["settings"]["seed"] == 3
     assert trace["results"]["pacer"]["events"][0]["tokens"]
     csv = Path(out["⬇ CSV metrics"]).read_text()
-    assert csv.startswith("method,tau,alpha,target_calls,draft_calls")
+    assert csv.startswith("method,drafter,tau,alpha,target_calls,draft_calls")
     assert json.loads(out["Draft length per step"]["plot"])["data"]
 
 
