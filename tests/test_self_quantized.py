@@ -156,3 +156,14 @@ def test_self_drafters_load_by_name_and_a_missing_kernel_is_a_clear_error(monkey
     monkeypatch.setattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu", missing)
     with pytest.raises(ValueError, match="int4 weight-only drafting needs the kernel"):
         load_drafter(pair, "self-int4")
+
+
+def test_a_pair_switches_to_its_own_weights_by_name():
+    from pacer_core.models import ModelLoadError
+    pair = tiny_pair()
+    assert pair.use_drafter("self-int4").drafter.kind == "self-quantized" and pair.draft_id == "self-int4"
+    view = tiny_pair()
+    other = view.with_drafter(load_drafter(view, "self-int8"))
+    assert other.target is view.target and view.drafter.kind == "independent"
+    with pytest.raises(ModelLoadError, match="Unknown drafter"):
+        pair.use_drafter("self-int2")
