@@ -179,6 +179,14 @@ def measured_drafter(pair, key: str) -> dict:
     return entry if isinstance(entry, dict) else {}
 
 
+def drafter_key(drafter) -> str:
+    """A drafter object's name in the page's list and in measured_defaults.json: small, head, self-int8, self-int4."""
+    kind = getattr(drafter, "kind", "")
+    if kind == "self-quantized":
+        return f"self-int{drafter.bits}"
+    return "head" if kind == "feature-head" else "small"
+
+
 def measured_settings(pair, key: str, method: str) -> dict:
     """The settings a method starts with for this drafter ("settings": {"pacer": {"block_size": 1}} in its
     measured_defaults.json entry): the app's controls and the bench's @drafter rows use them unless chosen."""
@@ -190,12 +198,8 @@ def measured_gamma(pair) -> int | None:
     """The fixed draft length the benchmark measured fastest for this pair's drafter on this kind of device
     (``measured_defaults.json`` in the draft's folder: {"gamma": {"cpu": 2}, "drafters": {"self-int8":
     {"gamma": {"cpu": 5}}}, "source": ...}), or None when nothing was measured for this drafter."""
-    kind = getattr(pair.drafter, "kind", "")
-    key = {"independent": "small", "self-quantized": f"self-int{getattr(pair.drafter, 'bits', 0)}"}.get(kind)
-    if key is None:
-        return None
     try:
-        gamma = (measured_drafter(pair, key).get("gamma") or {}).get(torch.device(pair.device).type)
+        gamma = (measured_drafter(pair, drafter_key(pair.drafter)).get("gamma") or {}).get(torch.device(pair.device).type)
     except AttributeError:
         return None
     return int(gamma) if isinstance(gamma, int) and gamma >= 1 else None
@@ -227,5 +231,5 @@ def drafter_swapped(pair, drafter):
 
 
 __all__ = ["IndependentDrafter", "SelfQuantizedDrafter", "new_caches", "load_drafter", "drafter_swapped",
-           "valid_drafter_name", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "measured_drafter", "measured_gamma",
+           "valid_drafter_name", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "drafter_key", "measured_drafter", "measured_gamma",
            "measured_settings"]

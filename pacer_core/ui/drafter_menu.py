@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass
 
 from .. import embedded
-from ..drafters import SELF_DRAFTERS, load_drafter, measured_drafter
+from ..drafters import SELF_DRAFTERS, drafter_key, load_drafter, measured_drafter
 from ..preverifier import ConfidencePreVerifier, default_preverifier
 from ..quantized_linear import INT4_GROUP_SIZE, QuantizationUnavailable, check_kernel
 
@@ -27,14 +27,6 @@ KIND_WORDS = {"small": "a separate small model", "head": "a 1-layer head reading
 class DrafterOption:
     key: str             # small, head, self-int8, self-int4
     description: str     # one line: what it is, size, cost per drafted token, agreement when measured
-
-
-def drafter_key(drafter) -> str:
-    """The menu key of a drafter object."""
-    kind = getattr(drafter, "kind", "")
-    if kind == "self-quantized":
-        return f"self-int{drafter.bits}"
-    return "head" if kind == "feature-head" else "small"
 
 
 def describe_option(key: str, size: str, measured: dict, device_type: str) -> str:

@@ -24,7 +24,7 @@ from ..models import ModelLoadError
 from ..settings import Limits, SettingsError
 from . import METHOD_LABELS, columns, measured, narration, page, plots, tables
 from .live import LiveColumns
-from .drafter_menu import drafter_key
+from ..drafters import drafter_key
 from .session import RunSession, user_message
 
 PLOT_INTERVAL_S = 2.0          # redraw plots at most this often while streaming (~10-40 ms per figure)
