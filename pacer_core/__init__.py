@@ -2,6 +2,8 @@
 causal LMs, emitting typed step events for the explainer UI, the benchmark and trace export."""
 import os
 
+__version__ = "0.1.0"   # PACER Lab's version: exported traces record it (pacer_core.trace)
+
 # Busy-waiting OpenMP threads starve each other on a shared 2-core CPU (a batched decode step measured
 # 7.2 s busy-waiting vs 1.0 s passive). Only effective when set before torch is first imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

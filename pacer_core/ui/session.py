@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 
 from ..analysis import oracle_lengths, proposal_divergence, target_log_likelihood
 from ..api import run_request
+from ..drafters import drafter_key
 from ..events import Result
 from ..models import ModelLoadError
 from ..request import RunRequest, chosen_names, encode_prompt, request_for
 from ..settings import Limits, SettingsError, validate_prompt, validate_settings
+from ..trace import trace_header
 from . import COLUMN_METHODS
 
 
@@ -254,12 +256,17 @@ class RunSession:
         return out
 
     def trace(self) -> dict:
-        """Everything needed to replay the run offline: settings, pair, each Result (events included)."""
+        """Everything needed to replay the run offline (the Replay tab; schema: docs/trace-format.md): format
+        and version, settings, pair, drafter, each Result (events included) and what the page computed after
+        the run (oracle γ*, log-likelihoods)."""
         results = self.results()
-        return {
+        return trace_header() | {
             "prompt": self.prompt, "chat_template": self.chat, "settings": self.settings,
-            "pair": self.pair.describe(), "prompt_tokens": len(self.prompt_ids), "prompt_note": self.prompt_note,
-            "busy_seconds": self.busy_seconds(),
+            "pair": self.pair.describe(), "drafter": self.drafter or drafter_key(self.pair.drafter),
+            "preverifier_kind": getattr(self.preverifier, "kind", None) or "heuristic",
+            "prompt_tokens": len(self.prompt_ids), "prompt_note": self.prompt_note,
+            "stopped": self.cancel.is_set(), "logliks": self.logliks, "proposal_kl": self.proposal_kl,
+            "oracle_note": self.oracle_note, "busy_seconds": self.busy_seconds(),
             "timing_note": ("The methods ran interleaved (one step each in turn). busy_seconds is the time spent in "
                             "each method's own steps and is what the metrics table's seconds, tokens_per_s and "
                             "speedup use; metrics.seconds inside each result is wall-clock from its start, "
