@@ -3,6 +3,7 @@
     python app.py                                   # embedded pair on 127.0.0.1:7860
     python app.py --target HuggingFaceTB/SmolLM2-360M-Instruct --draft embedded --port 8000
     PACER_TARGET=... PACER_DRAFT=... python app.py  # the same through the environment
+    python app.py --replay-only                     # recorded runs only, no model (PACER_REPLAY_ONLY=1)
 
 The model pair is loaded once per process; every browser session keeps its own run state."""
 from __future__ import annotations
@@ -37,12 +38,28 @@ def parse_args(argv=None) -> argparse.Namespace:
         "GRADIO_SERVER_PORT", "7860"))), help="port (default 7860)")
     parser.add_argument("--concurrency", type=int, default=None,
                         help="runs decoding at the same time (default: $PACER_CONCURRENCY or 1)")
+    parser.add_argument("--replay-only", action="store_true", dest="replay_only",
+                        default=os.environ.get("PACER_REPLAY_ONLY", "") not in ("", "0"),
+                        help="serve only the Replay tab (recorded runs, uploaded traces) and load no model: "
+                        "a Space for a whole class at no compute (default: $PACER_REPLAY_ONLY)")
     return parser.parse_args(argv)
+
+
+def serve_replay_only(args: argparse.Namespace) -> int:
+    """The replay page alone: no model pair is loaded."""
+    from pacer_core.ui.layout import serve
+    from pacer_core.ui.replay_tab import build_replay_ui
+
+    print("[pacer] replay only: no model is loaded", file=sys.stderr, flush=True)
+    serve(build_replay_ui(), host=args.host, port=args.port, concurrency=args.concurrency)
+    return 0
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")   # works offline; sends nothing anywhere
+    if args.replay_only:
+        return serve_replay_only(args)
     from pacer_core.models import ModelLoadError, pair_from_env
     from pacer_core.ui.layout import build_ui, serve
 
