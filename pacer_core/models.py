@@ -13,7 +13,7 @@ import torch
 
 from . import embedded
 from .drafters.feature_head import is_head_dir
-from .drafters.self_quantized import is_self_drafter_name
+from .drafters.kinds import kind_for_name
 from .packed_linear import PackedLinear, pack_linear_layers, packing_wanted
 
 PROBE_STRINGS = (
@@ -48,6 +48,7 @@ class ModelPair:
     use_chat_template: bool = True
     drafter: object = None   # what the decoders draft with (drafters.py); the draft model by default
     draft_model_id: str = ""  # name of the independent draft model (kept when a head drafts instead)
+    draft_gguf: str = ""      # a GGUF file for the ``gguf`` drafter (the embedded target's own file without one)
 
     def __post_init__(self):
         self.draft_model_id = self.draft_model_id or self.draft_id
@@ -238,14 +239,15 @@ def _load_one(location: str, name: str, role: str, device, dtype, device_map=Non
 
 def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dtype=None,
               use_chat_template: bool = True, device_map: str | None = None, draft_dtype=None,
-              draft_vocab=None) -> ModelPair:
+              draft_vocab=None, draft_gguf: str | None = None) -> ModelPair:
     """Load a target and a draft (hub ids, local dirs or ``embedded``) on one device and dtype.
 
     ``draft_dtype`` (default: ``dtype``) changes only the drafter's numerics: exactness depends on the
     target's alone, so e.g. a float32 target with a bfloat16 draft still returns AR's greedy tokens.
     ``device_map="auto"`` spreads a target too large for one GPU over all visible GPUs (accelerate).
     ``draft_vocab``: how many of its most frequent ids the independent draft scores ("all", a number, or None
-    for its folder's recommendation; see ``_apply_draft_vocabulary``)."""
+    for its folder's recommendation; see ``_apply_draft_vocabulary``). ``draft_gguf``: the GGUF file the
+    ``gguf`` drafter runs (default: for the embedded target, the file it was converted from)."""
     device = torch.device(device) if device else default_device()
     dtype = parse_dtype(dtype) or default_dtype(device)
     draft_dtype = parse_dtype(draft_dtype) or dtype
@@ -254,7 +256,8 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     target_location, target_name = resolve_source(target, "target")
     target_model, target_tokenizer = _load_one(target_location, target_name, "target", device, dtype, device_map)
     draft_location, draft_name = resolve_source(draft, "draft")
-    self_name = draft_location if is_self_drafter_name(draft_location) else None
+    named = kind_for_name(draft_location)
+    self_name = draft_location if named is not None and named.kind in ("self-quantized", "gguf") else None
     head_location = draft_location if is_head_dir(draft_location) else None
     kept_alongside = head_location or self_name
     if kept_alongside:   # the independent draft stays loaded for the embedded target (hf-assisted baselines)
@@ -271,6 +274,7 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     pair = ModelPair.from_models(target_model, draft_model, target_tokenizer, target_name, draft_name,
                                  check_tokenizer=False, use_chat_template=use_chat_template)
     pair.device = device if not device_map else pair.device
+    pair.draft_gguf = str(draft_gguf or "")
     if kept_alongside and draft_location:
         pair.draft_model_id = resolve_source(embedded.EMBEDDED_SMALL, "draft")[1]
     if draft_model is not None and not kept_alongside:
@@ -312,12 +316,13 @@ def _parameter_count(model) -> int:
 
 def pair_from_env(**overrides) -> ModelPair:
     """load_pair with PACER_TARGET / PACER_DRAFT / PACER_DEVICE / PACER_DTYPE / PACER_DRAFT_DTYPE /
-    PACER_DRAFT_VOCAB as defaults."""
+    PACER_DRAFT_VOCAB / PACER_DRAFT_GGUF as defaults."""
     settings = {"target": os.environ.get("PACER_TARGET", "embedded"),
                 "draft": os.environ.get("PACER_DRAFT", "embedded"),
                 "device": os.environ.get("PACER_DEVICE") or None,
                 "dtype": os.environ.get("PACER_DTYPE") or None,
                 "draft_dtype": os.environ.get("PACER_DRAFT_DTYPE") or None,
-                "draft_vocab": os.environ.get("PACER_DRAFT_VOCAB") or None}
+                "draft_vocab": os.environ.get("PACER_DRAFT_VOCAB") or None,
+                "draft_gguf": os.environ.get("PACER_DRAFT_GGUF") or None}
     settings.update({k: v for k, v in overrides.items() if v is not None})
     return load_pair(**settings)

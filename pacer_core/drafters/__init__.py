@@ -2,7 +2,7 @@
 
 Every drafter hands each decoding run a *cache* with one interface (``kvcache.CachedModel``'s: feed
 tokens and get logits over the full vocabulary, crop to a length, reorder batch rows), so fixed SD,
-PACER, the oracle and SMC-SD run on any kind unchanged. Three kinds:
+PACER, the oracle and SMC-SD run on any kind unchanged. Four kinds:
 
 * ``independent``: a small causal LM with its own KV cache (any hub or local draft; the baseline for
   transformers' assisted generation), optionally scoring only its most frequent ids (``vocabulary.py``).
@@ -26,6 +26,8 @@ from .. import embedded
 from ..kvcache import CachedModel
 from ..packed_linear import PackedLinear
 from ..quantized_linear import QuantizationUnavailable
+from .gguf_drafter import GGUFDrafter, GGUFUnavailable
+from .kinds import KINDS, all_names_text, gguf_path, gguf_unavailable, kind_for_key, kind_for_name, kind_of_drafter
 from .self_quantized import SELF_DRAFTERS, SelfQuantizedDrafter
 from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits, load_frequent_ids
 
@@ -100,32 +102,33 @@ def new_caches(pair, full_support: bool = False):
     return target, drafter.new_cache(target, full_support)
 
 
-NAMED_PREFIXES = ("head-", "small-")
-
-
 def valid_drafter_name(name: str) -> bool:
     """Names for comparing drafters on one pair: small, small-N (its N most frequent ids), head, head-N,
-    head-all, self-int4, self-int8 (the target's own weights)."""
-    if name in ("small", "head", "head-all") or name in SELF_DRAFTERS:
-        return True
-    prefix = next((prefix for prefix in NAMED_PREFIXES if name.startswith(prefix)), None)
-    return prefix is not None and name[len(prefix):].isdigit() and int(name[len(prefix):]) > 0
+    head-all, self-int4, self-int8 (the target's own weights), gguf (its GGUF file run by llama.cpp)."""
+    return kind_for_name(name) is not None
 
 
 def load_drafter(pair, name: str, head_dir=None):
-    """A drafter by name, bound to the pair's target (the head folder defaults to the embedded one)."""
+    """A drafter by name, bound to the pair's target (the head folder defaults to the embedded one);
+    ValueError saying why when it cannot be built."""
+    kind = kind_for_name(name)
+    if kind is None:
+        raise ValueError(f"Unknown drafter {name!r}: use {all_names_text()}.")
+    return kind.build(pair, name, head_dir)
+
+
+def small_drafter(pair, name: str) -> IndependentDrafter:
+    """The pair's independent draft model (``small``), or its N most frequent ids (``small-N``)."""
+    if pair.draft is None:
+        raise ValueError(f"The drafter '{name}' needs an independent draft model in the pair.")
+    if name == "small":
+        return IndependentDrafter(pair.draft, pair.vocab_size, pair.draft_model_id)
+    return reduced_vocabulary_drafter(pair, int(name[len("small-"):]))
+
+
+def head_drafter(pair, name: str, head_dir=None):
+    """The feature head (``head``, ``head-N``, ``head-all``): ``head_dir``'s, else the embedded one."""
     from .feature_head import FeatureHeadDrafter
-    if not valid_drafter_name(name):
-        raise ValueError(f"Unknown drafter {name!r}: use small, small-N, head, head-N, head-all, self-int4 or "
-                         "self-int8.")
-    if name.startswith("self-"):
-        return self_drafter(pair, name)
-    if name.startswith("small"):
-        if pair.draft is None:
-            raise ValueError(f"The drafter '{name}' needs an independent draft model in the pair.")
-        if name == "small":
-            return IndependentDrafter(pair.draft, pair.vocab_size, pair.draft_model_id)
-        return reduced_vocabulary_drafter(pair, int(name[len("small-"):]))
     try:
         head_dir, head_name = (str(head_dir), str(head_dir)) if head_dir else (
             str(embedded.embedded_head_dir()), embedded.EMBEDDED_HEAD_LABEL)
@@ -145,6 +148,20 @@ def self_drafter(pair, name: str) -> SelfQuantizedDrafter:
         return SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, name, pair.target_id)
     except QuantizationUnavailable as missing:
         raise ValueError(str(missing)) from None
+
+
+def gguf_drafter_for(pair) -> GGUFDrafter:
+    """gguf: the pair's GGUF file (``kinds.gguf_path``) loaded by llama.cpp and checked against the target's
+    tokenizer; ValueError saying why it cannot draft here."""
+    unavailable = gguf_unavailable(pair)
+    if unavailable:
+        raise ValueError(f"The gguf drafter is not available: {unavailable}.")
+    path = gguf_path(pair)
+    try:
+        return GGUFDrafter.load(path, pair.tokenizer, pair.vocab_size, f"{Path(path).name} (llama.cpp)",
+                                pair.target_id)
+    except GGUFUnavailable as failure:
+        raise ValueError(str(failure)) from None
 
 
 def draft_folder(pair) -> str:
@@ -180,11 +197,9 @@ def measured_drafter(pair, key: str) -> dict:
 
 
 def drafter_key(drafter) -> str:
-    """A drafter object's name in the page's list and in measured_defaults.json: small, head, self-int8, self-int4."""
-    kind = getattr(drafter, "kind", "")
-    if kind == "self-quantized":
-        return f"self-int{drafter.bits}"
-    return "head" if kind == "feature-head" else "small"
+    """A drafter object's name in the page's list and in measured_defaults.json: small, head, self-int8,
+    self-int4, gguf (``kinds.KINDS``)."""
+    return kind_of_drafter(drafter).key
 
 
 def measured_settings(pair, key: str, method: str) -> dict:
@@ -230,6 +245,6 @@ def drafter_swapped(pair, drafter):
         pair.drafter, pair.draft_id = saved
 
 
-__all__ = ["IndependentDrafter", "SelfQuantizedDrafter", "new_caches", "load_drafter", "drafter_swapped",
+__all__ = ["IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter", "KINDS", "kind_for_key", "new_caches", "load_drafter", "drafter_swapped",
            "valid_drafter_name", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "drafter_key", "measured_drafter", "measured_gamma",
            "measured_settings"]

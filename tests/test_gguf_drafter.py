@@ -1,0 +1,204 @@
+"""The gguf drafter: a GGUF file run by llama.cpp. Its cache against the model it was written from (through
+feeds, crops and reorders), exactness of every decoder that drafts with it (greedy identity with AR,
+chi-square on sampling), SMC-SD's full-support proposal, clear errors for bad files, and the real embedded
+file on the embedded target."""
+from collections import Counter
+
+import pytest
+import torch
+
+from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
+from pacer_core.decoders.smc import SMC
+from pacer_core.drafters import drafter_key, drafter_swapped, load_drafter, valid_drafter_name
+from pacer_core.drafters.gguf_drafter import GGUFDrafter, GGUFUnavailable, vocabulary_mismatch
+from pacer_core.drafters.kinds import gguf_unavailable, kind_for_key
+from pacer_core.kvcache import CachedModel
+from pacer_core.preverifier import ConfidencePreVerifier
+from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
+from pacer_core.testing.gguf_file import write_llama_gguf
+from pacer_core.testing.tiny import tiny_pair
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash setup.sh builds it)")
+
+SIGNIFICANCE = 1e-3
+
+
+def gguf_of(model, tokenizer, folder, name="draft.gguf", **options) -> str:
+    return str(write_llama_gguf(model, tokenizer, folder / name, **options))
+
+
+@pytest.fixture(scope="module")
+def pair_with_gguf(tmp_path_factory):
+    """A tiny pair (target, a noisy copy as its draft) and the draft written as a GGUF file."""
+    pair = tiny_pair(scale=6.0, eos_token_id=63)
+    folder = tmp_path_factory.mktemp("gguf")
+    pair.draft_gguf = gguf_of(pair.draft, pair.tokenizer, folder)
+    return pair
+
+
+def test_the_cache_computes_what_the_written_model_computes_through_crops_and_reorders(tmp_path):
+    pair = tiny_pair(draft_noise=None)
+    drafter = GGUFDrafter.load(gguf_of(pair.target, pair.tokenizer, tmp_path), pair.tokenizer, 64, "tiny")
+    gguf_cache, model_cache = drafter.new_cache(), CachedModel(pair.target, 64)
+    prompt = [3, 9, 27, 17, 51, 25]
+    assert torch.allclose(gguf_cache.forward(prompt), model_cache.forward(prompt), atol=1e-3)
+    for cache in (gguf_cache, model_cache):
+        cache.crop(4)
+        cache.reorder(torch.tensor([0, 0, 0]))
+    more = torch.tensor([[5, 6], [7, 8], [9, 10]])
+    assert torch.allclose(gguf_cache.forward(more), model_cache.forward(more), atol=1e-3)
+    for cache in (gguf_cache, model_cache):
+        cache.reorder(torch.tensor([2, 0, 2]))
+    last = torch.tensor([[1, 2, 3]] * 3)
+    gguf_last, model_last = gguf_cache.forward(last, keep=1), model_cache.forward(last)[:, -1:]
+    assert gguf_last.shape == (3, 1, 64) and torch.allclose(gguf_last, model_last, atol=1e-3)
+    assert gguf_cache.length == model_cache.length == 9
+
+
+def test_crop_and_reorder_equal_a_fresh_context_fed_the_same_tokens(tmp_path):
+    pair = tiny_pair()
+    drafter = GGUFDrafter.load(gguf_of(pair.draft, pair.tokenizer, tmp_path), pair.tokenizer, 64, "tiny")
+    used = drafter.new_cache()
+    used.forward([4, 8, 15, 16, 23, 42])
+    used.crop(3)
+    used.reorder(torch.tensor([0, 0]))
+    used.forward(torch.tensor([[30, 31], [32, 33]]))
+    used.reorder(torch.tensor([1, 1]))
+    fresh = drafter.new_cache()
+    expected = fresh.forward([4, 8, 15, 32, 33, 7], keep=1)
+    assert torch.allclose(used.forward(torch.tensor([[7], [7]]), keep=1)[1], expected[0], atol=1e-4)
+
+
+def test_a_long_feed_grows_the_context_and_keeps_every_row(tmp_path, monkeypatch):
+    from pacer_core.drafters import gguf_drafter
+    monkeypatch.setattr(gguf_drafter, "START_CELLS", 16)
+    pair = tiny_pair(draft_noise=None)
+    drafter = GGUFDrafter.load(gguf_of(pair.target, pair.tokenizer, tmp_path), pair.tokenizer, 64, "tiny")
+    cache, reference = drafter.new_cache(), CachedModel(pair.target, 64)
+    prompt = [index % 60 for index in range(12)]
+    cache.forward(prompt), reference.forward(prompt)
+    cache.reorder(torch.tensor([0, 0])), reference.reorder(torch.tensor([0, 0]))
+    more = torch.tensor([[1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1]])
+    assert torch.allclose(cache.forward(more), reference.forward(more), atol=1e-3)
+    assert cache.context.n_ctx() > 16
+
+
+def run_ids(decoder, pair, prompt_ids, **settings):
+    *_, result = decoder.run(pair, prompt_ids, validate_settings(**settings))
+    return result
+
+
+def test_greedy_fixed_and_pacer_with_a_gguf_drafter_return_ars_tokens(pair_with_gguf):
+    pair = pair_with_gguf
+    decoders = [FixedSpeculative(gamma) for gamma in (1, 3, 6)] + [
+        Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit"), Pacer(2, 16, 0.9, ConfidencePreVerifier(), "discard")]
+    drafter = load_drafter(pair, "gguf")
+    assert drafter_key(drafter) == "gguf"
+    rejected = 0
+    with drafter_swapped(pair, drafter):
+        for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20))):
+            reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=40).token_ids
+            for decoder in decoders:
+                result = run_ids(decoder, pair, prompt, max_new_tokens=40)
+                assert result.token_ids == reference, (decoder.info(), prompt)
+                rejected += result.metrics.drafted_tokens - result.metrics.accepted_tokens
+    assert rejected > 0      # the noisy draft is sometimes wrong, so verification did the work
+
+
+PROMPT, N_TOKENS, RUNS = [1, 2], 3, 1000
+FILTERED = {"temperature": 0.8, "top_k": 4}
+
+
+@pytest.fixture(scope="module")
+def five_token_pair_with_gguf(tmp_path_factory):
+    pair = tiny_pair(vocab_size=5, scale=6.0, target_layers=1, hidden=32, draft_noise=0.5)
+    folder = tmp_path_factory.mktemp("gguf5")
+    drafter = GGUFDrafter.load(gguf_of(pair.draft, pair.tokenizer, folder, float16=True), pair.tokenizer, 5, "t5")
+    return pair, drafter
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("decoder", [FixedSpeculative(2), Pacer(1, 2, 0.5, ConfidencePreVerifier(), "submit")],
+                         ids=["fixed", "pacer"])
+def test_sampling_with_a_gguf_drafter_matches_the_target(five_token_pair_with_gguf, decoder):
+    pair, drafter = five_token_pair_with_gguf
+    truth = target_sequence_distribution(pair.target, PROMPT, N_TOKENS, **FILTERED)
+    counts = Counter()
+    with drafter_swapped(pair, drafter):
+        for seed in range(RUNS):
+            result = run_ids(decoder, pair, PROMPT, max_new_tokens=N_TOKENS, seed=seed, **FILTERED)
+            counts[tuple(result.token_ids)] += 1
+    assert chi_square_p_value(counts, truth) > SIGNIFICANCE
+
+
+def test_smc_sd_runs_with_a_gguf_drafter_and_its_proposal_has_full_support(pair_with_gguf):
+    pair = pair_with_gguf
+    drafter = load_drafter(pair, "gguf")
+    cache = drafter.new_cache(None, full_support=True)
+    probs = torch.softmax(cache.forward([1, 2, 3], keep=1)[0, -1], dim=-1)
+    assert (probs > 0).all()
+    with drafter_swapped(pair, drafter):
+        *events, result = SMC().run(pair, [1, 2, 3], validate_settings(
+            max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
+    assert len(result.token_ids) == 12 and events
+
+
+def test_contexts_are_reused_across_runs(pair_with_gguf):
+    drafter = load_drafter(pair_with_gguf, "gguf")
+    with drafter_swapped(pair_with_gguf, drafter):
+        for _ in range(3):
+            run_ids(FixedSpeculative(3), pair_with_gguf, [1, 2, 3], max_new_tokens=8)
+    assert drafter.pool.created == 1
+
+
+@pytest.mark.pure
+def test_gguf_names_and_vocabulary_check():
+    assert valid_drafter_name("gguf") and not valid_drafter_name("gguf-2")
+    assert kind_for_key("gguf").kind == "gguf"
+    assert vocabulary_mismatch(["a", "b", "c"], ["a", "b", "c"], 3) is None
+    assert "2 token ids" in vocabulary_mismatch(["a", "x", "y"], ["a", "b", "c"], 3)
+    assert "scores 2 token ids" in vocabulary_mismatch(["a", "b"], ["a", "b", "c"], 3)
+
+
+def test_a_missing_file_is_a_clear_error(tmp_path):
+    pair = tiny_pair()
+    pair.draft_gguf = str(tmp_path / "nowhere.gguf")
+    with pytest.raises(ValueError, match="nowhere.gguf' does not exist"):
+        load_drafter(pair, "gguf")
+
+
+def test_a_file_that_is_not_gguf_is_a_clear_error(tmp_path):
+    pair = tiny_pair()
+    (tmp_path / "weights.gguf").write_bytes(b"PK\x03\x04 not a gguf file")
+    pair.draft_gguf = str(tmp_path / "weights.gguf")
+    with pytest.raises(ValueError, match="is not a GGUF file"):
+        load_drafter(pair, "gguf")
+
+
+def test_a_gguf_with_another_tokenizer_is_a_clear_error_naming_both(tmp_path):
+    pair = tiny_pair()
+    other_tokens = [f"u{index}" for index in range(64)]
+    pair.draft_gguf = gguf_of(pair.draft, pair.tokenizer, tmp_path, tokens=other_tokens)
+    with pytest.raises(ValueError, match=r"does not share the tokenizer of the target 'tiny-target'.*'u0'.*'t0'"):
+        load_drafter(pair, "gguf")
+
+
+def test_without_a_file_the_kind_says_how_to_give_one():
+    pair = tiny_pair()
+    assert "--draft-gguf" in gguf_unavailable(pair)
+
+
+@pytest.mark.embedded
+def test_the_embedded_gguf_drafts_ars_tokens_on_the_embedded_target(embedded_pair):
+    drafter = load_drafter(embedded_pair, "gguf")
+    assert drafter.describe()["file"].endswith(".gguf")
+    drafted = accepted = 0
+    with drafter_swapped(embedded_pair, drafter):
+        for prompt in ("Name three primary colours.", "Write a haiku about rain."):
+            prompt_ids = embedded_pair.encode_prompt(prompt)
+            reference = run_ids(Autoregressive(), embedded_pair, prompt_ids, max_new_tokens=24).token_ids
+            result = run_ids(FixedSpeculative(5), embedded_pair, prompt_ids, max_new_tokens=24)
+            assert result.token_ids == reference
+            drafted += result.metrics.drafted_tokens
+            accepted += result.metrics.accepted_tokens
+    assert accepted / drafted > 0.9
