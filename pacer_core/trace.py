@@ -109,11 +109,13 @@ def load_json(data: bytes | str) -> dict:
     try:
         raw = json.loads(data, parse_constant=_refuse_constant)
     except json.JSONDecodeError as error:
-        if error.pos >= len(data.rstrip()):
+        if error.pos >= len(data.rstrip()) - 5 or error.msg.startswith("Unterminated string"):   # cut off
             raise TraceError("The file ends early (incomplete JSON): it was probably cut off while downloading. "
                              "Export the trace again.") from None
         raise TraceError(f"The file is not valid JSON (line {error.lineno}, column {error.colno}: "
                          f"{error.msg}).") from None
+    except TraceError:                              # NaN or Infinity (_refuse_constant)
+        raise
     except (RecursionError, ValueError) as error:   # absurd nesting, an integer of thousands of digits
         raise TraceError(f"The file is not a usable trace ({type(error).__name__}).") from None
     if not isinstance(raw, dict):

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 WORKSHOP_PATH = ROOT / "assets" / "workshop.json"
 EXAMPLES_PATH = ROOT / "assets" / "examples.json"
 GUIDE_PATH = ROOT / "docs" / "workshop.md"
+TRACES_DIR = ROOT / "assets" / "traces"     # the recorded runs the Replay tab offers (scripts/record_traces.py)
 SETUP_MINUTES, WRAP_UP_MINUTES = 10, 5
 # The controls of the page's Settings accordion (pacer_core/ui/layout.py, settings_panel).
 PAGE_CONTROLS = ("temperature", "seed", "max_new_tokens", "top_k", "top_p", "gamma", "block_size", "max_draft_len",
@@ -133,6 +134,37 @@ def starting_settings(pair, preverifier=None, limits: Limits | None = None, draf
     return values
 
 
+@dataclass(frozen=True)
+class RecordedRun:
+    """A shipped recording of one exercise run: its file in assets/traces and its title in the Replay tab."""
+    exercise: Exercise
+    run: ExerciseRun
+    path: Path
+    title: str
+
+
+def recorded_runs(workshop: Workshop) -> list[RecordedRun]:
+    """One recording per run of every exercise about a phenomenon (those pressing Run; the step-through
+    exercise is about the buttons): ``<exercise id>.json``, or ``<exercise id>-<n>.json`` for the n-th of two."""
+    recorded = []
+    for number, exercise in enumerate(workshop.exercises, 1):
+        if any(run.step_clicks for run in exercise.runs):
+            continue
+        for index, run in enumerate(exercise.runs, 1):
+            name = exercise.id if len(exercise.runs) == 1 else f"{exercise.id}-{index}"
+            drafter = f", Drafter {run.drafter}" if run.drafter else ""
+            title = f"{number}. {run.example} ({settings_text(run.settings)}{drafter})"
+            recorded.append(RecordedRun(exercise, run, TRACES_DIR / f"{name}.json", title))
+    return recorded
+
+
+def recorded_line(recorded: list[RecordedRun]) -> str:
+    """The guide's pointer to an exercise's recordings (the Replay tab; ``app.py --replay-only``)."""
+    names = ", ".join(f"*{item.title}*" for item in recorded)
+    files = ", ".join(f"`{item.path.relative_to(ROOT)}`" for item in recorded)
+    return f"**Recorded**: the **Replay** tab has {'this run' if len(recorded) == 1 else 'these runs'}: {names} ({files})."
+
+
 def render_guide(workshop: Workshop) -> str:
     """docs/workshop.md."""
     lines = [f"# {workshop.title}", "",
@@ -154,6 +186,9 @@ def render_guide(workshop: Workshop) -> str:
         else:
             lines += ["**Do**:", ""] + [f"{step}. {run.describe()}." for step, run in enumerate(exercise.runs, 1)]
             lines += [""]
+        recorded = [item for item in recorded_runs(workshop) if item.exercise is exercise]
+        if recorded:
+            lines += [recorded_line(recorded), ""]
         lines += [f"**Look at**: {exercise.look_at}", "", f"**Ask the class**: {exercise.question}", "",
                   f"**Answer**: {exercise.answer}", "",
                   f"*What the replay test checks* (`tests/test_workshop.py`): {exercise.check}", ""]

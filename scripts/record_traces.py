@@ -1,0 +1,70 @@
+"""Record the workshop's runs for the Replay tab: every run of the exercises about a phenomenon
+(``workshop.recorded_runs``), through the page's own Run handler on the app's default pair, with the page's
+starting settings and the exercise's changes, the AR baseline measured. Each trace is what "⬇ JSON trace"
+exports, plus the title the Replay tab lists it by.
+
+    .venv/bin/python scripts/record_traces.py                 # all of them into assets/traces/
+    .venv/bin/python scripts/record_traces.py easy-and-hard   # one exercise's runs
+
+Greedy runs give the same tokens on any machine; the timings (and so the speedups) are this machine's."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pacer_core.models import pair_from_env  # noqa: E402
+from pacer_core.trace import parse_trace  # noqa: E402
+from pacer_core.ui import handlers  # noqa: E402
+from pacer_core.ui.drafter_menu import DrafterMenu  # noqa: E402
+from pacer_core.ui.handlers import AppContext, PageInputs  # noqa: E402
+from pacer_core.ui.layout import load_preverifier  # noqa: E402
+from pacer_core.ui.session import preverifier_kind  # noqa: E402
+from pacer_core.ui.workshop import load_workshop, recorded_runs, starting_settings  # noqa: E402
+
+
+def app_context(pair) -> AppContext:
+    """The context ``layout.build_ui`` makes for the pair: its pre-verifier and the drafter menu."""
+    preverifier = load_preverifier(pair)
+    return AppContext(pair, preverifier, getattr(preverifier, "kind", None) or preverifier_kind(pair),
+                      drafters=DrafterMenu(pair, preverifier))
+
+
+def page_inputs(context: AppContext, run) -> PageInputs:
+    """What the page sends once the class followed the run (tests/test_workshop.py's page_inputs)."""
+    drafter_pair = handlers.drafter_context(context, run.drafter).pair
+    settings = starting_settings(context.pair, context.preverifier, context.limits, drafter_pair) | run.settings
+    return PageInputs(run.prompt, settings, chat=context.pair.use_chat_template, measure_ar=True,
+                      drafter=run.drafter)
+
+
+def record(context: AppContext, recorded) -> dict:
+    """One run through the Run handler; its trace with the Replay tab's title."""
+    *_, final = handlers.run(context, page_inputs(context, recorded.run), plot_interval_s=1e9)
+    if final.session is None:
+        raise RuntimeError(f"{recorded.path.name}: the run did not start ({final.status})")
+    return final.session.trace() | {"title": recorded.title}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Record the workshop's runs into assets/traces/.")
+    parser.add_argument("exercises", nargs="*", help="exercise ids (default: every recorded one)")
+    args = parser.parse_args(argv)
+    chosen = [item for item in recorded_runs(load_workshop()) if not args.exercises or item.exercise.id in args.exercises]
+    context = app_context(pair_from_env())
+    for item in chosen:
+        started = time.perf_counter()
+        text = json.dumps(record(context, item), ensure_ascii=False, separators=(",", ":"))
+        parse_trace(text)                                   # what the Replay tab will accept
+        item.path.parent.mkdir(parents=True, exist_ok=True)
+        item.path.write_text(text + "\n", encoding="utf-8")
+        print(f"{item.path.name}: {len(text) / 1024:.0f} KB in {time.perf_counter() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
