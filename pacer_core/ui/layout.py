@@ -23,6 +23,7 @@ from ..settings import FIELD_BY_NAME, Limits
 from . import COLUMN_METHODS, METHOD_LABELS, columns, handlers, live, narration, page, plots, tables
 from .drafter_menu import DrafterMenu
 from .replay_tab import replay_tab
+from .atlas_tab import atlas_tab
 from .handlers import AppContext, PageInputs, ViewUpdate
 from .session import preverifier_kind
 
@@ -307,6 +308,7 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 view, show_trace, show_rejected = live_outputs(session_state)
             other_tabs(preverifier, explain_text)
             replay_tab()
+            atlas_tab(context, prompt, settings, drafter)
         controls = Controls(prompt, settings, chat, own_threshold, measure_ar, drafter)
 
         def show(updates):
