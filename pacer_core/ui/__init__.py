@@ -6,7 +6,7 @@ Data flows one way: decoders yield events → ``session`` collects them → ``ha
 into ``ViewUpdate``s built by the renderers (``columns``, ``smc_panel``, ``narration``, ``page``,
 ``plots``, ``tables``; all untrusted text through ``escape``; while Run streams, ``live`` keeps each column's
 rendered steps so an update costs and sends only what changed) → ``layout`` puts them on the page.
-Only ``layout`` imports Gradio. Nothing here touches a KV cache."""
+Only ``layout`` and the tabs it adds (``replay_tab``: a recorded run shown again by ``replay``) import Gradio. Nothing here touches a KV cache."""
 
 METHOD_LABELS = {
     "ar": "Autoregressive (AR)",

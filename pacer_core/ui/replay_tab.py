@@ -18,7 +18,7 @@ from .replay import Replay, TraceError, error_view, open_trace_file, recorded_ht
 
 INTRO = ("Replay a recorded run: pick one of the workshop's recorded runs, or upload a trace the Live demo "
          "exported (**⬇ JSON trace**). Nothing runs: press **Step ▸** to see each target pass drafted, then "
-         "verified, as it was recorded; **⏭ Whole run** shows the finished run.")
+         "verified, as it was recorded; **▸▸ Whole run** shows the finished run.")
 PLOT_ROWS = (("timeline",), ("speedup", "histogram"), ("lengths", "accept", "blocks"), ("weights", "ess", "genealogy"))
 NOT_OPENED = '<div class="pair-status replay-meta"><span class="pair-item">No recorded run opened yet.</span></div>'
 
@@ -117,8 +117,8 @@ def replay_panel() -> None:
                          elem_id="replay-file", scale=2, min_width=240, height=120)
         with gr.Column(scale=1, min_width=200):
             step_button = gr.Button("Step ▸", variant="primary", elem_id="replay-step")
-            end_button = gr.Button("⏭ Whole run", elem_id="replay-end")
-            start_button = gr.Button("⏮ First step", elem_id="replay-start")
+            end_button = gr.Button("▸▸ Whole run", elem_id="replay-end")
+            start_button = gr.Button("◂◂ First step", elem_id="replay-start")
     view = replay_outputs(state)
     outputs = view.outputs()
     options = {"outputs": outputs, "show_progress": "minimal", "concurrency_limit": None}
@@ -152,7 +152,7 @@ def build_replay_ui(title: str = "PACER Lab: replay") -> gr.Blocks:
     explain_text = EXPLAIN_PATH.read_text(encoding="utf-8") if EXPLAIN_PATH.exists() else ""
     with gr.Blocks(title=title, fill_width=True) as demo:
         gr.Markdown("# PACER Lab: speculative decoding, replayed\nRecorded runs of **fixed-length SD**, **PACER** "
-                    "and **SMC-SD** side by side, step by step (this page runs no model).", elem_id="pacer-title")
+                    "and **SMC-SD** side by side, step by step (this page runs no model).", elem_id="replay-title")
         with gr.Tabs():
             replay_tab()
             with gr.Tab("Explain", id="explain"):
