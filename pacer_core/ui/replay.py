@@ -23,9 +23,11 @@ from pathlib import Path
 from ..settings import FIELDS
 from ..trace import RecordedRun, TraceError, TraceLimits, parse_trace
 from . import COLUMN_METHODS, METHOD_LABELS, narration, page
+from .columns import column_html
 from .escape import escape_text
 from .handlers import AppContext, ViewUpdate, columns_view, plots_view, step_lines, summary_lines, table_view
 from .session import MethodRun, RunSession
+from .tables import empty_frame
 
 TRACES_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "traces"
 
@@ -46,7 +48,8 @@ class RecordedSession(RunSession):
     (``finished``) after the run with the figures computed afterwards. It holds what the handlers' views read
     and has nothing to advance: no pair, no generators."""
 
-    def __init__(self, recorded: RecordedRun, passes: int, finished: bool = False):   # noqa: D107 - no super()
+    def __init__(self, recorded: RecordedRun, passes: int, finished: bool = False):
+        # RunSession's state without its constructor, which validates against a pair and encodes the prompt.
         self.pair, self.drafter = RecordedPair(recorded.pair), recorded.drafter
         self.prompt, self.settings, self.chat = recorded.prompt, recorded.settings, recorded.chat_template
         self.prompt_note, self.oracle_note = recorded.prompt_note, recorded.oracle_note
@@ -210,8 +213,14 @@ def finished_status(session: RecordedSession) -> str:
 
 
 def error_view(message: str) -> ViewUpdate:
-    """A trace that cannot be replayed: the reason in the status line and a warning."""
+    """Something the replay cannot do: the reason in the status line and a warning."""
     return ViewUpdate(status=page.run_status_html(message, "error"), warning=message)
+
+
+def refused_view(message: str) -> ViewUpdate:
+    """A trace refused on opening: the reason, and empty columns, narration and table (not the last run's)."""
+    return replace(error_view(message), columns={method: column_html(method, []) for method in COLUMN_METHODS},
+                   narration=narration.narration_html({}), table=empty_frame())
 
 
 # ---------------------------------------------------------------- what it was recorded on
@@ -243,4 +252,4 @@ def recorded_html(recorded: RecordedRun) -> str:
 
 
 __all__ = ["Replay", "RecordedSession", "TraceError", "open_trace", "open_trace_file",
-           "replay_view", "recorded_html", "shipped_traces", "error_view"]
+           "replay_view", "recorded_html", "shipped_traces", "error_view", "refused_view"]

@@ -14,7 +14,8 @@ import gradio as gr
 
 from . import COLUMN_METHODS, METHOD_LABELS, columns, live, narration, page, tables
 from .handlers import ViewUpdate
-from .replay import Replay, TraceError, error_view, open_trace_file, recorded_html, replay_view, shipped_traces
+from .replay import (Replay, TraceError, error_view, open_trace_file, recorded_html, refused_view, replay_view,
+                     shipped_traces)
 
 INTRO = ("Replay a recorded run: pick one of the workshop's recorded runs, or upload a trace the Live demo "
          "exported (**⬇ JSON trace**). Nothing runs: press **Step ▸** to see each target pass drafted, then "
@@ -66,7 +67,7 @@ def opened(view: ReplayView, path) -> dict:
         replay = open_trace_file(path)
     except TraceError as error:
         gr.Warning(html.escape(str(error)))
-        return view.apply(error_view(str(error))) | {view.recorded: NOT_OPENED, view.state: None}
+        return view.apply(refused_view(str(error))) | {view.recorded: NOT_OPENED, view.state: None}
     return show(view, replay) | {view.recorded: recorded_html(replay.recorded)}
 
 
