@@ -19,8 +19,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(default: $PACER_TARGET or embedded)")
     parser.add_argument("--draft", default=None, help="drafter: hub id or local dir of a draft model, a folder "
                         "with a trained feature head, 'self-int8' or 'self-int4' (the target's own weights quantized "
-                        "at load time, any target), or for the embedded target 'embedded' (the shipped default), "
-                        "'small' or 'head' (default: $PACER_DRAFT or embedded); the page can switch drafters")
+                        "at load time, any target), 'gguf' (a GGUF file of the target run by llama.cpp on the CPU: "
+                        "for the embedded target the file it was converted from, else --draft-gguf), or for the "
+                        "embedded target 'embedded' (the default: gguf on a CPU where llama-cpp-python is installed, "
+                        "else small), 'small' or 'head' (default: $PACER_DRAFT or embedded); the page can switch")
+    parser.add_argument("--draft-gguf", default=None, dest="draft_gguf",
+                        help="the GGUF file the 'gguf' drafter runs, for a target other than the embedded one "
+                        "(default: $PACER_DRAFT_GGUF); its tokenizer must be the target's")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: $PACER_DEVICE or auto)")
     parser.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default: $PACER_DTYPE)")
     parser.add_argument("--draft-dtype", default=None, dest="draft_dtype",
@@ -67,7 +72,7 @@ def main(argv=None) -> int:
     try:
         pair = pair_from_env(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
                              draft_dtype=args.draft_dtype, device_map=args.device_map,
-                             draft_vocab=args.draft_vocab)
+                             draft_vocab=args.draft_vocab, draft_gguf=args.draft_gguf)
     except ModelLoadError as error:
         print(f"[pacer] {error}", file=sys.stderr)
         return 2

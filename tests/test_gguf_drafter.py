@@ -202,3 +202,25 @@ def test_the_embedded_gguf_drafts_ars_tokens_on_the_embedded_target(embedded_pai
             drafted += result.metrics.drafted_tokens
             accepted += result.metrics.accepted_tokens
     assert accepted / drafted > 0.9
+
+
+@pytest.mark.pure
+def test_the_embedded_default_drafter_is_gguf_on_a_cpu_with_llama_cpp(monkeypatch):
+    from pacer_core.drafters import gguf_drafter
+    from pacer_core.models import default_embedded_drafter
+    assert default_embedded_drafter("embedded", torch.device("cpu")) == "gguf"
+    assert default_embedded_drafter(None, torch.device("cpu")) == "gguf"
+    assert default_embedded_drafter("small", torch.device("cpu")) == "small"
+    assert default_embedded_drafter("embedded", torch.device("cuda")) == "embedded-small"
+    monkeypatch.setattr(gguf_drafter, "llama_cpp_available", lambda: "not installed")
+    assert default_embedded_drafter("embedded", torch.device("cpu")) == "embedded-small"
+
+
+@pytest.mark.embedded
+def test_the_page_offers_gguf_first_on_the_embedded_default(embedded_pair):
+    from pacer_core.ui.drafter_menu import DrafterMenu
+    gguf_pair = embedded_pair.with_drafter(load_drafter(embedded_pair, "gguf"))
+    menu = DrafterMenu(gguf_pair)
+    assert menu.default_key == "gguf" and "gguf" in menu.keys and "small" in menu.keys
+    line = next(option.description for option in menu.options() if option.key == "gguf")
+    assert line.startswith("gguf · the target's own GGUF file run by llama.cpp · 94 MB")

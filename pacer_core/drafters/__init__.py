@@ -246,5 +246,5 @@ def drafter_swapped(pair, drafter):
 
 
 __all__ = ["IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter", "KINDS", "kind_for_key", "new_caches", "load_drafter", "drafter_swapped",
-           "valid_drafter_name", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "drafter_key", "measured_drafter", "measured_gamma",
+           "valid_drafter_name", "all_names_text", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "drafter_key", "measured_drafter", "measured_gamma",
            "measured_settings"]

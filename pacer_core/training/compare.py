@@ -1,6 +1,6 @@
 """Compare drafters for one target under one protocol, on prompts no drafter was trained on.
 
-For every drafter (small, head, head-N, head-all; see ``drafters.load_drafter``) and prompt, along the
+For every drafter (small, head, head-N, head-all, self-int8, self-int4, gguf; see ``drafters.load_drafter``) and prompt, along the
 target's own greedy output:
   agreement_at_depth  P(drafted token k is the target's | tokens 1..k-1 were), from greedy fixed SD with
                       gamma = 4 (each drafted token continues from the drafter's own previous ones)
@@ -124,10 +124,12 @@ def main(argv=None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--target", default="embedded")
     parser.add_argument("--head", default=None, help="feature head folder (default: the embedded one)")
+    parser.add_argument("--draft-gguf", default=None, help="GGUF file for the gguf drafter (default: the embedded "
+                        "target's own)")
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    pair = load_pair(args.target, "embedded-small", device="cpu", dtype=args.dtype)
+    pair = load_pair(args.target, "embedded-small", device="cpu", dtype=args.dtype, draft_gguf=args.draft_gguf)
     records = load_prompts(args.prompts)[: args.limit or None]
     limits = Limits.from_env()
     prompts = [encode_prompt(pair, record["prompt"], None, limits) for record in records]

@@ -1,37 +1,38 @@
-"""The drafters the page offers for the loaded target: the pair's independent draft (``small``), the
-feature head (``head``, for the embedded target), and the target's own weights in 8 and 4 bits
-(``self-int8``, ``self-int4``). Each is built once, on first use, and kept for the life of the process; the
+"""The drafters the page offers for the loaded target: every kind of ``drafters.kinds.KINDS`` that can draft
+for it here — the pair's independent draft (``small``), the feature head (``head``, for the embedded target),
+the target's own weights in 8 and 4 bits (``self-int8``, ``self-int4``) and its GGUF file run by llama.cpp
+(``gguf``, on a CPU). Each is built once, on first use, and kept for the life of the process; the
 target is never reloaded. A choice is a view of the pair (``ModelPair.with_drafter``: same target,
 tokenizer and device, another drafter) with the pre-verifier trained for that drafter, if one exists.
 
 Memory: the small draft and the head are loaded with the pair (or on first use); each self-quantized copy
 holds only its quantized linear weights and shares the rest with the target (``SelfQuantizedDrafter.describe``
-gives its megabytes: for the embedded 135M target about 129 MB in int8 and 80 MB in int4)."""
+gives its megabytes: for the embedded 135M target about 129 MB in int8 and 80 MB in int4); the gguf drafter
+holds its file's weights (94 MB for the embedded target) and each pooled llama.cpp context its KV buffer
+(2,048 cells: 45 MB) and compute buffer (~50 MB); a few contexts are kept for the next runs."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 import threading
 import traceback
 from dataclasses import dataclass
 
-from .. import embedded
-from ..drafters import SELF_DRAFTERS, drafter_key, load_drafter, measured_drafter
+from ..drafters import KINDS, SELF_DRAFTERS, drafter_key, kind_for_key, load_drafter, measured_drafter
 from ..preverifier import ConfidencePreVerifier, default_preverifier
-from ..quantized_linear import INT4_GROUP_SIZE, QuantizationUnavailable, check_kernel
-
-KIND_WORDS = {"small": "a separate small model", "head": "a 1-layer head reading the target's hidden state",
-              "self-int8": "the target's own weights in 8 bits", "self-int4": "the target's own weights in 4 bits"}
+from ..quantized_linear import INT4_GROUP_SIZE
 
 
 @dataclass(frozen=True)
 class DrafterOption:
-    key: str             # small, head, self-int8, self-int4
+    key: str             # small, head, self-int8, self-int4, gguf
     description: str     # one line: what it is, size, cost per drafted token, agreement when measured
 
 
 def describe_option(key: str, size: str, measured: dict, device_type: str) -> str:
     """``small · a separate small model · 16M parameters · c = 0.13 of a target step · agreement 0.39``."""
-    parts = [key, KIND_WORDS.get(key, "drafter"), size]
+    kind = kind_for_key(key)
+    parts = [key, kind.words if kind else "drafter", size]
     cost = (measured.get("cost") or {}).get(device_type)
     parts.append(f"c = {cost:.2f} of a target step on {device_type}" if cost else "cost not measured here")
     if measured.get("agreement") is not None:
@@ -43,6 +44,8 @@ def size_text(drafter) -> str:
     described = drafter.describe()
     if "quantized_megabytes" in described:
         return f"{described['quantized_megabytes']:.0f} MB of int{described['bits']} weights"
+    if "file_megabytes" in described:
+        return f"{described['file_megabytes']:.0f} MB {described['dtype'].split()[-1]} file"
     return f"{described.get('parameters', 0) / 1e6:.1f}M parameters"
 
 
@@ -54,6 +57,10 @@ def estimated_size(pair, key: str) -> str:
                      if hasattr(module, "in_features") and hasattr(module, "weight"))
         per_weight = bits / 8 + (4 / INT4_GROUP_SIZE if bits == 4 else 0)    # int4: a bf16 scale and zero a group
         return f"≈{linear * per_weight / 2 ** 20:.0f} MB of int{bits} weights"
+    if key == "gguf":
+        from ..drafters.kinds import gguf_path
+        path = gguf_path(pair)
+        return f"{Path(path).stat().st_size / 2 ** 20:.0f} MB file" if path and Path(path).exists() else "a GGUF file"
     return "loaded on first use"
 
 
@@ -67,27 +74,23 @@ class DrafterMenu:
         self._views = {self.default_key: pair}
         self._preverifiers: dict = {} if preverifier is None else {self.default_key: preverifier}
         self._lock = threading.Lock()
-        self.keys = [key for key in ("small", "head", "self-int8", "self-int4") if self._available(key)]
+        self.unavailable = {kind.key: kind.unavailable(pair) for kind in KINDS}   # key -> why not (None: offered)
+        self.keys = [kind.key for kind in KINDS if self.unavailable[kind.key] is None]
         if self.default_key not in self.keys:
             self.keys.insert(0, self.default_key)
 
-    def _available(self, key: str) -> bool:
-        if key == "small":
-            return self.pair.draft is not None
-        if key == "head":
-            return self.pair.target_id == embedded.TARGET_NAME and embedded.EMBEDDED_HEAD_DIR.exists()
-        try:
-            check_kernel(SELF_DRAFTERS[key], self.pair.device)
-        except QuantizationUnavailable:
-            return False
-        return True
+    def left_out(self) -> dict[str, str]:
+        """The kinds this page does not offer, each with why (shown under the menu and in the log)."""
+        return {key: why for key, why in self.unavailable.items() if why and key not in self.keys}
 
     def view(self, key: str | None):
         """The pair drafting with ``key`` (None or "": the pair's own drafter). ValueError for a key the
         menu does not offer or a drafter that cannot be built."""
         key = key or self.default_key
         if key not in self.keys:
-            raise ValueError(f"Unknown drafter '{key}': this page offers {', '.join(self.keys)}.")
+            why = self.unavailable.get(key)
+            raise ValueError(f"The drafter '{key}' is not available here: {why}." if why else
+                             f"Unknown drafter '{key}': this page offers {', '.join(self.keys)}.")
         with self._lock:
             if key not in self._views:
                 self._views[key] = self.pair.with_drafter(load_drafter(self.pair, key))

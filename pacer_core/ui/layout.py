@@ -149,9 +149,10 @@ def control(name: str, limits: Limits, value=None, **extra):
                      **extra)
 
 
-def settings_panel(pair, preverifier, limits: Limits) -> tuple[dict, gr.Checkbox, gr.Checkbox]:
-    """The Settings accordion: shared settings, then one column per method. Returns (settings by name,
-    the chat-template switch, the "use the pre-verifier's own threshold" switch)."""
+def settings_panel(pair, limits: Limits, starts: dict) -> tuple[dict, gr.Checkbox, gr.Checkbox]:
+    """The Settings accordion: shared settings, then one column per method; the drafter-dependent controls start
+    at ``starts`` (``drafter_starts``). Returns (settings by name, the chat-template switch, the "use the
+    pre-verifier's own threshold" switch)."""
     with gr.Accordion("Settings", open=False, elem_id="settings"), gr.Row():
         with gr.Column(min_width=220):
             gr.Markdown("**Shared**")
@@ -162,24 +163,23 @@ def settings_panel(pair, preverifier, limits: Limits) -> tuple[dict, gr.Checkbox
             chat = gr.Checkbox(value=bool(pair.use_chat_template), label="Use the chat template")
         with gr.Column(min_width=200):
             gr.Markdown(f"**{METHOD_LABELS['fixed']}**")
-            fixed = {"gamma": control("gamma", limits, measured_gamma(pair))}
+            fixed = {"gamma": control("gamma", limits, starts["gamma"])}
         with gr.Column(min_width=220):
             gr.Markdown(f"**{METHOD_LABELS['pacer']}**")
-            block_size = getattr(preverifier, "config", {}).get("block_size")
-            pacer = {"block_size": control("block_size", limits, block_size),
-                     "max_draft_len": control("max_draft_len", limits)}
+            pacer = {"block_size": control("block_size", limits, starts["block_size"]),
+                     "max_draft_len": control("max_draft_len", limits, starts["max_draft_len"])}
             own_threshold = gr.Checkbox(value=True, label="Use the pre-verifier's own threshold")
-            pacer["threshold"] = control("threshold", limits, round(default_threshold(preverifier, 0.7), 2))
+            pacer["threshold"] = control("threshold", limits, starts["threshold"])
             pacer["on_fail"] = gr.Radio([("submit failing block (lossless)", "submit"),
                                          ("discard it (exact only when greedy)", "discard")],
                                         value=FIELD_BY_NAME["on_fail"].default, label=FIELD_BY_NAME["on_fail"].label)
             pacer["stop_rule"] = gr.Radio([("pre-verifier threshold", "threshold"), ("expected gain vs measured cost", "cost")],
-                                          value=FIELD_BY_NAME["stop_rule"].default, label=FIELD_BY_NAME["stop_rule"].label,
+                                          value=starts["stop_rule"], label=FIELD_BY_NAME["stop_rule"].label,
                                           info=FIELD_BY_NAME["stop_rule"].help)
-            pacer["phrase_len"] = control("phrase_len", limits)
+            pacer["phrase_len"] = control("phrase_len", limits, starts["phrase_len"])
         with gr.Column(min_width=200):
             gr.Markdown(f"**{METHOD_LABELS['smc']}**")
-            smc = {name: control(name, limits) for name in ("n_particles", "draft_len", "ess_threshold")}
+            smc = {name: control(name, limits, starts.get(name)) for name in ("n_particles", "draft_len", "ess_threshold")}
     return shared | fixed | pacer | smc, chat, own_threshold
 
 
@@ -240,25 +240,36 @@ def other_tabs(preverifier, explain_text: str) -> None:
 def drafter_dropdown(menu: DrafterMenu) -> gr.Dropdown:
     """The drafter choice: every drafter the loaded target offers, each with its one-line description."""
     options = menu.options()
-    return gr.Dropdown([(option.description, option.key) for option in options], value=menu.default_key,
-                       label="Drafter", elem_id="drafter", filterable=False,
-                       info="Who drafts for all three columns (built once on first use; the target stays loaded).")
+    return gr.Dropdown([(f"Drafter: {option.description}", option.key) for option in options], value=menu.default_key,
+                       label="Drafter (all three columns)", show_label=False, container=False,
+                       elem_id="drafter", filterable=False)
 
 
-DRAFTER_STARTS = ("gamma", "threshold", "block_size", "phrase_len")   # the controls a drafter choice resets
+DRAFTER_STARTS = ("gamma", "threshold", "block_size", "max_draft_len", "stop_rule", "phrase_len", "n_particles",
+                  "draft_len")   # the controls a drafter choice resets to that drafter's measured starting values
+
+
+def drafter_starts(pair, preverifier, key: str) -> dict:
+    """Where the drafter-dependent controls start for ``key``: its measured fixed length, PACER and SMC-SD
+    settings (``measured_defaults.json``), else the pre-verifier's block size and the app's defaults."""
+    pacer, smc = measured_settings(pair, key, "pacer"), measured_settings(pair, key, "smc")
+    field_start = lambda name: FIELD_BY_NAME[name].app_value or FIELD_BY_NAME[name].default  # noqa: E731
+    return {"gamma": measured_gamma(pair) or field_start("gamma"),
+            "threshold": round(default_threshold(preverifier, 0.7), 2),
+            "block_size": (pacer.get("block_size") or getattr(preverifier, "config", {}).get("block_size")
+                           or field_start("block_size")),
+            "max_draft_len": pacer.get("max_draft_len", field_start("max_draft_len")),
+            "stop_rule": pacer.get("stop_rule", field_start("stop_rule")),
+            "phrase_len": pacer.get("phrase_len", field_start("phrase_len")),
+            "n_particles": smc.get("n_particles", field_start("n_particles")),
+            "draft_len": smc.get("draft_len", field_start("draft_len"))}
 
 
 def drafter_choice_view(context: AppContext, key: str, pair_note: str | None) -> dict:
-    """What the page shows for a drafter: the pair line, and where the fixed length, PACER's block size,
-    phrase length and threshold start (measured for that drafter where measured, else the defaults)."""
+    """What the page shows for a drafter: the pair line, and where its drafter-dependent controls start."""
     chosen = handlers.drafter_context(context, key)
-    gamma = measured_gamma(chosen.pair) or FIELD_BY_NAME["gamma"].app_value or FIELD_BY_NAME["gamma"].default
-    pacer = measured_settings(chosen.pair, key or context.drafters.default_key, "pacer")
-    block_size = (pacer.get("block_size") or getattr(chosen.preverifier, "config", {}).get("block_size")
-                  or FIELD_BY_NAME["block_size"].default)
-    return {"pair": page.pair_status_html(chosen.pair.describe(), chosen.preverifier_kind, pair_note),
-            "gamma": gamma, "threshold": round(default_threshold(chosen.preverifier, 0.7), 2),
-            "block_size": block_size, "phrase_len": pacer.get("phrase_len", FIELD_BY_NAME["phrase_len"].default)}
+    starts = drafter_starts(chosen.pair, chosen.preverifier, key or context.drafters.default_key)
+    return {"pair": page.pair_status_html(chosen.pair.describe(), chosen.preverifier_kind, pair_note)} | starts
 
 
 def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: str | None = None,
@@ -294,7 +305,10 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                                                 example_labels=[item.get("label", item["prompt"][:30])
                                                                 for item in examples], label=None)
                             with gr.Column(min_width=260):
-                                settings, chat, own_threshold = settings_panel(pair, preverifier, limits)
+                                settings, chat, own_threshold = settings_panel(pair, limits, drafter_starts(
+                                    pair, preverifier, context.drafters.default_key))
+                            with gr.Column(min_width=300, elem_id="drafter-column"):
+                                drafter = drafter_dropdown(context.drafters)
                     with gr.Column(scale=1, min_width=240, elem_id="buttons"):
                         run_button = gr.Button("▶ Run", variant="primary", elem_id="run-button")
                         with gr.Row(elem_id="step-stop"):
@@ -304,7 +318,6 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                                                     min_width=90)
                         measure_ar = gr.Checkbox(value=True, label="Measure the AR baseline too", elem_id="measure-ar",
                                                  container=False)
-                        drafter = drafter_dropdown(context.drafters)
                 view, show_trace, show_rejected = live_outputs(session_state)
             other_tabs(preverifier, explain_text)
             replay_tab()

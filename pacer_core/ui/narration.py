@@ -149,6 +149,8 @@ DRAFTER_LESSONS = {
                  "a target step on a CPU",
     "self-int4": "the target's own weights in 4 bits: guesses usually accepted, each costing about half a target "
                  "step on a CPU",
+    "gguf": "the target's own 4-bit GGUF run by llama.cpp, an engine made for CPUs: guesses almost always "
+            "accepted and each costs only a fraction of a target step, so long drafts pay",
 }
 
 
