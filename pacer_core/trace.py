@@ -22,7 +22,7 @@ import re
 import time
 import types
 import typing
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import lru_cache
 
 from . import __version__
@@ -234,7 +234,7 @@ def checked_result(method: str, value, limits: TraceLimits) -> Result:
     if len(raw_events) > limits.max_events:
         raise TraceError(f"{where}: {len(raw_events):,} steps, more than a trace may hold ({limits.max_events:,}).")
     event_class = StepEvent if method in STEP_METHODS else SMCCycleEvent
-    events = [build(event_class, item, f"{where}.events[{index}]", limits) for index, item in enumerate(raw_events)]
+    events = coerce(raw_events, list[event_class], f"{where}.events", limits)
     result = build(Result, value | {"events": []}, where, limits)
     if result.method != method or any(event.method != method for event in events):
         raise TraceError(f"{where}: holds another method's steps.")
@@ -266,78 +266,134 @@ def check_event(event, where: str, limits: TraceLimits) -> None:
         raise TraceError(f"{where}: too many tokens for one particle in one cycle.")
 
 
-@lru_cache(maxsize=None)
-def _hints(cls) -> dict:
-    return typing.get_type_hints(cls)
+def coerce(value, hint, where: str, limits: TraceLimits):
+    """``value`` checked against ``hint`` (a dataclass is rebuilt), or TraceError naming where it failed."""
+    try:
+        return checker(hint)(value, limits)
+    except _Invalid as error:
+        raise TraceError(f"{where}{error.path}: {error.message}") from None
 
 
 def build(cls, value, where: str, limits: TraceLimits):
     """An instance of dataclass ``cls`` from a JSON object, every field checked against its type hint."""
-    if not isinstance(value, dict):
-        raise TraceError(f"{where}: expected an object.")
-    hints, names = _hints(cls), {item.name for item in fields(cls)}
-    unknown = sorted(set(value) - names)
-    if unknown:
-        raise TraceError(f"{where}: unknown field {unknown[0][:40]!r}.")
-    kwargs = {name: coerce(item, hints[name], f"{where}.{name}", limits) for name, item in value.items()}
-    if cls is TokenRecord and len(kwargs.get("text", "")) > limits.max_token_text:
-        raise TraceError(f"{where}.text: {len(kwargs['text']):,} characters, more than one token may hold.")
-    try:
-        return cls(**kwargs)
-    except TypeError:
-        missing = sorted(item.name for item in fields(cls) if item.name not in value)
-        raise TraceError(f"{where}: missing field {missing[0]!r}." if missing else f"{where}: not valid.") from None
+    return coerce(value, cls, where, limits)
 
 
-def coerce(value, hint, where: str, limits: TraceLimits):
-    """``value`` checked against ``hint`` and returned unchanged (an int stays an int where a float is allowed,
-    so what the renderers print is what the live page printed), or TraceError."""
-    origin = typing.get_origin(hint)
+class _Invalid(Exception):
+    """A value that does not fit its hint; ``path`` (".tokens[3].text") grows as it propagates up, so the
+    path string is built only for the one value that failed."""
+
+    def __init__(self, message: str, path: str = ""):
+        super().__init__(message)
+        self.message, self.path = message, path
+
+    def at(self, step: str) -> "_Invalid":
+        return _Invalid(self.message, step + self.path)
+
+
+@lru_cache(maxsize=None)
+def checker(hint):
+    """The check of one type hint, built once per hint: (value, limits) → the value, unchanged (an int stays an
+    int where a float is allowed, so the renderers print what the live page printed), or _Invalid."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in typing.get_args(hint):
-            return None
-        (inner,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        return coerce(value, inner, where, limits)
+        (inner,) = [arg for arg in args if arg is not type(None)]
+        return _optional_check(checker(inner))
     if origin is list or hint is list:
-        return _list(value, typing.get_args(hint), where, limits)
+        return _list_check(checker(args[0]) if args else None)
     if is_dataclass(hint):
-        return build(hint, value, where, limits)
-    if hint is TokenState:
-        try:
-            return TokenState(value)
-        except ValueError:
-            raise TraceError(f"{where}: {str(value)[:40]!r} is not a token state.") from None
+        return _dataclass_check(hint)
     if hint is dict or origin is dict:
-        return _plain(value, where, limits)
-    return _scalar(value, hint, where, limits)
+        return _plain_check
+    return SCALAR_CHECKS[hint]
 
 
-def _list(value, args: tuple, where: str, limits: TraceLimits) -> list:
-    if not isinstance(value, list):
-        raise TraceError(f"{where}: expected a list.")
-    if len(value) > limits.max_list:
-        raise TraceError(f"{where}: {len(value):,} items, more than a trace may hold.")
-    if not args:
-        return _plain(value, where, limits)
-    return [coerce(item, args[0], f"{where}[{index}]", limits) for index, item in enumerate(value)]
+def _optional_check(inner):
+    def check(value, limits):
+        return None if value is None else inner(value, limits)
+    return check
+
+
+def _list_check(item):
+    def check(value, limits):
+        if not isinstance(value, list):
+            raise _Invalid("expected a list.")
+        if len(value) > limits.max_list:
+            raise _Invalid(f"{len(value):,} items, more than a trace may hold.")
+        if item is None:
+            return _plain_check(value, limits)
+        checked = []
+        try:
+            for entry in value:
+                checked.append(item(entry, limits))
+        except _Invalid as error:
+            raise error.at(f"[{len(checked)}]") from None
+        return checked
+    return check
+
+
+def _dataclass_check(cls):
+    hints = typing.get_type_hints(cls)
+    checks = {item.name: checker(hints[item.name]) for item in fields(cls)}
+    required = {item.name for item in fields(cls) if item.default is MISSING and item.default_factory is MISSING}
+
+    def check(value, limits):
+        if not isinstance(value, dict):
+            raise _Invalid("expected an object.")
+        unknown, missing = value.keys() - checks.keys(), required - value.keys()
+        if unknown:
+            raise _Invalid(f"unknown field {sorted(unknown)[0][:40]!r}.")
+        if missing:
+            raise _Invalid(f"missing field {sorted(missing)[0]!r}.")
+        kwargs = {}
+        try:
+            for name, entry in value.items():
+                kwargs[name] = checks[name](entry, limits)
+        except _Invalid as error:
+            raise error.at(f".{name}") from None
+        if cls is TokenRecord and len(kwargs.get("text", "")) > limits.max_token_text:
+            raise _Invalid(f"{len(kwargs['text']):,} characters, more than one token may hold.", ".text")
+        return cls(**kwargs)
+    return check
+
+
+def _check_bool(value, limits):
+    if value is True or value is False:
+        return value
+    raise _Invalid("expected true or false.")
+
+
+def _check_int(value, limits):
+    if type(value) is int and abs(value) <= 2**53:
+        return value
+    raise _Invalid("expected a whole number.")
+
+
+def _check_float(value, limits):
+    if (type(value) is float and math.isfinite(value)) or (type(value) is int and abs(value) <= 2**53):
+        return value
+    raise _Invalid("expected a finite number.")
+
+
+def _check_str(value, limits):
+    if type(value) is str and len(value) <= limits.max_text:
+        return value
+    raise _Invalid("expected text." if not isinstance(value, str) else
+                   f"{len(value):,} characters, more than a trace may hold ({limits.max_text:,}).")
+
+
+def _check_state(value, limits):
+    try:
+        return TokenState(value)
+    except (TypeError, ValueError):
+        raise _Invalid(f"{str(value)[:40]!r} is not a token state.") from None
+
+
+SCALAR_CHECKS = {bool: _check_bool, int: _check_int, float: _check_float, str: _check_str, TokenState: _check_state}
 
 
 def _scalar(value, hint, where: str, limits: TraceLimits):
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise TraceError(f"{where}: expected true or false.")
-        return value
-    if hint is int:
-        if not isinstance(value, int) or isinstance(value, bool) or abs(value) > 2**53:
-            raise TraceError(f"{where}: expected a whole number.")
-        return value
-    if hint is float:
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-            raise TraceError(f"{where}: expected a finite number.")
-        return value
-    if hint is str:
-        return _text(value, where, limits.max_text)
-    raise TraceError(f"{where}: cannot be read.")
+    return coerce(value, hint, where, limits)
 
 
 def _text(value, where: str, longest: int) -> str:
@@ -373,23 +429,35 @@ def _typed_fields(values: dict, types_by_name: dict, where: str) -> None:
             _scalar(values[name], hint, f"{where}.{name}", TraceLimits(max_text=1000))
 
 
-def _plain(value, where: str, limits: TraceLimits, depth: int = 0):
+def _plain(value, where: str, limits: TraceLimits):
     """Free-form JSON (settings, info, the pair): bounded depth, lengths and text; returned as is."""
+    try:
+        return _plain_check(value, limits)
+    except _Invalid as error:
+        raise TraceError(f"{where}{error.path}: {error.message}") from None
+
+
+def _plain_check(value, limits: TraceLimits, depth: int = 0):
     if depth > limits.max_depth:
-        raise TraceError(f"{where}: nested too deeply.")
+        raise _Invalid("nested too deeply.")
+    if isinstance(value, (dict, list)) and len(value) > limits.max_list:
+        raise _Invalid(f"{len(value):,} items, more than a trace may hold.")
     if isinstance(value, dict):
-        if len(value) > limits.max_list:
-            raise TraceError(f"{where}: too many entries.")
         for key, item in value.items():
-            _text(key, f"{where} (a key)", 200)
-            _plain(item, f"{where}.{key[:40]}", limits, depth + 1)
+            if len(key) > 200:
+                raise _Invalid("a key is too long.")
+            try:
+                _plain_check(item, limits, depth + 1)
+            except _Invalid as error:
+                raise error.at(f".{key[:40]}") from None
     elif isinstance(value, list):
-        if len(value) > limits.max_list:
-            raise TraceError(f"{where}: {len(value):,} items, more than a trace may hold.")
         for index, item in enumerate(value):
-            _plain(item, f"{where}[{index}]", limits, depth + 1)
+            try:
+                _plain_check(item, limits, depth + 1)
+            except _Invalid as error:
+                raise error.at(f"[{index}]") from None
     elif isinstance(value, str):
-        _text(value, where, limits.max_text)
+        _check_str(value, limits)
     elif isinstance(value, float) and not math.isfinite(value):
-        raise TraceError(f"{where}: expected a finite number.")
+        raise _Invalid("expected a finite number.")
     return value

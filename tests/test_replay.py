@@ -12,7 +12,9 @@ import pytest
 from pacer_core.testing.tiny import tiny_pair
 from pacer_core.ui import handlers
 from pacer_core.ui.handlers import AppContext, PageInputs
-from pacer_core.ui.replay import Replay, open_trace, open_trace_file, replay_view, shipped_traces
+from pacer_core.trace import TraceError
+from pacer_core.ui import replay as replay_module
+from pacer_core.ui.replay import Replay, check_drawable, open_trace, open_trace_file, replay_view, shipped_traces
 from pacer_core.ui.workshop import load_workshop, recorded_runs
 
 RECORDED = recorded_runs(load_workshop())
@@ -72,6 +74,19 @@ def test_step_start_and_end_stay_within_the_run(context):
     assert "verified" in replay_view(replay.step()).status
 
 
+def test_a_trace_the_renderers_cannot_draw_is_refused_in_one_line(context, monkeypatch):
+    *_, final = handlers.run(context, inputs(0.8, tokens=4), plot_interval_s=1e9)
+    replay = open_trace(json.dumps(final.session.trace()))
+    check_drawable(replay)
+
+    def broken(session, names=None):
+        raise ZeroDivisionError("a renderer met numbers it cannot draw")
+
+    monkeypatch.setattr(replay_module, "plots_view", broken)
+    with pytest.raises(TraceError, match="inconsistent.*ZeroDivisionError"):
+        check_drawable(replay)
+
+
 # ---------------------------------------------------------------- the shipped recordings (no model)
 
 @pytest.mark.pure
@@ -85,7 +100,7 @@ def test_every_recorded_exercise_run_is_shipped_small_and_opens():
         assert "SmolLM2" in replay.recorded.pair["target"] and replay.recorded.drafter == (item.run.drafter or "small")
         assert replay.recorded.settings["max_new_tokens"] == item.run.settings["max_new_tokens"]
         assert "ar" in replay.recorded.results                     # speedups against AR, as the guide asks
-        replay_view(replay)
+        check_drawable(replay)
 
 
 def recorded(exercise_id: str, index: int = 1):

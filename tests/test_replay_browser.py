@@ -47,10 +47,19 @@ def page(replay_app, chromium_browser):
 
 def upload(page, path: Path, shown: str = FIRST_STEP) -> float:
     """Seconds from handing the file to the upload box until ``shown`` holds."""
+    with page.expect_file_chooser() as chooser:
+        page.click("#replay-file")
     started = time.perf_counter()
-    page.set_input_files("#replay-file input[type=file]", str(path))
+    chooser.value.set_files(str(path))
     page.wait_for_function(shown, polling=20)
     return time.perf_counter() - started
+
+
+def upload_again(page, path: Path) -> float:
+    """``upload`` on a freshly loaded page (the upload box holds one file)."""
+    page.reload()
+    page.wait_for_selector("#replay-step")
+    return upload(page, path)
 
 
 def test_the_replay_page_loads_no_model(replay_app, page):
@@ -116,6 +125,7 @@ def test_markup_in_a_trace_runs_nothing(page, tmp_path):
 def test_a_512_token_trace_shows_its_first_step_within_a_second(page, tmp_path):
     path = tmp_path / "long.json"
     path.write_bytes(long_trace(512))
-    seconds = upload(page, path)
-    print(f"512-token trace ({path.stat().st_size / 1024:.0f} KB): upload to first shown step {seconds:.2f} s")
-    assert seconds < 1.0
+    seconds = [upload(page, path), upload_again(page, path)]
+    print(f"512-token trace ({path.stat().st_size / 1024:.0f} KB): upload to first shown step "
+          f"{' s, '.join(f'{value:.2f}' for value in seconds)} s")
+    assert max(seconds) < 1.0

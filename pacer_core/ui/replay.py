@@ -30,6 +30,7 @@ from .session import MethodRun, RunSession
 from .tables import empty_frame
 
 TRACES_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "traces"
+PLOT_NAMES = ("timeline", "speedup", "histogram", "lengths", "accept", "blocks", "weights", "ess", "genealogy")
 
 
 class RecordedPair:
@@ -119,16 +120,18 @@ def replay_context(recorded: RecordedRun) -> AppContext:
 # ---------------------------------------------------------------- loading
 
 def open_trace(data: bytes | str, limits: TraceLimits = TraceLimits()) -> Replay:
-    """A trace file's content → a Replay at its first click, or TraceError. The finished page is drawn once
-    here, so a trace the renderers cannot draw (edited into inconsistency) is refused now, with a message."""
-    replay = Replay(parse_trace(data, limits))
+    """A trace file's content → a Replay at its first click, or TraceError (``pacer_core.trace``)."""
+    return Replay(parse_trace(data, limits))
+
+
+def check_drawable(replay: Replay) -> None:
+    """Draw the finished page once: a trace that passed validation but that the renderers still cannot draw
+    (edited into inconsistency) is a TraceError, said in one line. The page runs this right after showing
+    the first step, so the first step does not wait for it."""
     try:
         finished_view(replay.end())
-    except TraceError:
-        raise
-    except Exception as error:  # noqa: BLE001 - any failure to draw is the file's fault, said in one line
+    except Exception as error:  # noqa: BLE001 - any failure to draw is the file's fault
         raise TraceError(f"The trace is inconsistent: the page cannot draw it ({type(error).__name__}).") from None
-    return replay
 
 
 def open_trace_file(path: str | Path, limits: TraceLimits = TraceLimits()) -> Replay:
@@ -180,8 +183,8 @@ def step_view(replay: Replay) -> ViewUpdate:
                         table=table_view(session), status=step_status(replay, passes, verify_phase))
     if verify_phase:
         update.plots = plots_view(session)
-    elif replay.clicks == 1:                  # a freshly opened trace: the empty figures, not the last trace's
-        update.plots = plots_view(RecordedSession(recorded, 0))
+    elif replay.clicks == 1:                  # a freshly opened trace: no figures yet, not the last trace's
+        update.plots = dict.fromkeys(PLOT_NAMES)
     return update
 
 
@@ -251,5 +254,5 @@ def recorded_html(recorded: RecordedRun) -> str:
             f'<div class="pair-status replay-meta">{parts}</div></div>')
 
 
-__all__ = ["Replay", "RecordedSession", "TraceError", "open_trace", "open_trace_file",
+__all__ = ["Replay", "RecordedSession", "TraceError", "check_drawable", "open_trace", "open_trace_file",
            "replay_view", "recorded_html", "shipped_traces", "error_view", "refused_view"]

@@ -14,8 +14,8 @@ import gradio as gr
 
 from . import COLUMN_METHODS, METHOD_LABELS, columns, live, narration, page, tables
 from .handlers import ViewUpdate
-from .replay import (Replay, TraceError, error_view, open_trace_file, recorded_html, refused_view, replay_view,
-                     shipped_traces)
+from .replay import (Replay, TraceError, check_drawable, error_view, open_trace_file, recorded_html, refused_view,
+                     replay_view, shipped_traces)
 
 INTRO = ("Replay a recorded run: pick one of the workshop's recorded runs, or upload a trace the Live demo "
          "exported (**⬇ JSON trace**). Nothing runs: press **Step ▸** to see each target pass drafted, then "
@@ -71,6 +71,18 @@ def opened(view: ReplayView, path) -> dict:
     return show(view, replay) | {view.recorded: recorded_html(replay.recorded)}
 
 
+def drawable(view: ReplayView, replay: Replay | None) -> dict:
+    """After the first step is shown: refuse the trace now if its finished page cannot be drawn."""
+    if replay is None:
+        return {}
+    try:
+        check_drawable(replay)
+    except TraceError as error:
+        gr.Warning(html.escape(str(error)))
+        return view.apply(refused_view(str(error))) | {view.recorded: NOT_OPENED, view.state: None}
+    return {}
+
+
 def moved(view: ReplayView, replay: Replay | None, move: str) -> dict:
     """Step, start or end of the replay in the state (a message when nothing is open)."""
     if replay is None:
@@ -114,9 +126,9 @@ def replay_panel() -> None:
             example = gr.Dropdown([(title, str(path)) for title, path in shipped.items()], value=None,
                                   label="Recorded runs (the workshop's exercises)", elem_id="replay-example",
                                   filterable=False)
-        upload = gr.File(label="Or upload a trace (.json)", file_types=[".json"], type="filepath",
-                         elem_id="replay-file", scale=2, min_width=240, height=120)
-        with gr.Column(scale=1, min_width=200):
+        with gr.Column(scale=1, min_width=240):
+            upload = gr.UploadButton("⬆ Upload a trace (.json)", file_types=[".json"], type="filepath",
+                                     elem_id="replay-file")
             step_button = gr.Button("Step ▸", variant="primary", elem_id="replay-step")
             end_button = gr.Button("▸▸ Whole run", elem_id="replay-end")
             start_button = gr.Button("◂◂ First step", elem_id="replay-start")
@@ -126,8 +138,12 @@ def replay_panel() -> None:
     def open_path(path):
         return opened(view, path)
 
-    upload.upload(open_path, inputs=upload, api_visibility="private", **options)
-    example.change(open_path, inputs=example, api_visibility="private", **options)
+    def check(replay):
+        return drawable(view, replay)
+
+    for listener, source in ((upload.upload, upload), (example.change, example)):
+        listener(open_path, inputs=source, api_visibility="private", **options).then(
+            check, inputs=state, api_visibility="private", **options)
     for button, move in ((step_button, "step"), (end_button, "end"), (start_button, "start")):
         button.click(mover(view, move), inputs=state, api_visibility="private", **options)
 
