@@ -145,3 +145,19 @@ def test_a_512_token_trace_shows_its_first_step_within_a_second():
     seconds = time.perf_counter() - started
     print(f"512-token trace ({len(data) / 1024:.0f} KB): opened and first step drawn in {seconds:.3f} s")
     assert seconds < 1.0
+
+
+# ---------------------------------------------------------------- the pages
+
+def tab_ids(demo) -> set:
+    import gradio as gr
+
+    return {block.id for block in demo.blocks.values() if isinstance(block, gr.Tab)}
+
+
+def test_the_live_page_has_the_replay_tab_and_replay_only_has_no_live_demo():
+    from pacer_core.ui.layout import build_ui
+    from pacer_core.ui.replay_tab import build_replay_ui
+
+    assert {"live", "replay"} <= tab_ids(build_ui(tiny_pair()))
+    assert tab_ids(build_replay_ui()) == {"replay", "explain"}

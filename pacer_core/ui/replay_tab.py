@@ -143,7 +143,7 @@ def replay_panel() -> None:
 
     for listener, source in ((upload.upload, upload), (example.change, example)):
         listener(open_path, inputs=source, api_visibility="private", **options).then(
-            check, inputs=state, api_visibility="private", **options)
+            check, inputs=state, api_visibility="private", **(options | {"show_progress": "hidden"}))
     for button, move in ((step_button, "step"), (end_button, "end"), (start_button, "start")):
         button.click(mover(view, move), inputs=state, api_visibility="private", **options)
 
