@@ -119,3 +119,12 @@ def test_the_page_has_the_atlas_tab():
     assert "atlas" in tabs and "live" in tabs
     api_names = {dependency.get("api_name") for dependency in config["dependencies"]}
     assert {"atlas", "atlas_stop"} <= api_names
+
+
+def test_an_unexpected_failure_is_an_error_line():
+    def failing():
+        yield atlas_session.AtlasUpdate(status="ok")
+        raise RuntimeError("boom")
+
+    updates = list(atlas_session.guarded(failing()))
+    assert updates[-1].warning == "The atlas failed: RuntimeError: boom" and "run-error" in updates[-1].status

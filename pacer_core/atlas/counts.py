@@ -125,9 +125,12 @@ def calibration(judgments: list[Judgment], bins: int = 10) -> list[dict]:
     guesses and are left out too. A calibrated drafter under greedy decoding has alpha ≈ mean_q."""
     groups = grouped([item for item in judgments if item.draft_prob is not None and not item.phrase],
                      lambda item: confidence_bin(item.draft_prob, bins))
-    return [count_row("low", index / bins, groups[index])
-            | {"high": (index + 1) / bins, "mean_q": sum(item.draft_prob for item in groups[index]) / len(groups[index])}
-            for index in sorted(groups)]
+    return [count_row("low", index / bins, items) | {"high": (index + 1) / bins, "mean_q": mean_confidence(items)}
+            for index, items in sorted(groups.items())]
+
+
+def mean_confidence(items: list[Judgment]) -> float:
+    return sum(item.draft_prob for item in items) / len(items)
 
 
 def rejection_row(item: Judgment) -> dict:

@@ -144,9 +144,10 @@ def markdown_report(atlas: dict) -> str:
 
 
 def section(atlas: dict, level: str = "##") -> list[str]:
-    lines = [f"{level} By draft position", ""] + table(atlas["by_position"], ["position", "drafted", "accepted", "alpha"])
-    lines += [f"{level} By kind of drafted token", ""] + table(atlas["by_token_kind"], ["kind", "drafted", "accepted", "alpha"])
-    lines += [f"{level} By prompt category", ""] + table(atlas["by_category"], ["category", "drafted", "accepted", "alpha"])
+    counted = ["drafted", "accepted", "alpha"]
+    lines = [f"{level} By draft position", ""] + table(atlas["by_position"], ["position"] + counted)
+    lines += [f"{level} By kind of drafted token", ""] + table(atlas["by_token_kind"], ["kind"] + counted)
+    lines += [f"{level} By prompt category", ""] + table(atlas["by_category"], ["category"] + counted)
     lines += [f"{level} Calibration (the drafter's q against measured acceptance)", ""]
     lines += table(atlas["calibration"], ["low", "high", "mean_q", "drafted", "accepted", "alpha"])
     lines += [f"{level} Most often rejected", ""]

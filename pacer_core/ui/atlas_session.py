@@ -7,9 +7,11 @@ Run decodes through ``pacer_core.atlas`` (the engine's ``api.run_request``, each
 ``RENDER_INTERVAL_S`` and once at the end, then writes atlas.json, atlas.csv and report.md for download."""
 from __future__ import annotations
 
+import sys
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -79,7 +81,8 @@ def lanes_for(context: AppContext, choice: AtlasChoice, prompts: list[AtlasPromp
     return lanes
 
 
-def run(context: AppContext, choice: AtlasChoice, render_interval_s: float = RENDER_INTERVAL_S) -> Iterator[AtlasUpdate]:
+def run(context: AppContext, choice: AtlasChoice,
+        render_interval_s: float = RENDER_INTERVAL_S) -> Iterator[AtlasUpdate]:
     """Decode every prompt; an update after each (the atlas so far when a redraw is due), then the files."""
     try:
         prompts = choice_prompts(choice)
@@ -101,8 +104,19 @@ def run(context: AppContext, choice: AtlasChoice, render_interval_s: float = REN
     stopped = len(runs) < total
     message = (f"Stopped: {len(runs)} of {total} prompts kept." if stopped else f"Done: {total} prompts.")
     out = write_atlas(Path(tempfile.mkdtemp(prefix="pacer-atlas-")), session.atlas)
-    yield AtlasUpdate(status=progress_html(len(runs), total, message, "stopped" if stopped else "done"), atlas=session.atlas,
+    yield AtlasUpdate(status=progress_html(len(runs), total, message, "stopped" if stopped else "done"),
+                      atlas=session.atlas,
                       session=session, files=[str(out / name) for name in ("atlas.json", "atlas.csv", "report.md")])
+
+
+def guarded(updates: Iterator[AtlasUpdate]) -> Iterator[AtlasUpdate]:
+    """An unexpected failure becomes an error line and a warning (and a log entry); the app keeps serving."""
+    try:
+        yield from updates
+    except Exception as error:  # noqa: BLE001
+        traceback.print_exc(file=sys.stderr)
+        message = f"The atlas failed: {type(error).__name__}: {error}"
+        yield AtlasUpdate(status=progress_html(0, 1, message, "error"), warning=message)
 
 
 def stop(session: AtlasSession | None) -> None:

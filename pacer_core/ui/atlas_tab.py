@@ -115,8 +115,11 @@ def atlas_tab(context: AppContext, live_prompt: gr.Textbox, live_settings: dict,
     live = {"prompt": live_prompt, "drafter": live_drafter} | {name: live_settings[name]
                                                                   for name in atlas_session.LIVE_SETTINGS}
 
+    from .layout import _gpu   # the page's ZeroGPU decorator (unchanged off Spaces)
+
+    @_gpu
     def run_atlas(*values):
-        for update in atlas_session.run(context, read_choice(*values)):
+        for update in atlas_session.guarded(atlas_session.run(context, read_choice(*values))):
             if update.warning:
                 gr.Warning(html.escape(update.warning))
             yield view.apply(update)

@@ -36,8 +36,8 @@ def breakdown_figure(atlas: dict | None, field: str, key: str, title: str, x_tit
         fig.add_trace(go.Bar(x=[str(row[key]) for row in rows], y=[row["alpha"] for row in rows], name=side["drafter"],
                              marker_color=colour, hoverinfo="text",
                              hovertext=[hover_escape(f"{side['drafter']}, {row[key]}: {row['accepted']} of "
-                                                     f"{row['drafted']} judged drafts accepted ({percent(row['alpha'])})")
-                                        for row in rows]))
+                                                     f"{row['drafted']} judged drafts accepted "
+                                                     f"({percent(row['alpha'])})") for row in rows]))
     if not fig.data:
         return empty_figure(title, "Run the atlas to fill this plot.")
     return _layout(fig, title, x_title, "accepted", layout={"barmode": "group", "xaxis": {"type": "category"},
@@ -70,8 +70,8 @@ def calibration_figure(atlas: dict | None) -> go.Figure:
                                  name=side["drafter"], line={"color": colour}, hoverinfo="text",
                                  marker={"size": [6 + min(14, b["drafted"] ** 0.5) for b in bins]},
                                  hovertext=[hover_escape(f"{side['drafter']}: {b['drafted']} drafts with q in "
-                                                         f"{b['low']:.1f}–{b['high']:.1f}, {percent(b['alpha'])} accepted")
-                                            for b in bins]))
+                                                         f"{b['low']:.1f}–{b['high']:.1f}, "
+                                                         f"{percent(b['alpha'])} accepted") for b in bins]))
     return _layout(fig, title, "drafter's q (mean in bin)", "accepted",
                    layout={"xaxis": {"range": [0, 1.02]}, "yaxis": {"range": [0, 1.05]}})
 
@@ -109,7 +109,8 @@ def prompts_frame(atlas: dict | None) -> pd.DataFrame:
         return pd.DataFrame([], columns=columns)
     rows = [{PROMPT_COLUMN: row["index"] + 1, "category": row["category"], "prompt": plain_visible(row["prompt"]),
              "tau": rounded(row["tau"]), "alpha": rounded(row["alpha"]), "tokens": row["tokens"],
-             "seconds": rounded(row["seconds"], 2), "speedup": rounded(row["speedup"], 2)} for row in atlas["per_prompt"]]
+             "seconds": rounded(row["seconds"], 2), "speedup": rounded(row["speedup"], 2)}
+            for row in atlas["per_prompt"]]
     other = atlas.get("compare")
     if other:
         for row, second in zip(rows, other["per_prompt"]):
@@ -174,10 +175,11 @@ def _number(value, unit: str = "") -> str:
 
 def progress_html(done: int, total: int, message: str, state: str = "busy") -> str:
     """A progress bar with its line: ``state`` busy, done, stopped or error."""
-    return (f'<div class="run-status run-{escape_text(state)}"><progress value="{int(done)}" max="{max(1, int(total))}" '
-            f'style="width: 100%; height: 10px;"></progress><div>{escape_text(message)}</div></div>')
+    bar = f'<progress value="{int(done)}" max="{max(1, int(total))}" style="width: 100%; height: 10px;"></progress>'
+    return f'<div class="run-status run-{escape_text(state)}">{bar}<div>{escape_text(message)}</div></div>'
 
 
 def rejection_legend() -> str:
-    return (f'<span style="color: {ACCEPTED}">✓ accepted</span> · <span style="color: {REJECTED}">✗ rejected</span>. '
-            "Choose a row to open its prompt in the Live demo with the atlas's settings.")
+    marks = (f'<span style="color: {ACCEPTED}">✓ accepted</span> · '
+             f'<span style="color: {REJECTED}">✗ rejected</span>.')
+    return marks + " Choose a row to open its prompt in the Live demo with the atlas's settings."
