@@ -13,7 +13,11 @@ The schema is ``docs/trace-format.md``. Invariants of a RecordedRun:
   ``SMCCycleEvent``s whose per-particle lists all have N entries and whose ancestors lie in 0..N-1;
 * settings pass ``settings.validate_settings`` (at ``TraceLimits``' caps, not this Space's).
 
-Text (token pieces, prompt, model names) is kept exactly as recorded: the page's renderers escape it."""
+Text (token pieces, prompt, model names) is kept exactly as recorded: the page's renderers escape it.
+
+    recorded = parse_trace(Path("assets/traces/phrase-drafts.json").read_bytes())
+    recorded.results["pacer"].events[0].blocks[0]      # a BlockDecision, as the decoder yielded it
+    parse_trace(b'{"results": {}}')                    # TraceError: This trace has no format version: ..."""
 from __future__ import annotations
 
 import json
@@ -392,10 +396,6 @@ def _check_state(value, limits):
 SCALAR_CHECKS = {bool: _check_bool, int: _check_int, float: _check_float, str: _check_str, TokenState: _check_state}
 
 
-def _scalar(value, hint, where: str, limits: TraceLimits):
-    return coerce(value, hint, where, limits)
-
-
 def _text(value, where: str, longest: int) -> str:
     if not isinstance(value, str):
         raise TraceError(f"{where}: expected text.")
@@ -410,7 +410,7 @@ def _optional(value, hint, where: str, limits: TraceLimits):
 
 def _numbers(value, where: str) -> dict[str, float]:
     """{method: finite number} for the page's methods."""
-    return {method: _scalar(number, float, f"{where}.{method}", TraceLimits())
+    return {method: coerce(number, float, f"{where}.{method}", TraceLimits())
             for method, number in _mapping(value, where, METHODS).items()}
 
 
@@ -426,7 +426,7 @@ def _mapping(value, where: str, keys: tuple) -> dict:
 def _typed_fields(values: dict, types_by_name: dict, where: str) -> None:
     for name, hint in types_by_name.items():
         if name in values and values[name] is not None:
-            _scalar(values[name], hint, f"{where}.{name}", TraceLimits(max_text=1000))
+            coerce(values[name], hint, f"{where}.{name}", TraceLimits(max_text=1000))
 
 
 def _plain(value, where: str, limits: TraceLimits):

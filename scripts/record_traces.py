@@ -54,7 +54,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Record the workshop's runs into assets/traces/.")
     parser.add_argument("exercises", nargs="*", help="exercise ids (default: every recorded one)")
     args = parser.parse_args(argv)
-    chosen = [item for item in recorded_runs(load_workshop()) if not args.exercises or item.exercise.id in args.exercises]
+    chosen = [item for item in recorded_runs(load_workshop())
+              if not args.exercises or item.exercise.id in args.exercises]
     context = app_context(pair_from_env())
     for item in chosen:
         started = time.perf_counter()
