@@ -1,7 +1,8 @@
 """Record the workshop's runs for the Replay tab: every run of the exercises about a phenomenon
-(``workshop.recorded_runs``), through the page's own Run handler on the app's default pair, with the page's
-starting settings and the exercise's changes, the AR baseline measured. Each trace is what "⬇ JSON trace"
-exports, plus the title the Replay tab lists it by.
+(``workshop.recorded_runs``), through the page's own Run handler on the embedded pair drafting with the small
+draft model (the drafter the guide is written for; on a CPU with llama-cpp-python the app's own default is
+gguf), with the page's starting settings and the exercise's changes, the AR baseline measured. Each trace is
+what "⬇ JSON trace" exports, plus the title the Replay tab lists it by.
 
     .venv/bin/python scripts/record_traces.py                 # all of them into assets/traces/
     .venv/bin/python scripts/record_traces.py easy-and-hard   # one exercise's runs
@@ -25,6 +26,8 @@ from pacer_core.ui.handlers import AppContext, PageInputs  # noqa: E402
 from pacer_core.ui.layout import load_preverifier  # noqa: E402
 from pacer_core.ui.session import preverifier_kind  # noqa: E402
 from pacer_core.ui.workshop import load_workshop, recorded_runs, starting_settings  # noqa: E402
+
+WORKSHOP_DRAFTER = "small"   # the guide's "16M-parameter draft" (tests/conftest.py's embedded_pair drafts with it too)
 
 
 def app_context(pair) -> AppContext:
@@ -53,17 +56,22 @@ def record(context: AppContext, recorded) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Record the workshop's runs into assets/traces/.")
     parser.add_argument("exercises", nargs="*", help="exercise ids (default: every recorded one)")
+    parser.add_argument("--draft", default=WORKSHOP_DRAFTER,
+                        help=f"the pair's own drafter, as app.py --draft (default: {WORKSHOP_DRAFTER}, the one the "
+                        "guide's exercises are written for; a run that names a drafter uses that one)")
+    parser.add_argument("--out", type=Path, default=None, help="folder to write to (default: assets/traces/)")
     args = parser.parse_args(argv)
     chosen = [item for item in recorded_runs(load_workshop())
               if not args.exercises or item.exercise.id in args.exercises]
-    context = app_context(pair_from_env())
+    context = app_context(pair_from_env(draft=args.draft))
     for item in chosen:
         started = time.perf_counter()
         text = json.dumps(record(context, item), ensure_ascii=False, separators=(",", ":"))
         parse_trace(text)                                   # what the Replay tab will accept
-        item.path.parent.mkdir(parents=True, exist_ok=True)
-        item.path.write_text(text + "\n", encoding="utf-8")
-        print(f"{item.path.name}: {len(text) / 1024:.0f} KB in {time.perf_counter() - started:.0f} s", flush=True)
+        path = (args.out or item.path.parent) / item.path.name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n", encoding="utf-8")
+        print(f"{path}: {len(text) / 1024:.0f} KB in {time.perf_counter() - started:.0f} s", flush=True)
     return 0
 
 
