@@ -58,15 +58,15 @@ def test_worked_example_counts():
 def test_contexts_targets_and_output_positions():
     judged = counts.judged_drafts(worked_example(), 0, "Say")
     rejected = [j for j in judged if not j.accepted]
-    assert [(j.context, j.drafted, j.target) for j in rejected] == [("Say a", " b", " B"),
-                                                                     ("Say a B d e f", "x", " G")]
+    assert [(j.context, j.drafted, j.target) for j in rejected] == [("Say\n a", " b", " B"),
+                                                                     ("Say\n a B d e f", "x", " G")]
     assert [j.output_position for j in judged] == [0, 1, 2, 3, 5]
     assert judged[-1].kind == INSIDE_WORD            # "x" glued to the "f" before it
 
 
 def test_context_keeps_the_last_characters():
     judged = counts.judged_drafts([step(0, "R", ["z", "y"], 0)], 0, "w" * 500)
-    assert judged[0].context == "w" * counts.CONTEXT_CHARS
+    assert judged[0].context == "w" * (counts.CONTEXT_CHARS - 1) + counts.ANSWER_START
 
 
 def test_discarded_tokens_are_not_judged():
@@ -121,7 +121,7 @@ def test_verdict_agreement_counts_only_shared_prefixes():
     agreement = counts.verdict_agreement(first, second, {0: 2})
     assert {key: agreement[key] for key in ("compared", "both", "only_first", "only_second", "neither")} == {
         "compared": 2, "both": 0, "only_first": 1, "only_second": 0, "neither": 1}
-    assert agreement["examples"] == [{"prompt_index": 0, "output_position": 0, "context": "", "first": " a",
+    assert agreement["examples"] == [{"prompt_index": 0, "output_position": 0, "context": "\n", "first": " a",
                                       "first_accepted": True, "second": " z", "second_accepted": False}]
     assert counts.verdict_agreement(first, second, {0: 0})["compared"] == 1
 

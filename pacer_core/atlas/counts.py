@@ -22,6 +22,7 @@ from ..events import StepEvent, TokenState
 from .kinds import TOKEN_KINDS, token_kind
 
 CONTEXT_CHARS = 60          # left context kept with a judged token
+ANSWER_START = "\n"         # between the prompt and the output in a left context: the answer starts a new line
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,13 @@ class Judgment:
     draft_prob: float | None  # q(x), the drafter's own confidence in it
     target_prob: float | None  # p(x)
     phrase: bool             # PACER: copied from earlier text (q = 1 by construction), not the drafter's guess
-    context: str             # up to CONTEXT_CHARS characters of prompt + output before it
+    context: str             # up to CONTEXT_CHARS characters of prompt, ANSWER_START and output before it
     target: str | None = None  # rejected: the target's own token in its place
 
 
 def judged_drafts(events, prompt_index: int, prompt_text: str, eos_ids=frozenset()) -> list[Judgment]:
     """Every judged drafted token of one run (see the module docstring), in output order."""
-    judged, text_so_far = [], prompt_text
+    judged, text_so_far = [], prompt_text + ANSWER_START
     for event in events:
         if not isinstance(event, StepEvent):
             continue

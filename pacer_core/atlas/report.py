@@ -103,6 +103,9 @@ def _fmt(value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+VERDICT = {True: "✓", False: "✗"}
+
+
 def token_cell(text) -> str:
     """A token in a markdown table cell: spaces as ␣, newlines as ↵, tabs as →, pipes escaped."""
     return "–" if text is None else context_cell(str(text).replace(" ", "␣"))
@@ -136,9 +139,11 @@ def markdown_report(atlas: dict) -> str:
                   f"{agreement['compared']} output positions both judged: both accepted {agreement['both']}, only "
                   f"{atlas['drafter']} {agreement['only_first']}, only {other['drafter']} {agreement['only_second']}, "
                   f"neither {agreement['neither']}.", ""]
-        lines += table([{**row, "context": context_cell(row["context"]), "first": token_cell(row["first"]),
-                         "second": token_cell(row["second"])} for row in agreement["examples"][:15]],
-                       ["prompt_index", "context", "first", "first_accepted", "second", "second_accepted"])
+        first, second = atlas["drafter"], other["drafter"]
+        lines += table([{"prompt_index": row["prompt_index"], "context": context_cell(row["context"]),
+                         first: f"{token_cell(row['first'])} {VERDICT[row['first_accepted']]}",
+                         second: f"{token_cell(row['second'])} {VERDICT[row['second_accepted']]}"}
+                        for row in agreement["examples"][:15]], ["prompt_index", "context", first, second])
         lines += section(other, level="###")
     return "\n".join(lines) + "\n"
 
