@@ -49,7 +49,7 @@ class AtlasTab:
             self.upload = gr.File(label="Prompt set (JSONL; empty: the built-in set)", file_types=[".jsonl"],
                                   type="filepath", elem_id="atlas-upload", height=100)
         with gr.Row(equal_height=False):
-            self.temperature = control("temperature", context.limits, elem_id="atlas-temperature")
+            self.temperature = control("temperature", context.limits, 0.0, elem_id="atlas-temperature")  # greedy
             self.seed = control("seed", context.limits)
             self.max_new_tokens = control("max_new_tokens", context.limits, 32, elem_id="atlas-max-new-tokens")
             with gr.Column(min_width=200):
