@@ -143,3 +143,15 @@ def test_greedy_alpha_equals_the_bench(tmp_path):
         assert atlas["tau"] == pytest.approx(bench[f"{method}@small"]["tau"], abs=1e-12)
         assert (out / "atlas.csv").read_text().startswith("index,id,category,tau,alpha")
         assert "## By draft position" in (out / "report.md").read_text()
+
+
+def test_command_errors_are_one_line(tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "t1 t2"}) + "\n")
+    common = ["--prompts", str(prompts), "--out", str(tmp_path / "out")]
+    assert main(common + ["--method", "smc:4:4"], pair=tiny_pair()) == 2
+    assert "error: The atlas counts the target's verdicts" in capsys.readouterr().err
+    assert main(common + ["--compare", "small"], pair=tiny_pair()) == 2
+    assert "--compare needs a drafter other than --drafter" in capsys.readouterr().err
+    assert main(common + ["--drafter", "nonesuch"], pair=tiny_pair()) == 2
+    assert not (tmp_path / "out").exists()
