@@ -80,6 +80,9 @@ def main(argv=None) -> int:
     print(f"[pacer] target {info['target']} | drafter {info['draft']} ({info['drafter']['kind']}) | "
           f"{info['device']} {info['dtype']} (drafter {info['drafter'].get('dtype', info['dtype'])})",
           file=sys.stderr, flush=True)
+    from pacer_core.ui.drafter_menu import DrafterMenu
+    for key, why in DrafterMenu(pair).left_out().items():
+        print(f"[pacer] drafter {key} not offered: {why}", file=sys.stderr, flush=True)
     demo = build_ui(pair)
     serve(demo, host=args.host, port=args.port, concurrency=args.concurrency)
     return 0

@@ -20,11 +20,11 @@ from .api import make_decoder
 from .bench_report import (RunRecord, add_drafters_and_identity, add_log_likelihoods, add_proposal_divergences,
                            add_relative_speeds, machine_info, summarise, write_outputs)
 from .decoders.oracle import OracleLength
-from .drafters import drafter_swapped, load_drafter, measured_settings
+from .drafters import drafter_swapped, load_drafter
 from .methods import HF_METHODS, MethodSpec, parse_method
 from .models import ModelLoadError, load_pair
 from .prompts import load_prompts
-from .request import RunRequest, chosen_names, encode_prompt, request_for
+from .request import RunRequest, encode_prompt, row_requests
 from .settings import Limits, SettingsError, validate_settings
 
 
@@ -245,16 +245,6 @@ def load_row_drafters(pair, specs: list[MethodSpec], head) -> dict:
         with drafter_swapped(pair, drafter):
             drafters[name] = (drafter, default_preverifier(pair))
     return drafters
-
-
-def row_requests(pair, spec: MethodSpec, raw: dict, prompts: list, limits: Limits, preverifier) -> list[RunRequest]:
-    """One request per prompt for a method row: the row's own values over the CLI's over what the app starts
-    with for the row's drafter (``measured_settings``), validated once and resolved exactly as the app and
-    generate() resolve them (PACER: the pre-verifier's block size and threshold unless chosen)."""
-    chosen = (measured_settings(pair, spec.drafter, spec.kind) if spec.drafter else {}) | raw | spec.overrides
-    settings = validate_settings(limits, **chosen)
-    return [request_for(pair, spec.kind, settings, chosen_names(chosen), prompt, limits, preverifier)
-            for prompt in prompts]
 
 
 def coerce_numbers(raw: dict) -> dict:

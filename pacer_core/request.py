@@ -118,3 +118,15 @@ def build_request(pair, method: str, prompt: str, raw: dict | None = None, *, ch
     settings = validate_settings(limits, **raw)
     encoded = encode_prompt(pair, prompt, chat, limits)
     return request_for(pair, method, settings, chosen_names(raw), encoded, limits, preverifier)
+
+
+def row_requests(pair, spec, raw: dict, prompts: list, limits: Limits, preverifier) -> list[RunRequest]:
+    """One request per prompt for a method row (``methods.MethodSpec``): the row's own values over the CLI's over what the app starts
+    with for the row's drafter (``measured_settings``), validated once and resolved exactly as the app and
+    generate() resolve them (PACER: the pre-verifier's block size and threshold unless chosen)."""
+    from .drafters import measured_settings
+
+    chosen = (measured_settings(pair, spec.drafter, spec.kind) if spec.drafter else {}) | raw | spec.overrides
+    settings = validate_settings(limits, **chosen)
+    return [request_for(pair, spec.kind, settings, chosen_names(chosen), prompt, limits, preverifier)
+            for prompt in prompts]

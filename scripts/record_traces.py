@@ -23,7 +23,7 @@ from pacer_core.trace import parse_trace  # noqa: E402
 from pacer_core.ui import handlers  # noqa: E402
 from pacer_core.ui.drafter_menu import DrafterMenu  # noqa: E402
 from pacer_core.ui.handlers import AppContext, PageInputs  # noqa: E402
-from pacer_core.ui.layout import load_preverifier  # noqa: E402
+from pacer_core.preverifier import default_preverifier as load_preverifier  # noqa: E402
 from pacer_core.ui.session import preverifier_kind  # noqa: E402
 from pacer_core.ui.workshop import load_workshop, recorded_runs, starting_settings  # noqa: E402
 

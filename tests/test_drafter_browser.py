@@ -1,5 +1,6 @@
-"""In the browser, on the embedded pair: the Drafter dropdown switches drafters without a restart; the pair
-line, the measured fixed length, the metrics table and the speedup plot follow the choice."""
+"""In the browser, on the embedded pair: the page starts with the gguf drafter (on a CPU), and the Drafter dropdown
+switches drafters without a restart; the pair line, the measured fixed length, the metrics table and the speedup
+plot follow the choice."""
 from __future__ import annotations
 
 from app_process import browser_marks, set_max_new_tokens
@@ -31,8 +32,11 @@ def run_short(page) -> str:
 
 
 def test_the_page_switches_drafters_and_the_columns_follow(page):
+    assert "llama.cpp" in page.inner_text("#pair-status")       # the default on a CPU: the target's own GGUF
+    table = run_short(page)
+    assert table.count("gguf") >= 3, table
     listed = choose_drafter(page, "self-int8", "self-int8: the target's own weights, int8")
-    for key in ("small", "head", "self-int8", "self-int4"):
+    for key in ("small", "head", "self-int8", "self-int4", "gguf"):
         assert any(f"{key} ·" in text for text in listed), listed
     table = run_short(page)
     assert table.count("self-int8") >= 3, table                 # the fixed, PACER and SMC-SD rows
@@ -41,3 +45,7 @@ def test_the_page_switches_drafters_and_the_columns_follow(page):
     choose_drafter(page, "small", "a separate small model")
     table = run_short(page)
     assert "self-int8" not in table and table.count("small") >= 3, table
+
+    choose_drafter(page, "gguf", "llama.cpp")
+    table = run_short(page)
+    assert "small" not in table and table.count("gguf") >= 3, table

@@ -29,7 +29,8 @@ LAYERS = (
     ("components", ("pacer_core.embedded", "pacer_core.models", "pacer_core.drafters", "pacer_core.analysis",
                     "pacer_core.preverifier")),
     ("decoders", ("pacer_core.decoders",)),
-    ("api", ("pacer_core", "pacer_core.api", "pacer_core.request", "pacer_core.methods")),
+    ("api", ("pacer_core", "pacer_core.api", "pacer_core.request", "pacer_core.methods", "pacer_core.trace",
+             "pacer_core.atlas")),
     ("front doors", ("app", "pacer_core.ui", "pacer_core.bench", "pacer_core.bench_report", "pacer_core.training",
                      "pacer_core.testing", "benchmarks", "scripts")),
 )

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..api import run_request
-from ..bench import row_requests
+from ..request import row_requests
 from ..events import Result
 from ..methods import parse_method
 from ..request import RunRequest, encode_prompt

@@ -23,7 +23,6 @@ import threading
 import weakref
 from pathlib import Path
 
-import numpy as np
 import torch
 
 MAX_ROWS = 16                 # SMC-SD particles a context can hold (twice as many sequences: reorder's scratch)
@@ -279,11 +278,10 @@ class GGUFCache:
             outputs += int(wanted)
         batch.n_tokens = len(entries)
         self.context.decode(self.batch)
-        if not outputs:
-            return torch.zeros(0, self.drafter.model.n_vocab)
-        pointer = llama_cpp.llama_get_logits(self.context.ctx)
-        values = np.ctypeslib.as_array(pointer, shape=(outputs * self.drafter.model.n_vocab,))
-        return torch.from_numpy(values.copy()).view(outputs, self.drafter.model.n_vocab)
+        logits = torch.empty(outputs, self.drafter.model.n_vocab)     # [outputs, n_vocab] float32, batch order
+        if outputs:       # one copy out of llama.cpp's buffer, which the next decode overwrites
+            ctypes.memmove(logits.data_ptr(), llama_cpp.llama_get_logits(self.context.ctx), logits.nbytes)
+        return logits
 
     def _grow(self, extra: int) -> None:
         """A context with twice the cells (at least the rows' tokens plus ``extra``), refilled with every row's

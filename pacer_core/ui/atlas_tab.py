@@ -34,7 +34,7 @@ class AtlasTab:
     """The tab's components (the inputs of a run and the view of its atlas)."""
 
     def __init__(self, context: AppContext):
-        from .layout import control   # layout imports this module: its helpers are read at build time
+        from .widgets import control
 
         keys = drafter_choices(context)
         default = context.drafters.default_key if context.drafters is not None else None
@@ -115,7 +115,7 @@ def atlas_tab(context: AppContext, live_prompt: gr.Textbox, live_settings: dict,
     live = {"prompt": live_prompt, "drafter": live_drafter} | {name: live_settings[name]
                                                                   for name in atlas_session.LIVE_SETTINGS}
 
-    from .layout import _gpu   # the page's ZeroGPU decorator (unchanged off Spaces)
+    from .widgets import gpu as _gpu   # the page's ZeroGPU decorator (unchanged off Spaces)
 
     @_gpu
     def run_atlas(*values):

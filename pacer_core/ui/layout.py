@@ -23,6 +23,7 @@ from ..settings import FIELD_BY_NAME, Limits
 from . import COLUMN_METHODS, METHOD_LABELS, columns, handlers, live, narration, page, plots, tables
 from .drafter_menu import DrafterMenu
 from .replay_tab import replay_tab
+from .widgets import EXPLAIN_PATH, control, gpu as _gpu
 from .atlas_tab import atlas_tab
 from .handlers import AppContext, PageInputs, ViewUpdate
 from .session import preverifier_kind
@@ -30,7 +31,6 @@ from .session import preverifier_kind
 ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
 CSS_PATH = ASSETS / "style.css"
 EXAMPLES_PATH = ASSETS / "examples.json"
-EXPLAIN_PATH = Path(__file__).resolve().parent / "explain.md"
 INTRO = ("# PACER Lab: speculative decoding, live\n"
          "A small **draft** model guesses the next tokens, the big **target** checks them all in one pass: "
          "**fixed-length SD**, **PACER** and **SMC-SD** side by side (tab *Explain*).")
@@ -44,13 +44,6 @@ PLOTS = {"timeline": ("Wall-clock timeline", lambda: plots.timeline_figure({})),
          "ess": ("SMC ESS", lambda: plots.smc_ess_figure([])),
          "genealogy": ("SMC genealogy", lambda: plots.smc_genealogy_figure([]))}
 
-try:  # On a Hugging Face ZeroGPU Space, decorate the model-running handlers; unchanged elsewhere.
-    import spaces  # type: ignore
-
-    _gpu = spaces.GPU(duration=int(os.environ.get("PACER_GPU_DURATION", "120")))
-except ImportError:  # pragma: no cover - the usual case off Spaces
-    def _gpu(function):
-        return function
 
 
 def load_examples(path: Path = EXAMPLES_PATH) -> list[dict]:
@@ -135,18 +128,6 @@ class PageView:
         if update.downloads is not None:
             out[self.download_json], out[self.download_csv] = update.downloads
         return out
-
-
-def control(name: str, limits: Limits, value=None, **extra):
-    """The control of one setting: label, range, step, help and starting value from settings.FIELDS."""
-    field = FIELD_BY_NAME[name]
-    high = field.high_for(limits)
-    if value is None:
-        value = field.app_value if field.app_value is not None else field.default
-    if field.kind == "int" and high > 10_000:       # seed, top-k: typed, checked by the validator
-        return gr.Number(value=value, precision=0, label=field.label, info=field.help, **extra)
-    return gr.Slider(field.low, high, value=min(value, high), step=field.step, label=field.label, info=field.help,
-                     **extra)
 
 
 def settings_panel(pair, limits: Limits, starts: dict) -> tuple[dict, gr.Checkbox, gr.Checkbox]:
@@ -245,6 +226,12 @@ def drafter_dropdown(menu: DrafterMenu) -> gr.Dropdown:
                        elem_id="drafter", filterable=False)
 
 
+def left_out_text(left_out: dict[str, str]) -> str:
+    """One small line under the drafter list: the kinds not offered here and why (markdown, escaped)."""
+    reasons = "; ".join(f"**{key}**: {html.escape(why)}" for key, why in left_out.items())
+    return f"<small>Not offered here — {reasons}</small>"
+
+
 DRAFTER_STARTS = ("gamma", "threshold", "block_size", "max_draft_len", "stop_rule", "phrase_len", "n_particles",
                   "draft_len")   # the controls a drafter choice resets to that drafter's measured starting values
 
@@ -309,6 +296,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                                     pair, preverifier, context.drafters.default_key))
                             with gr.Column(min_width=300, elem_id="drafter-column"):
                                 drafter = drafter_dropdown(context.drafters)
+                                if context.drafters.left_out():
+                                    gr.Markdown(left_out_text(context.drafters.left_out()), elem_id="drafters-left-out")
                     with gr.Column(scale=1, min_width=240, elem_id="buttons"):
                         run_button = gr.Button("▶ Run", variant="primary", elem_id="run-button")
                         with gr.Row(elem_id="step-stop"):

@@ -31,7 +31,8 @@ def legend_html(hint: bool = True) -> str:
 
 
 def drafter_text(describe: dict) -> str:
-    """Which drafter runs, in words: a small model of its own, or a head that reads the target."""
+    """Which drafter runs, in words: a small model of its own, a head that reads the target, or the target's own
+    weights (quantized here, or its GGUF file run by llama.cpp)."""
     drafter = describe.get("drafter") or {}
     if drafter.get("kind") == "feature-head":
         return (f"{describe.get('draft', '?')}: a 1-layer head that reads the target's hidden state "
@@ -45,6 +46,10 @@ def drafter_text(describe: dict) -> str:
         kept = f", proposes its {drafter['kept_ids']:,} most frequent ids" if drafter.get("kept_ids") else ""
         return (f"{describe.get('draft', '?')}: the target's own weights, int{drafter.get('bits', '?')} weight-only "
                 f"({drafter.get('quantized_megabytes', 0):.0f} MB{kept})")
+    if drafter.get("kind") == "gguf":
+        return (f"gguf: the target's own GGUF file run by llama.cpp ({drafter.get('file', '?')}, "
+                f"{drafter.get('dtype', '?')}, {drafter.get('file_megabytes', 0):.0f} MB, "
+                f"{drafter.get('threads', '?')} threads)")
     return str(describe.get("draft", "?"))
 
 

@@ -164,7 +164,7 @@ def replay_tab() -> None:
 def build_replay_ui(title: str = "PACER Lab: replay") -> gr.Blocks:
     """The page of ``app.py --replay-only``: replay and the Explain tab, no model loaded (a class's Space at
     no compute)."""
-    from .layout import EXPLAIN_PATH
+    from .widgets import EXPLAIN_PATH
 
     explain_text = EXPLAIN_PATH.read_text(encoding="utf-8") if EXPLAIN_PATH.exists() else ""
     with gr.Blocks(title=title, fill_width=True) as demo:
