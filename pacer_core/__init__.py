@@ -4,9 +4,15 @@ import os
 
 __version__ = "0.1.0"   # PACER Lab's version: exported traces record it (pacer_core.trace)
 
-# Busy-waiting OpenMP threads starve each other on a shared 2-core CPU (a batched decode step measured
-# 7.2 s busy-waiting vs 1.0 s passive). Only effective when set before torch is first imported.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# How OpenMP threads (torch's, and llama.cpp's for the gguf drafter) wait between parallel regions; only
+# effective when set before torch is first imported. A short spin, then sleep: on a quiet 2-core CPU a target
+# step took 50 ms and a llama.cpp draft step 8 ms, against 74 ms and 25 ms when threads sleep at once
+# (OMP_WAIT_POLICY=PASSIVE), since a forward is hundreds of short parallel regions and each wake-up costs.
+# On a machine shared with other busy processes sleeping at once is better (62 ms against 174 ms with one core
+# taken; an unbounded spin was worse still): set OMP_WAIT_POLICY=PASSIVE there (docs/measurements.md,
+# "Threads and OpenMP waiting"). A policy or spin count set by the user is kept.
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 from .api import generate, make_decoder, run_request, stream
 from .decoders import Autoregressive, FixedSpeculative, Pacer

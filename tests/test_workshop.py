@@ -194,9 +194,9 @@ def check_smc_particles(context, exercise):
     assert any(event.resampled for event in cycles)
     close = session_of(context, close_run)
     close_cycles = close.runs["smc"].events
-    print(f"self-int4: {sum(event.resampled for event in close_cycles)} of {len(close_cycles)} cycles resampled, "
-          f"KL {close.proposal_kl:.2f} nats/token")
-    assert close.pair.drafter.kind == "self-quantized"
+    print(f"gguf: {sum(event.resampled for event in close_cycles)} of {len(close_cycles)} cycles resampled, "
+          f"KL {close.proposal_kl:.3f} nats/token")
+    assert close.pair.drafter.kind == "gguf"
     assert close.proposal_kl < small.proposal_kl
     mean_ess = [sum(event.ess for event in events) / len(events) for events in (cycles, close_cycles)]
     assert mean_ess[1] > mean_ess[0]                  # the weights stay more even with the closer drafter
