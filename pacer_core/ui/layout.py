@@ -149,7 +149,7 @@ def settings_panel(pair, limits: Limits, starts: dict) -> tuple[dict, gr.Checkbo
             gr.Markdown(f"**{METHOD_LABELS['pacer']}**")
             pacer = {"block_size": control("block_size", limits, starts["block_size"]),
                      "max_draft_len": control("max_draft_len", limits, starts["max_draft_len"])}
-            own_threshold = gr.Checkbox(value=True, label="Use the pre-verifier's own threshold")
+            own_threshold = gr.Checkbox(value=starts["own_threshold"], label="Use the pre-verifier's own threshold")
             pacer["threshold"] = control("threshold", limits, starts["threshold"])
             pacer["on_fail"] = gr.Radio([("submit failing block (lossless)", "submit"),
                                          ("discard it (exact only when greedy)", "discard")],
@@ -242,14 +242,15 @@ def drafter_starts(pair, preverifier, key: str) -> dict:
     pacer, smc = measured_settings(pair, key, "pacer"), measured_settings(pair, key, "smc")
     field_start = lambda name: FIELD_BY_NAME[name].app_value or FIELD_BY_NAME[name].default  # noqa: E731
     return {"gamma": measured_gamma(pair) or field_start("gamma"),
-            "threshold": round(default_threshold(preverifier, 0.7), 2),
+            "threshold": pacer.get("threshold", round(default_threshold(preverifier, 0.7), 2)),
             "block_size": (pacer.get("block_size") or getattr(preverifier, "config", {}).get("block_size")
                            or field_start("block_size")),
             "max_draft_len": pacer.get("max_draft_len", field_start("max_draft_len")),
             "stop_rule": pacer.get("stop_rule", field_start("stop_rule")),
             "phrase_len": pacer.get("phrase_len", field_start("phrase_len")),
             "n_particles": smc.get("n_particles", field_start("n_particles")),
-            "draft_len": smc.get("draft_len", field_start("draft_len"))}
+            "draft_len": smc.get("draft_len", field_start("draft_len")),
+            "own_threshold": "threshold" not in pacer}     # a measured threshold is used, not the rule's own
 
 
 def drafter_choice_view(context: AppContext, key: str, pair_note: str | None) -> dict:
@@ -339,7 +340,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
             except (ValueError, RuntimeError) as error:
                 gr.Warning(html.escape(str(error)))
                 return {pair_status: page.pair_status_html(pair.describe(), context.preverifier_kind, str(error))}
-            return {pair_status: shown["pair"]} | {settings[name]: shown[name] for name in DRAFTER_STARTS}
+            return ({pair_status: shown["pair"], own_threshold: shown["own_threshold"]}
+                    | {settings[name]: shown[name] for name in DRAFTER_STARTS})
 
         decode = {"inputs": controls.inputs(session_state), "outputs": view.outputs(), "concurrency_id": "decode",
                   "show_progress": "minimal"}
@@ -347,7 +349,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
         prompt.submit(run_all, api_visibility="private", **decode)
         step_button.click(step_once, api_name="step", **decode)
         stop_button.click(stop, inputs=session_state, outputs=view.status, concurrency_limit=None, api_name="stop")
-        drafter.change(choose_drafter, inputs=drafter, outputs=[pair_status] + [settings[n] for n in DRAFTER_STARTS],
+        drafter.change(choose_drafter, inputs=drafter,
+                       outputs=[pair_status, own_threshold] + [settings[n] for n in DRAFTER_STARTS],
                        concurrency_id="decode", api_name="choose_drafter")
         # Pure display toggle, in the browser only: hide struck-through drafts to read the final text.
         show_rejected.change(None, inputs=show_rejected, js=(
