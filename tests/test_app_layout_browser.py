@@ -91,6 +91,7 @@ def test_one_screen_at_1366x768(browser, app_url):
                 assert found["y"] + 20 <= LAPTOP["height"], (method, part, found)
             assert page.inner_text(f"#col-{method} .answer-text").strip()
             assert page.locator(f"#col-{method} .trace .tok").count() > 0
+            assert box(page, f"#col-{method} .col-title")["y"] <= 430, method       # heads high on the first screen
         legend, columns = box(page, "#legend"), box(page, "#col-fixed")
         assert 0 < columns["y"] - legend["y"] < 120                              # the legend sits with them
 

@@ -73,3 +73,23 @@ def test_a_drafters_measured_pacer_settings_start_its_bench_rows_and_its_page(tm
     shown = drafter_choice_view(AppContext(pair, drafters=DrafterMenu(pair)), "self-int8", None)
     assert (shown["gamma"], shown["block_size"], shown["phrase_len"]) == (4, 1, 0)
     assert drafter_choice_view(AppContext(pair, drafters=DrafterMenu(pair)), "small", None)["phrase_len"] == 8
+
+
+def test_the_pages_drafter_starts_follow_the_measured_pacer_and_smc_settings(tmp_path):
+    import pytest
+    pytest.importorskip("gradio")
+    from pacer_core.drafters import load_drafter
+    from pacer_core.preverifier import ConfidencePreVerifier
+    from pacer_core.ui.layout import drafter_starts
+    (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 2}, "drafters": {
+        "self-int8": {"gamma": {"cpu": 10}, "settings": {
+            "pacer": {"block_size": 4, "max_draft_len": 32, "threshold": 0.05, "phrase_len": 0},
+            "smc": {"n_particles": 2, "draft_len": 4}}}}}))
+    pair = pair_from_folder(tmp_path)
+    small = drafter_starts(pair, ConfidencePreVerifier(), "small")
+    assert small["gamma"] == 2 and small["own_threshold"] and small["threshold"] == 0.3
+    with drafter_swapped(pair, load_drafter(pair, "self-int8")):
+        starts = drafter_starts(pair, ConfidencePreVerifier(), "self-int8")
+    assert (starts["gamma"], starts["block_size"], starts["max_draft_len"], starts["phrase_len"]) == (10, 4, 32, 0)
+    assert starts["threshold"] == 0.05 and not starts["own_threshold"]
+    assert (starts["n_particles"], starts["draft_len"]) == (2, 4)
