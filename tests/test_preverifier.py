@@ -5,6 +5,7 @@ leaves speculative sampling exact, so PACER's sampling chi-square test (tests/te
 rule) covers a trained layer too and no second one runs here."""
 import math
 
+import pytest
 import torch
 
 from pacer_core import Autoregressive, Pacer, generate, validate_settings
@@ -171,3 +172,13 @@ def test_fit_compares_both_inputs_with_the_confidence_rule(tmp_path):
     assert 0.0 <= metrics["roc_auc_confidence_rule"] <= 1.0
     assert all(0.0 <= figures["brier"] <= 1.0 for figures in metrics["compared_inputs"].values())
     assert (tmp_path / "layer.pt").exists()
+
+
+@pytest.mark.pure
+def test_the_confidence_rule_scores_sampled_tokens_by_the_generations_acceptance():
+    from pacer_core.preverifier.features import DraftContext, TokenFeatures
+    context = DraftContext(history_rate=0.9)
+    greedy = TokenFeatures(torch.zeros(1), 0.2, 1.0, 0.1, 0, context)
+    sampled = TokenFeatures(torch.zeros(1), 0.2, 1.0, 0.1, 1, context, sampled=True)
+    score, token_probs = ConfidencePreVerifier().score_block([greedy, sampled])
+    assert token_probs == [0.2, 0.9] and score == pytest.approx(0.18)

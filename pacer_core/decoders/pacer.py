@@ -80,7 +80,8 @@ class Pacer(SpeculativeDecoder):
         for _ in range(size):
             position = len(draft.drafted_ids)
             token_id, logits_row, hidden_row = draft.draw(with_hidden=True)
-            features.append(token_features(logits_row, hidden_row, token_id, position, context))
+            features.append(token_features(logits_row, hidden_row, token_id, position, context,
+                                           sampled=not draft.settings.greedy))
             context = context.after(features[-1].draft_prob)
             if token_id in state.eos_ids:
                 return features, True

@@ -38,14 +38,15 @@ class TokenFeatures:
     margin: float               # top-1 minus top-2 probability of q
     position: int               # 0-based position in the whole draft of this step
     context: DraftContext = DraftContext()
+    sampled: bool = False       # x was drawn from q at a temperature > 0 (not its argmax, nor a copied phrase)
 
 
 def token_features(draft_logits: torch.Tensor, hidden: torch.Tensor, chosen_id: int, position: int,
-                   context: DraftContext | None = None) -> TokenFeatures:
-    """draft_logits: [V] raw logits at the position; hidden: [H]."""
+                   context: DraftContext | None = None, sampled: bool = False) -> TokenFeatures:
+    """draft_logits: [V] raw logits at the position; hidden: [H]; ``sampled``: x was drawn from q."""
     draft_probs = torch.softmax(draft_logits.float(), dim=-1)
     top_two = torch.topk(draft_probs, 2).values
     entropy = -(draft_probs * torch.log(draft_probs.clamp_min(1e-30))).sum()
     return TokenFeatures(hidden=hidden.detach().float().cpu(), draft_prob=float(draft_probs[chosen_id]),
                          entropy=float(entropy), margin=float(top_two[0] - top_two[1]), position=position,
-                         context=context or DraftContext())
+                         context=context or DraftContext(), sampled=sampled)
