@@ -141,11 +141,15 @@ def replay_panel() -> None:
     def check(replay):
         return drawable(view, replay)
 
-    for listener, source in ((upload.upload, upload), (example.change, example)):
-        listener(open_path, inputs=source, api_visibility="private", **options).then(
+    # A client replays through the API too: /replay_open (a shipped trace's path), /replay_step, /replay_end,
+    # /replay_start (benchmarks/class_load.py); the upload and the check after an open stay page-only.
+    opens = ((upload.upload, upload, {"api_visibility": "private"}), (example.change, example,
+                                                                       {"api_name": "replay_open"}))
+    for listener, source, api in opens:
+        listener(open_path, inputs=source, **api, **options).then(
             check, inputs=state, api_visibility="private", **(options | {"show_progress": "hidden"}))
     for button, move in ((step_button, "step"), (end_button, "end"), (start_button, "start")):
-        button.click(mover(view, move), inputs=state, api_visibility="private", **options)
+        button.click(mover(view, move), inputs=state, api_name=f"replay_{move}", **options)
 
 
 def mover(view: ReplayView, move: str):
