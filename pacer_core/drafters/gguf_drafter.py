@@ -29,7 +29,7 @@ MAX_ROWS = 16                 # SMC-SD particles a context can hold (twice as ma
 START_CELLS = 2048            # KV cells a new context holds; a run that needs more grows its context (x2)
 BATCH_TOKENS = 256            # tokens per llama_decode call (a longer feed is split); the context's
                               # compute buffer holds this many logit rows (256 x 49,152 floats: 50 MB)
-POOL_SIZE = 4                 # idle contexts kept per drafter for the next runs
+COLUMNS_PER_RUN = 4           # caches one page run holds at once: fixed SD, PACER, SMC-SD and the oracle after
 
 
 class GGUFUnavailable(RuntimeError):
@@ -64,6 +64,17 @@ def default_threads() -> int:
     if explicit.isdigit() and int(explicit) > 0:
         return int(explicit)
     return max(1, min(2, os.cpu_count() or 1))
+
+
+def pool_size() -> int:
+    """Idle contexts kept per drafter: what the runs decoding at once ($PACER_CONCURRENCY, default 1) hold at once.
+    Each context holds its KV buffer (START_CELLS cells: 45 MB for the embedded target) and a compute buffer
+    (~50 MB, touched as used): about 52 MB resident each, measured after creating one."""
+    try:
+        concurrency = max(1, int(os.environ.get("PACER_CONCURRENCY", "1")))
+    except ValueError:
+        concurrency = 1
+    return COLUMNS_PER_RUN * concurrency
 
 
 def check_gguf_file(path) -> Path:
@@ -150,8 +161,8 @@ class ContextPool:
     """Idle llama.cpp contexts of one model, reused across runs (creating one allocates its KV buffer).
     At most ``size`` are kept; a run that finds none creates one."""
 
-    def __init__(self, model: GGUFModel, size: int = POOL_SIZE):
-        self.model, self.size = model, size
+    def __init__(self, model: GGUFModel, size: int | None = None):
+        self.model, self.size = model, size or pool_size()
         self._idle: list = []
         self._lock = threading.Lock()
         self.created = 0
