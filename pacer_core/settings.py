@@ -83,9 +83,10 @@ FIELDS = (
                  options=("submit", "discard"),
                  help="submit sends the failing block too (lossless); discard drops it (exact only when greedy)."),
     SettingField("stop_rule", "Stopping rule", "threshold", "choice", methods=("pacer",),
-                 options=("threshold", "cost"),
+                 options=("threshold", "cost", "auto"),
                  help="threshold: stop at the first block the pre-verifier scores below the threshold; cost: draft "
-                      "another block only while it raises the expected tokens per unit of measured time."),
+                      "another block only while it raises the expected tokens per unit of measured time; auto: "
+                      "threshold when greedy, cost when sampling."),
     SettingField("phrase_len", "Phrase draft length (0 = off)", 8, "int", 0, 32, methods=("pacer",),
                  help="Copy up to this many tokens that followed an earlier occurrence of the last tokens "
                       "(from the prompt or the output) as a draft block, without a draft model call."),
@@ -119,7 +120,7 @@ class DecodeSettings:
     max_draft_len: int = DEFAULTS["max_draft_len"]
     threshold: float | None = DEFAULTS["threshold"]     # None: the pre-verifier's own (trained) threshold
     on_fail: str = DEFAULTS["on_fail"]                  # submit (lossless) | discard (exact only when greedy)
-    stop_rule: str = DEFAULTS["stop_rule"]              # threshold | cost (docs/algorithms.md#cost-aware-stopping)
+    stop_rule: str = DEFAULTS["stop_rule"]              # threshold | cost | auto (docs/algorithms.md#cost-aware-stopping)
     phrase_len: int = DEFAULTS["phrase_len"]            # 0: no phrase drafts (docs/algorithms.md#phrase-drafts)
     n_particles: int = DEFAULTS["n_particles"]          # SMC-SD
     draft_len: int = DEFAULTS["draft_len"]

@@ -102,3 +102,16 @@ def test_cost_meters_are_kept_per_drafter_and_dropped_with_it():
     pair.drafter = None
     gc.collect()
     assert len(pacer_module._METERS) == before - 1
+
+
+def test_auto_stops_on_the_threshold_when_greedy_and_on_cost_when_sampling():
+    from pacer_core.decoders.pacer import effective_stop_rule
+    assert effective_stop_rule(validate_settings(stop_rule="auto")) == "threshold"
+    assert effective_stop_rule(validate_settings(stop_rule="auto", temperature=0.7)) == "cost"
+    assert effective_stop_rule(validate_settings(stop_rule="cost")) == "cost"
+    pair = tiny_pair(scale=6.0, eos_token_id=63)
+    for prompt in ([1, 2, 3], list(range(12))):
+        *_, reference = Autoregressive().run(pair, prompt, validate_settings(max_new_tokens=30))
+        *_, auto = Pacer(2, 12, 0.2, ConfidencePreVerifier()).run(
+            pair, prompt, validate_settings(max_new_tokens=30, stop_rule="auto"))
+        assert auto.token_ids == reference.token_ids

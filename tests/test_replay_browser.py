@@ -93,7 +93,7 @@ def test_a_recorded_run_is_picked_from_the_list(page):
     page.wait_for_selector("[role=option]")
     page.locator("[role=option]", has_text=recording.title).first.dispatch_event("mousedown")
     page.wait_for_function(FIRST_STEP)
-    assert "self-int4" in page.inner_text("#replay-recorded")
+    assert recording.run.drafter in page.inner_text("#replay-recorded")
 
 
 def test_a_truncated_trace_gets_a_message_and_the_page_keeps_working(page, tmp_path):

@@ -1,7 +1,8 @@
 """PACER: draft in blocks, let a small pre-verifier score each block, stop drafting at the first
 block that scores below the threshold (docs/algorithms.md#pacer; Zhang et al. 2026, arXiv 2602.01274).
 With ``stop_rule="cost"`` it drafts another block only while that raises the step's expected tokens per
-unit of measured time (docs/algorithms.md#cost-aware-stopping); with ``phrase_len`` > 0 a block may be a
+unit of measured time (docs/algorithms.md#cost-aware-stopping), and ``"auto"`` takes the threshold rule when
+greedy and the cost rule when sampling (``effective_stop_rule``); with ``phrase_len`` > 0 a block may be a
 phrase copied from the prompt or the output instead of drafted (docs/algorithms.md#phrase-drafts).
 
 on_fail="submit" sends the failing block to the target too: the stopping rule only looks at drafted
@@ -39,7 +40,7 @@ class Pacer(SpeculativeDecoder):
         limit = min(settings.max_draft_len, max(budget - 1, 0))
         draft, plan = DraftBuilder(pair, state, settings), BlockPlan()
         meters = pair_meters(pair, state.device)
-        costs = meters.costs.costs() if settings.stop_rule == "cost" else None
+        costs = meters.costs.costs() if effective_stop_rule(settings) == "cost" else None
         context = history_context(state.first_verified, state.first_accepted, state.last_first_accepted)
         phrases = phrase_index(state) if settings.phrase_len else None
         while len(draft.drafted_ids) < limit:
@@ -119,6 +120,17 @@ class Pacer(SpeculativeDecoder):
         return {"preverifier": getattr(self.preverifier, "kind", "custom"), "block_size": settings.block_size,
                 "max_draft_len": settings.max_draft_len, "threshold": self.threshold(settings),
                 "on_fail": settings.on_fail, "stop_rule": settings.stop_rule, "phrase_len": settings.phrase_len}
+
+
+def effective_stop_rule(settings: DecodeSettings) -> str:
+    """``auto`` is the threshold rule when greedy and the cost rule when sampling. Greedy, the draft's own q(x)
+    says how likely the target's argmax is its token, so a threshold on it stops at the risky blocks; sampling
+    with a drafter close to the target, acceptance is about 1 - TV(p, q) whatever the token, so no per-token
+    signal is left and only the economics decide: draft another block while it raises the expected tokens per
+    unit of measured time (docs/algorithms.md#cost-aware-stopping)."""
+    if settings.stop_rule == "auto":
+        return "threshold" if settings.greedy else "cost"
+    return settings.stop_rule
 
 
 def phrase_index(state: DecodeState) -> PhraseIndex:

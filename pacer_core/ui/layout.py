@@ -154,7 +154,8 @@ def settings_panel(pair, limits: Limits, starts: dict) -> tuple[dict, gr.Checkbo
             pacer["on_fail"] = gr.Radio([("submit failing block (lossless)", "submit"),
                                          ("discard it (exact only when greedy)", "discard")],
                                         value=FIELD_BY_NAME["on_fail"].default, label=FIELD_BY_NAME["on_fail"].label)
-            pacer["stop_rule"] = gr.Radio([("pre-verifier threshold", "threshold"), ("expected gain vs measured cost", "cost")],
+            pacer["stop_rule"] = gr.Radio([("pre-verifier threshold", "threshold"), ("expected gain vs measured cost", "cost"),
+                                           ("auto: threshold greedy, cost sampling", "auto")],
                                           value=starts["stop_rule"], label=FIELD_BY_NAME["stop_rule"].label,
                                           info=FIELD_BY_NAME["stop_rule"].help)
             pacer["phrase_len"] = control("phrase_len", limits, starts["phrase_len"])
