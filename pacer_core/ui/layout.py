@@ -170,7 +170,7 @@ def live_outputs(session_state: gr.State) -> tuple[PageView, gr.Checkbox, gr.Che
     (timeline first), the metrics table and the downloads. Returns the view and the two display switches
     (show the step trace, show rejected drafts)."""
     with gr.Row(elem_id="view-row", equal_height=True):
-        status = gr.HTML(page.run_status_html("Ready."), elem_id="run-status", label="Run status", scale=2,
+        status = gr.HTML(page.run_status_html("Ready."), elem_id="run-status", label="Run status", scale=1,
                          min_width=200)
         gr.HTML(page.legend_html(hint=False), elem_id="legend", scale=5, min_width=300)
         show_trace = gr.Checkbox(value=True, label="Step trace", elem_id="show-trace", container=False, scale=0,

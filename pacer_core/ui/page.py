@@ -47,9 +47,8 @@ def drafter_text(describe: dict) -> str:
         return (f"{describe.get('draft', '?')}: the target's own weights, int{drafter.get('bits', '?')} weight-only "
                 f"({drafter.get('quantized_megabytes', 0):.0f} MB{kept})")
     if drafter.get("kind") == "gguf":
-        return (f"gguf: the target's own GGUF file run by llama.cpp ({drafter.get('file', '?')}, "
-                f"{drafter.get('dtype', '?')}, {drafter.get('file_megabytes', 0):.0f} MB, "
-                f"{drafter.get('threads', '?')} threads)")
+        return (f"gguf: the target's own GGUF run by llama.cpp ({str(drafter.get('dtype', '?')).split()[-1]}, "
+                f"{drafter.get('file_megabytes', 0):.0f} MB, {drafter.get('threads', '?')} threads)")
     return str(describe.get("draft", "?"))
 
 
