@@ -356,7 +356,7 @@ def summary(args, records, sampler, idle_mib, startup_s, seconds, alive, log) ->
                     "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
         "settings": {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()
                      if key not in ("out", "append")},
-        "app": {"startup_s": round(startup_s, 1), "still_serving": alive,
+        "app": {"pair": pair_line(log), "startup_s": round(startup_s, 1), "still_serving": alive,
                 "tracebacks_in_log": log.count("Traceback (most recent call last)")},
         "memory_mib": {"idle": round(idle_mib, 1), "peak": round(peak, 1),
                        "end": sampler.samples[-1][1] if sampler.samples else None, "samples": sampler.samples},
@@ -364,6 +364,12 @@ def summary(args, records, sampler, idle_mib, startup_s, seconds, alive, log) ->
         "all": by_kind(records, None), "replay": by_kind(records, "replay"), "live": by_kind(records, "live"),
         "clients": [asdict(record) for record in records],
     }
+
+
+def pair_line(log: str) -> str:
+    """What app.py said it loaded ("target … | drafter … | device dtype"), or that it loaded no model."""
+    lines = [line for line in log.splitlines() if line.startswith(("[pacer] target", "[pacer] replay only"))]
+    return lines[0].removeprefix("[pacer] ") if lines else "unknown"
 
 
 def setting_label(args) -> str:
@@ -388,9 +394,9 @@ def cell(value) -> str:
 def run_section(run: dict) -> list[str]:
     after = "still served the page" if run["app"]["still_serving"] else "was DOWN"
     lines = [f"## {run['setting']}", "",
-             f"{run['when']} ({run['commit']}); app started in {run['app']['startup_s']} s; the class took "
-             f"{run['class_s']} s; afterwards the app {after}, {run['app']['tracebacks_in_log']} tracebacks in its "
-             "log.", "",
+             f"{run['when']} ({run['commit']}); {run['app'].get('pair', 'unknown')}; app started in "
+             f"{run['app']['startup_s']} s; the class took {run['class_s']} s; afterwards the app {after}, "
+             f"{run['app']['tracebacks_in_log']} tracebacks in its log.", "",
              f"Memory (app process, resident): {run['memory_mib']['idle']} MiB idle, peak "
              f"**{run['memory_mib']['peak']} MiB**, {cell(run['memory_mib']['end'])} MiB at the end.", "",
              "| clients | n | outcomes | wait p50 | wait p95 | wait max | busy p50 | total p50 | total p95 | "

@@ -73,6 +73,7 @@ def test_a_waiting_visitor_sees_their_place_in_the_queue(chromium_browser):
         for page in pages:
             page.goto(url)
             page.wait_for_selector("#run-button")
+            page.locator("#prompt textarea").fill("t1 t2 t3")      # words the tiny tokenizer reads
         pages[0].click("#run-button")
         counting.wait_for_calls(2)
         pages[1].click("#run-button")
