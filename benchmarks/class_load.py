@@ -35,9 +35,9 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from app_process import AppStartError, running_app  # noqa: E402
+from pacer_core.testing.app_runner import AppStartError, running_app  # noqa: E402
 
 TRACES_DIR = ROOT / "assets" / "traces"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "class-load"

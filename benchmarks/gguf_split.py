@@ -12,21 +12,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pacer_core.api import run_request
-from pacer_core.drafters import measured_settings
-from pacer_core.drafters.gguf_drafter import GGUFCache
-from pacer_core.kvcache import CachedModel
-from pacer_core.methods import parse_method
-from pacer_core.models import load_pair
-from pacer_core.prompts import load_prompts
-from pacer_core.request import encode_prompt, request_for
-from pacer_core.settings import Limits, validate_settings
+import torch  # noqa: E402
+
+from pacer_core.api import run_request  # noqa: E402
+from pacer_core.drafters import measured_settings  # noqa: E402
+from pacer_core.drafters.gguf_drafter import GGUFCache  # noqa: E402
+from pacer_core.kvcache import CachedModel  # noqa: E402
+from pacer_core.methods import parse_method  # noqa: E402
+from pacer_core.models import load_pair  # noqa: E402
+from pacer_core.prompts import load_prompts  # noqa: E402
+from pacer_core.request import encode_prompt, request_for  # noqa: E402
+from pacer_core.settings import Limits, validate_settings  # noqa: E402
 
 
 @contextmanager

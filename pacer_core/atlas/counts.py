@@ -19,6 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ..events import StepEvent, TokenState
+from ..sampling import count_greedy_matches
 from .kinds import TOKEN_KINDS, token_kind
 
 CONTEXT_CHARS = 60          # left context kept with a judged token
@@ -167,12 +168,8 @@ def confidently_wrong(judgments: list[Judgment], limit: int = 10) -> list[dict]:
 
 
 def common_prefix_length(first: list[int], second: list[int]) -> int:
-    length = 0
-    for a, b in zip(first, second):
-        if a != b:
-            break
-        length += 1
-    return length
+    """How many leading ids two outputs share (the greedy acceptance count, ``sampling.count_greedy_matches``)."""
+    return count_greedy_matches(first, second)
 
 
 def verdict_agreement(first: list[Judgment], second: list[Judgment], shared_prefix: dict[int, int],

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from ..kvcache import CachedModel
+
 MAX_ROWS = 16                 # SMC-SD particles a context can hold (twice as many sequences: reorder's scratch)
 START_CELLS = 2048            # KV cells a new context holds; a run that needs more grows its context (x2)
 BATCH_TOKENS = 256            # tokens per llama_decode call (a longer feed is split); the context's
@@ -333,13 +335,4 @@ class GGUFCache:
             self.context.kv_cache_seq_rm(MAX_ROWS + row, -1, -1)
         self.row_tokens = [list(self.row_tokens[ancestor]) for ancestor in ancestors]
 
-    def feed_sequence(self, sequence: list[int], extra: list[int] = (), output_hidden_states=False,
-                      keep: int | None = None):
-        """As ``CachedModel.feed_sequence``: crop to what ``sequence`` shares with row 0, feed the rest plus
-        ``extra``; the fed positions' logits [T, V] (at least the last ``keep``)."""
-        self.crop(min(self.length, len(sequence) - 1 if not extra else len(sequence)))
-        pending = list(sequence[self.length:]) + list(extra)
-        result = self.forward(pending, output_hidden_states, keep)
-        if output_hidden_states:
-            return result[0][0], result[1][0]
-        return result[0]
+    feed_sequence = CachedModel.feed_sequence    # crop to what ``sequence`` shares with row 0, feed the rest
