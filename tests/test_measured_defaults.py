@@ -80,7 +80,7 @@ def test_the_pages_drafter_starts_follow_the_measured_pacer_and_smc_settings(tmp
     pytest.importorskip("gradio")
     from pacer_core.drafters import load_drafter
     from pacer_core.preverifier import ConfidencePreVerifier
-    from pacer_core.ui.layout import drafter_starts
+    from pacer_core.ui.starts import drafter_starts
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 2}, "drafters": {
         "self-int8": {"gamma": {"cpu": 10}, "settings": {
             "pacer": {"block_size": 4, "max_draft_len": 32, "threshold": 0.05, "phrase_len": 0},

@@ -17,12 +17,11 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..drafters import measured_gamma, measured_settings
-from ..preverifier import ConfidencePreVerifier, own_threshold
 from ..settings import FIELD_BY_NAME, Limits
 from . import COLUMN_METHODS, METHOD_LABELS, columns, handlers, live, narration, page, plots, tables
 from .drafter_menu import DrafterMenu
 from .replay_tab import replay_tab
+from .starts import DRAFTER_STARTS, drafter_starts
 from .widgets import EXPLAIN_PATH, control, gpu as _gpu
 from .atlas_tab import atlas_tab
 from .handlers import AppContext, PageInputs, ViewUpdate
@@ -62,11 +61,6 @@ def launch_options() -> dict:
                                     font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "Consolas",
                                                "DejaVu Sans Mono", "monospace"]),
             "footer_links": ["api"]}
-
-
-def default_threshold(preverifier, temperature: float) -> float:
-    """Where the threshold slider starts: the pre-verifier's own (the confidence rule's without one)."""
-    return own_threshold(preverifier if preverifier is not None else ConfidencePreVerifier(), temperature)
 
 
 def load_preverifier(pair):
@@ -231,27 +225,6 @@ def left_out_text(left_out: dict[str, str]) -> str:
     """One small line under the drafter list: the kinds not offered here and why (markdown, escaped)."""
     reasons = "; ".join(f"**{key}**: {html.escape(why)}" for key, why in left_out.items())
     return f"<small>Not offered here — {reasons}</small>"
-
-
-DRAFTER_STARTS = ("gamma", "threshold", "block_size", "max_draft_len", "stop_rule", "phrase_len", "n_particles",
-                  "draft_len")   # the controls a drafter choice resets to that drafter's measured starting values
-
-
-def drafter_starts(pair, preverifier, key: str) -> dict:
-    """Where the drafter-dependent controls start for ``key``: its measured fixed length, PACER and SMC-SD
-    settings (``measured_defaults.json``), else the pre-verifier's block size and the app's defaults."""
-    pacer, smc = measured_settings(pair, key, "pacer"), measured_settings(pair, key, "smc")
-    field_start = lambda name: FIELD_BY_NAME[name].app_value or FIELD_BY_NAME[name].default  # noqa: E731
-    return {"gamma": measured_gamma(pair) or field_start("gamma"),
-            "threshold": pacer.get("threshold", round(default_threshold(preverifier, 0.7), 2)),
-            "block_size": (pacer.get("block_size") or getattr(preverifier, "config", {}).get("block_size")
-                           or field_start("block_size")),
-            "max_draft_len": pacer.get("max_draft_len", field_start("max_draft_len")),
-            "stop_rule": pacer.get("stop_rule", field_start("stop_rule")),
-            "phrase_len": pacer.get("phrase_len", field_start("phrase_len")),
-            "n_particles": smc.get("n_particles", field_start("n_particles")),
-            "draft_len": smc.get("draft_len", field_start("draft_len")),
-            "own_threshold": "threshold" not in pacer}     # a measured threshold is used, not the rule's own
 
 
 def drafter_choice_view(context: AppContext, key: str, pair_note: str | None) -> dict:

@@ -117,23 +117,21 @@ def format_value(value) -> str:
 
 def starting_settings(pair, preverifier=None, limits: Limits | None = None, drafter_pair=None) -> dict:
     """The Settings accordion's values before anyone touches it, as the page sends them (layout.settings_panel):
-    each control at its app value, γ at the draft length measured for the drafter (``drafter_pair``: the pair
-    drafting with the Drafter chosen in the page; default ``pair``), PACER's block size and threshold the
-    pre-verifier's own, then the drafter's measured PACER and SMC-SD starts (``layout.drafter_starts``)."""
-    from ..drafters import drafter_key, measured_gamma, measured_settings
+    each control at its app value, then the drafter-dependent ones where the page starts them for the Drafter
+    chosen in the page (``drafter_pair``, default ``pair``; ``starts.drafter_starts``), the threshold None while
+    the "use the pre-verifier's own threshold" switch starts on."""
+    from ..drafters import drafter_key
+    from .starts import DRAFTER_STARTS, drafter_starts
 
     limits = limits or Limits.from_env()
     drafter_pair = drafter_pair if drafter_pair is not None else pair
     values = {field.name: field.default if field.app_value is None else field.app_value
               for field in FIELDS if field.name in PAGE_CONTROLS}
     values["max_new_tokens"] = min(values["max_new_tokens"], limits.max_new_tokens)
-    values["gamma"] = measured_gamma(drafter_pair) or values["gamma"]
-    block_size = getattr(preverifier, "config", {}).get("block_size") if preverifier is not None else None
-    if block_size:
-        values["block_size"] = block_size
-    values["threshold"] = None
-    key = drafter_key(drafter_pair.drafter)     # the drafter's measured starts, as the page's drafter choice sets
-    return values | measured_settings(drafter_pair, key, "pacer") | measured_settings(drafter_pair, key, "smc")
+    starts = drafter_starts(drafter_pair, preverifier, drafter_key(drafter_pair.drafter))
+    values |= {name: starts[name] for name in DRAFTER_STARTS}
+    values["threshold"] = None if starts["own_threshold"] else starts["threshold"]
+    return values
 
 
 @dataclass(frozen=True)
