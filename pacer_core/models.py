@@ -259,9 +259,9 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
         draft = default_embedded_drafter(draft, device)
     draft_location, draft_name = resolve_source(draft, "draft")
     named = kind_for_name(draft_location)
-    self_name = draft_location if named is not None and named.kind in ("self-quantized", "gguf") else None
+    built_from_target = draft_location if named is not None and named.kind in ("self-quantized", "gguf") else None
     head_location = draft_location if is_head_dir(draft_location) else None
-    kept_alongside = head_location or self_name
+    kept_alongside = head_location or built_from_target
     if kept_alongside:   # the independent draft stays loaded for the embedded target (hf-assisted baselines)
         draft_location, draft_model = None, None
         if target_location == str(embedded.converted_target_dir()):
@@ -286,8 +286,8 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
             pair.use_head(head_location, draft_name, dtype=draft_dtype)
         except (OSError, KeyError, RuntimeError, ValueError) as failure:
             raise ModelLoadError(f"Could not load the feature head '{draft_name}': {failure}") from failure
-    if self_name:
-        pair.use_drafter(self_name)
+    if built_from_target:
+        pair.use_drafter(built_from_target)
     return pair
 
 

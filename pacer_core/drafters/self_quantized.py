@@ -21,10 +21,6 @@ from .lean_decoder import LeanCache, LeanDecoder, lean_supported
 SELF_DRAFTERS = {"self-int4": 4, "self-int8": 8}
 
 
-def is_self_drafter_name(name: str) -> bool:
-    return name in SELF_DRAFTERS
-
-
 class SelfQuantizedDrafter:
     """The target's own weights, quantized; an ordinary causal LM to the decoders."""
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..drafters.gguf_drafter import target_token_strings
+
 LAYER_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
                "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
                "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
@@ -27,11 +29,8 @@ def rotary_rows_interleaved(weight: np.ndarray, heads: int) -> np.ndarray:
 
 
 def token_strings(tokenizer, count: int) -> list[str]:
-    """The tokenizer's string for ids 0..count-1 (``convert_ids_to_tokens``, else its vocabulary inverted)."""
-    if hasattr(tokenizer, "convert_ids_to_tokens"):
-        return [str(token) for token in tokenizer.convert_ids_to_tokens(list(range(count)))]
-    by_id = {index: token for token, index in tokenizer.get_vocab().items()}
-    return [by_id.get(index, f"<unused{index}>") for index in range(count)]
+    """The tokenizer's string for ids 0..count-1, as the gguf drafter reads them (a placeholder where it has none)."""
+    return [token or f"<unused{index}>" for index, token in enumerate(target_token_strings(tokenizer, count))]
 
 
 def _rope_theta(config) -> float:
