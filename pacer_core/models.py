@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -293,14 +294,19 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
 
 def default_embedded_drafter(draft, device: torch.device) -> str:
     """What ``embedded`` (or no draft) means for the embedded target: ``gguf`` (the target's own GGUF file run by
-    llama.cpp) on a CPU where llama-cpp-python is installed, the drafter with which the app's defaults show the
+    llama.cpp) on a CPU where llama-cpp-python is installed and its build passed its proof in a child process
+    (``drafters.native_proof``), the drafter with which the app's defaults show the
     most of the papers' claims on held-out prompts (README, "Measured"); else the small draft model. Any other
     name is kept."""
     if draft not in (None, "", embedded.EMBEDDED):
         return draft
-    from .drafters.gguf_drafter import llama_cpp_available
-    if device.type == "cpu" and llama_cpp_available() is None:
-        return "gguf"
+    from .drafters.kinds import embedded_gguf_unavailable
+    if device.type == "cpu":
+        why_not = embedded_gguf_unavailable()
+        if why_not is None:
+            return "gguf"
+        print(f"[pacer] gguf drafter left out: {why_not}; drafting with the small draft model", file=sys.stderr,
+              flush=True)
     return embedded.DEFAULT_EMBEDDED_DRAFTER
 
 

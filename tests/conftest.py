@@ -19,6 +19,16 @@ def pytest_addoption(parser):
                           f"the environment variable {DEVICE_ENV} sets it too")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """While a test runs, an app.py it started (app_process.running_app) that dies interrupts it within a second
+    with AppDied, naming the exit code and the log's tail, instead of leaving it to wait out its timeout."""
+    from pacer_core.testing.app_runner import armed_watch
+
+    with armed_watch():
+        return (yield)
+
+
 @pytest.fixture(scope="session")
 def test_device(request) -> torch.device:
     """The device the device tier runs on. CUDA without a visible GPU skips those tests."""

@@ -13,7 +13,8 @@ from typing import Callable
 
 from .. import embedded
 from ..quantized_linear import QuantizationUnavailable, check_kernel
-from .gguf_drafter import llama_cpp_available
+from .gguf_drafter import GGUFUnavailable, check_gguf_file, llama_cpp_available
+from .native_proof import prove
 from .self_quantized import SELF_DRAFTERS
 
 GGUF_ENV = "PACER_DRAFT_GGUF"
@@ -81,9 +82,35 @@ def gguf_unavailable(pair) -> str | None:
     missing = llama_cpp_available()
     if missing:
         return missing
-    if gguf_path(pair) is None:
+    path = gguf_path(pair)
+    if path is None:
         return f"no GGUF file for this target: give one with --draft-gguf PATH or ${GGUF_ENV}"
-    return None
+    return native_build_unavailable(path)
+
+
+def native_build_unavailable(path) -> str | None:
+    """Why llama.cpp cannot be trusted to draft from this file here: it is not a GGUF file, or the installed
+    build died (or hung) decoding it in a child process (``native_proof``: proven once per library, file and
+    CPU, then cached). None when it drafts."""
+    try:
+        checked = check_gguf_file(path)
+    except GGUFUnavailable as failure:
+        return str(failure)
+    verdict = prove(checked)
+    return None if verdict.ok else verdict.reason
+
+
+def embedded_gguf_unavailable() -> str | None:
+    """Why the embedded target's own GGUF cannot draft here (no llama-cpp-python, no file, a build that fails its
+    proof), or None: what ``models.default_embedded_drafter`` asks before choosing gguf."""
+    missing = llama_cpp_available()
+    if missing:
+        return missing
+    try:
+        path = embedded.find_gguf_file()
+    except embedded.EmbeddedModelMissing as absent:
+        return str(absent)
+    return native_build_unavailable(path)
 
 
 def build_small(pair, name: str, head_dir=None):
@@ -138,4 +165,4 @@ def all_names_text() -> str:
 
 
 __all__ = ["DrafterKind", "KINDS", "kind_for_name", "kind_for_key", "kind_of_drafter", "gguf_path",
-           "gguf_unavailable", "all_names_text", "SELF_DRAFTERS", "GGUF_ENV"]
+           "gguf_unavailable", "embedded_gguf_unavailable", "all_names_text", "SELF_DRAFTERS", "GGUF_ENV"]

@@ -1,6 +1,11 @@
 """Start ``python app.py`` in a subprocess on 127.0.0.1 and a free port, and stop it (its whole process group)
 after: what the end-to-end tests (tests/app_process.py) and the class load benchmark (benchmarks/class_load.py)
-run the app with."""
+run the app with.
+
+A dead server must not cost a test its whole wait (a browser test waits minutes for a run to finish). Each app
+started here is watched by a thread; while a test runs with its watch *armed* (tests/conftest.py arms every
+running app around each test's call), the app's death interrupts the main thread within a second with
+``AppDied``, naming the exit code (a signal by name) and the tail of the app's log."""
 from __future__ import annotations
 
 import contextlib
@@ -9,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -27,9 +33,96 @@ class AppStartError(RuntimeError):
     pass
 
 
+class AppDied(RuntimeError):
+    """The app's process ended while a test was using it."""
+
+
+def exit_text(returncode: int) -> str:
+    """``exited with 1`` or ``was killed by SIGSEGV (exit code -11)``."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name} (exit code {returncode})"
+        except ValueError:
+            pass
+    return f"exited with {returncode}"
+
+
+class RunningApp(str):
+    """The app's URL (a str, as the tests use it) with its process, log and a watch for its death."""
+
+    WATCH_PERIOD_S = 0.5
+
+    def __new__(cls, url: str, process: subprocess.Popen, log_path: Path):
+        app = super().__new__(cls, url)
+        app.process, app.log_path, app.stopping, app.reported = process, log_path, False, False
+        return app
+
+    def death(self) -> str | None:
+        """None while the process lives; else what a failing test says: how it ended and its log's tail."""
+        if self.process.poll() is None:
+            return None
+        return (f"app.py at {str(self)} {exit_text(self.process.returncode)} while the test was using it; "
+                f"its log ends:\n{tail(self.log_path)}")
+
+    def watch(self) -> None:
+        """Poll the process; when it dies during an armed test, interrupt the main thread once (SIGUSR1 → AppDied)."""
+        while not self.stopping:
+            if _WATCH["armed"] and not self.reported and self.process.poll() is not None:
+                self.reported = True
+                _DEATHS.append(self)
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+            time.sleep(self.WATCH_PERIOD_S)
+
+
+_RUNNING: list[RunningApp] = []
+_DEATHS: list[RunningApp] = []
+_WATCH = {"armed": False, "handler": False}
+
+
+def tail(log_path: Path, characters: int = 3000) -> str:
+    try:
+        return log_path.read_text(errors="replace")[-characters:]
+    except OSError:
+        return "(no log)"
+
+
+def _raise_app_died(signum, frame) -> None:
+    if _WATCH["armed"] and _DEATHS:
+        raise AppDied(_DEATHS.pop().death())
+
+
+def running_apps() -> list[RunningApp]:
+    """The apps started here that have not been stopped."""
+    return list(_RUNNING)
+
+
+@contextlib.contextmanager
+def armed_watch():
+    """While inside, a running app's death raises AppDied in the main thread within a second (from the main thread
+    only; elsewhere a no-op). An app already dead on entry raises at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    for app in running_apps():
+        dead = app.death()
+        if dead:
+            app.reported = True
+            raise AppDied(dead)
+    if not _WATCH["handler"]:          # installed once and kept: a late signal must never meet the default action
+        signal.signal(signal.SIGUSR1, _raise_app_died)
+        _WATCH["handler"] = True
+    _WATCH["armed"] = True
+    try:
+        yield
+    finally:
+        _WATCH["armed"] = False
+        _DEATHS.clear()
+
+
 @contextlib.contextmanager
 def running_app(log_path: Path, extra_env: dict | None = None):
-    """Yield the URL of a freshly started ``python app.py``; stop it (its whole process group) after."""
+    """Yield the URL (a ``RunningApp``) of a freshly started ``python app.py``; stop it (its whole process group)
+    after. Fails at once with AppStartError when the process ends before it serves."""
     port = free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1", GRADIO_ANALYTICS_ENABLED="False") | (extra_env or {})
     with open(log_path, "w") as log:
@@ -50,8 +143,14 @@ def running_app(log_path: Path, extra_env: dict | None = None):
             if time.time() > deadline:
                 raise AppStartError(f"app.py did not start within {START_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
             time.sleep(1.0)
-        yield url
+        app = RunningApp(url, process, log_path)
+        _RUNNING.append(app)
+        threading.Thread(target=app.watch, name="app-watch", daemon=True).start()
+        yield app
     finally:
+        for app in [running for running in _RUNNING if running.process is process]:
+            app.stopping = True
+            _RUNNING.remove(app)
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
             try:
