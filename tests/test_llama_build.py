@@ -1,0 +1,47 @@
+"""The llama.cpp build flags (scripts/llama_cpu_flags.sh): the CPU's listed x86 features, GGML_NATIVE off and AMX
+never on, also on a CPU that advertises AMX (where a native build compiled ggml's AMX kernels and died with
+SIGILL at the first decode)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "llama_cpu_flags.sh"
+SAPPHIRE_RAPIDS = ("fpu vme sse sse2 avx f16c fma avx2 bmi1 bmi2 avx512f avx512dq avx512cd avx512bw avx512vl "
+                   "avx512_vnni avx512_bf16 avx512vbmi avx_vnni amx_bf16 amx_tile amx_int8")
+ZEN3 = "fpu vme sse sse2 avx f16c fma avx2 bmi1 bmi2 sha_ni"
+pytestmark = [pytest.mark.pure,
+              pytest.mark.skipif(shutil.which("bash") is None or not Path("/proc").exists(), reason="needs bash")]
+
+
+def flags_for(cpu_flags: str, tmp_path, *arguments) -> dict[str, str]:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {cpu_flags}\n")
+    printed = subprocess.run(["bash", str(SCRIPT), *arguments], capture_output=True, text=True, check=True,
+                             env={"CPUINFO_FILE": str(cpuinfo), "PATH": "/usr/bin:/bin"}).stdout.split()
+    return dict(item[2:].split("=", 1) for item in printed)
+
+
+def test_an_amx_cpu_gets_its_avx512_set_and_never_amx(tmp_path):
+    flags = flags_for(SAPPHIRE_RAPIDS, tmp_path)
+    if flags.get("GGML_NATIVE") is None:
+        pytest.skip("not an x86 machine: llama.cpp's defaults")
+    assert flags["GGML_NATIVE"] == "OFF"
+    assert all(flags[name] == "OFF" for name in ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16"))
+    assert all(flags[name] == "ON" for name in ("GGML_AVX2", "GGML_FMA", "GGML_F16C", "GGML_BMI2", "GGML_AVX512",
+                                                 "GGML_AVX512_VNNI", "GGML_AVX512_VBMI", "GGML_AVX512_BF16",
+                                                 "GGML_AVX_VNNI"))
+
+
+def test_an_avx2_cpu_gets_no_avx512_and_the_fallback_is_plain_avx2(tmp_path):
+    flags = flags_for(ZEN3, tmp_path)
+    if flags.get("GGML_NATIVE") is None:
+        pytest.skip("not an x86 machine: llama.cpp's defaults")
+    assert flags["GGML_AVX2"] == "ON" and flags["GGML_AVX512"] == "OFF" and flags["GGML_AVX_VNNI"] == "OFF"
+    fallback = flags_for(SAPPHIRE_RAPIDS, tmp_path, "avx2")
+    assert fallback["GGML_NATIVE"] == "OFF" and fallback["GGML_AVX2"] == "ON" and "GGML_AVX512" not in fallback
+    assert fallback["GGML_AMX_INT8"] == "OFF"
