@@ -39,7 +39,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pacer_core.drafters import drafter_swapped, load_drafter  # noqa: E402
+from pacer_core.drafters import load_drafter  # noqa: E402
 from pacer_core.api import run_request  # noqa: E402
 from pacer_core.events import Result  # noqa: E402
 from pacer_core.models import ModelPair  # noqa: E402
@@ -174,8 +174,7 @@ def measure(pair, row: MethodRow, prompt_ids: list[int], args) -> dict:
         return {"label": row.label, "method": row.method, "temperature": row.temperature, "error": str(missing),
                 "steps": 0, "step_ms": 0.0, "draft_ms": 0.0, "verify_ms": 0.0, "other_ms": 0.0, "median_step_ms": 0.0,
                 "overhead": 0.0, "tokens_per_target_call": 0.0, "tokens_per_s": 0.0}
-    with drafter_swapped(pair, drafter):
-        return measure_with(pair, row, prompt_ids, args)
+    return measure_with(pair.with_drafter(drafter), row, prompt_ids, args)
 
 
 def measure_with(pair, row: MethodRow, prompt_ids: list[int], args) -> dict:

@@ -20,7 +20,7 @@ from .api import make_decoder
 from .bench_report import (RunRecord, add_drafters_and_identity, add_log_likelihoods, add_proposal_divergences,
                            add_relative_speeds, machine_info, summarise, write_outputs)
 from .decoders.oracle import OracleLength
-from .drafters import drafter_swapped, load_drafter
+from .drafters import load_drafter
 from .methods import HF_METHODS, MethodSpec, parse_method
 from .models import ModelLoadError, load_pair
 from .prompts import load_prompts
@@ -194,8 +194,7 @@ def run_benchmark(args) -> int:
         if spec.kind in HF_METHODS:
             return run_hf(pair, spec, request)
         if spec.drafter:
-            with drafter_swapped(pair, drafters[spec.drafter][0]):
-                return run_ours(pair, spec, request, references.get(index, []))
+            return run_ours(pair.with_drafter(drafters[spec.drafter][0]), spec, request, references.get(index, []))
         record = run_ours(pair, spec, request, references.get(index, []))
         if spec.kind == "ar":
             references[index] = record.token_ids
@@ -242,8 +241,7 @@ def load_row_drafters(pair, specs: list[MethodSpec], head) -> dict:
             drafter = load_drafter(pair, name, head)
         except ValueError as bad:
             raise SettingsError(str(bad)) from None
-        with drafter_swapped(pair, drafter):
-            drafters[name] = (drafter, default_preverifier(pair))
+        drafters[name] = (drafter, default_preverifier(pair.with_drafter(drafter)))
     return drafters
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import torch
 
 from .analysis import proposal_divergence, target_log_likelihood
-from .drafters import drafter_swapped
 from .methods import MethodSpec, parse_method
 
 
@@ -97,10 +96,10 @@ def add_proposal_divergences(pair, rows: list[dict], specs: list[MethodSpec], se
         key = (settings.temperature, settings.draft_temperature or settings.temperature, settings.top_k, settings.top_p)
         drafter = drafters[spec.drafter][0] if spec.drafter else pair.drafter
         if (spec.drafter, key) not in by_setting:
-            with drafter_swapped(pair, drafter):
-                by_setting[spec.drafter, key] = per_token([
-                    proposal_divergence(pair, prompt_ids[i], record.token_ids, *key)
-                    for records in ar_runs for i, record in enumerate(records)])
+            view = pair.with_drafter(drafter)
+            by_setting[spec.drafter, key] = per_token([
+                proposal_divergence(view, prompt_ids[i], record.token_ids, *key)
+                for records in ar_runs for i, record in enumerate(records)])
         row["proposal_kl_per_token"] = by_setting[spec.drafter, key]
 
 

@@ -1,7 +1,9 @@
-"""A model with its KV cache and the count of tokens the cache holds.
+"""The cache contract every model of a run meets (``DraftCache``), the one growing KV store the torch models
+write through (``GrowingLayer``), and a causal LM's cache (``CachedModel``).
 
-Invariant: the cache holds exactly the first ``length`` tokens of the sequence being decoded.
-Rolling back is ``crop``; SMC copies rows with ``reorder``. Decoders never touch cache internals.
+Invariant: a cache holds exactly the first ``length`` tokens of the sequence being decoded (every batch row the
+same length). Rolling back is ``crop``; SMC-SD copies rows with ``reorder``. Decoders never touch cache internals:
+they speak only ``DraftCache``, so fixed SD, PACER, the oracle and SMC-SD draft with every kind of drafter unchanged.
 
 Devices: ``device`` is the model's first parameter's (its input embedding's). Token ids are moved there
 before the forward and the logits and hidden states are returned there, even when ``device_map="auto"``
@@ -11,20 +13,77 @@ from __future__ import annotations
 
 import functools
 import inspect
+from typing import Protocol, runtime_checkable
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
 
+@runtime_checkable
+class DraftCache(Protocol):
+    """One run's state of one model, as every decoder uses it (shape letters: B rows, T fed, V vocabulary, H hidden).
+
+    ``forward(new_token_ids, output_hidden_states=False, keep=None)``: append tokens (a list of ids for one row, or
+    a [B, T] tensor) and return float32 logits [B, T, V] (and hidden states [B, T, H] when asked); with ``keep``
+    only the last ``keep`` positions are returned (T becomes min(keep, T)) and a cache computes no more than it
+    must for them. ``crop(length)``: forget every token past ``length``. ``reorder(ancestor_index)``: row i
+    becomes old row ancestor_index[i]; the row count may change (SMC-SD's 1 → N after its prefill).
+    ``feed_sequence``: see ``FeedsSequence``. ``length``: tokens held; ``calls``: forwards made; ``features``:
+    the target's recorded hidden states [B, length, H] (a target cache asked to keep them), else None."""
+
+    length: int
+    calls: int
+    features: torch.Tensor | None
+
+    def forward(self, new_token_ids, output_hidden_states: bool = False, keep: int | None = None): ...
+
+    def crop(self, length: int) -> None: ...
+
+    def reorder(self, ancestor_index: torch.Tensor) -> None: ...
+
+    def feed_sequence(self, sequence: list[int], extra: list[int] = (), output_hidden_states: bool = False,
+                      keep: int | None = None): ...
+
+
+def token_rows(new_token_ids) -> torch.Tensor:
+    """Token ids as a [B, T] long tensor: a list of ids is one row."""
+    if torch.is_tensor(new_token_ids):
+        return new_token_ids
+    return torch.tensor([list(new_token_ids)], dtype=torch.long)
+
+
+def last_positions(states: torch.Tensor, keep: int | None) -> torch.Tensor:
+    """The last ``keep`` positions of [B, T, ...] (all of them without ``keep``)."""
+    return states[:, -keep:] if keep else states
+
+
+class FeedsSequence:
+    """The one ``feed_sequence`` every cache shares: crop to what ``sequence`` shares with the cache, then feed
+    the rest of ``sequence`` plus ``extra``. Returns row 0's logits of the fed positions, [T, V] (the last
+    ``keep`` only, when given), and its hidden states [T, H] when asked. At least one token is always fed: a
+    cache that already holds all of ``sequence`` (and no ``extra`` is given) re-feeds its last token, whose
+    logits are the next token's distribution."""
+
+    def feed_sequence(self, sequence: list[int], extra: list[int] = (), output_hidden_states: bool = False,
+                      keep: int | None = None):
+        self.crop(min(self.length, len(sequence) - 1 if not extra else len(sequence)))
+        pending = list(sequence[self.length:]) + list(extra)
+        result = self.forward(pending, output_hidden_states, keep)
+        if output_hidden_states:
+            return result[0][0], result[1][0]
+        return result[0]
+
+
 class GrowingLayer(DynamicLayer):
-    """A ``DynamicLayer`` whose keys and values live in buffers with room to grow, so a forward writes its new
-    positions in place. DynamicLayer appends with ``torch.cat``, which copies every cached position at every
-    forward: a cost that grows with the position apart from attention itself (the embedded target at 2,000
-    positions: ~10 ms a forward on one CPU core, ~100 ms with SMC-SD's 4 particles; docs/measurements.md,
-    "Long answers and long prompts"). ``keys`` / ``values`` are views of the first ``length`` positions
-    ([B, H, length, D] of [B, H, capacity, D]); the buffer grows by a quarter (at least GROW_BY positions)
-    when full, so an append copies the cache once every GROW_BY or more tokens."""
+    """One attention layer's keys and values in buffers with room to grow, so a forward writes its new positions
+    in place: the KV store of every torch drafter and target (transformers models through ``GrowingCache``, the
+    lean decode step and the feature head directly). DynamicLayer appends with ``torch.cat``, which copies every
+    cached position at every forward: a cost that grows with the position apart from attention itself
+    (docs/measurements.md, "Long answers and long prompts"). ``keys`` / ``values`` are views of the first
+    ``length`` positions ([B, H, length, D] of [B, H, capacity, D]); a full buffer grows by a quarter (at least
+    GROW_BY positions), so an append copies the cache once every GROW_BY or more tokens. Cropping moves
+    ``length``; the row count changes only through ``reorder_cache`` (or while the layer is empty)."""
 
     GROW_BY = 256
 
@@ -37,28 +96,38 @@ class GrowingLayer(DynamicLayer):
         self.keys, self.values = self.key_buffer[:, :, : self.length], self.value_buffer[:, :, : self.length]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Append [B, H, T, D] keys and values; returns every cached position's (views, [B, H, length, D])."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         start, end = self.length, self.length + key_states.shape[-2]
-        if self.key_buffer is None or end > self.key_buffer.shape[-2] or self.key_buffer.shape[0] != key_states.shape[0]:
-            capacity = end + max(self.GROW_BY, end // 4)
-            batch, heads, _, key_dim = key_states.shape
-            keys = key_states.new_empty(batch, heads, capacity, key_dim)
-            values = value_states.new_empty(batch, heads, capacity, value_states.shape[-1])
-            if start:
-                keys[:, :, :start] = self.key_buffer[:, :, :start]
-                values[:, :, :start] = self.value_buffer[:, :, :start]
-            self.key_buffer, self.value_buffer = keys, values
+        buffer = self.key_buffer
+        if buffer is None or end > buffer.shape[-2] or buffer.shape[0] != key_states.shape[0]:
+            self._reserve(key_states, value_states, end)
         self.key_buffer[:, :, start:end] = key_states
         self.value_buffer[:, :, start:end] = value_states
         self.length = end
         self._views()
         return self.keys, self.values
 
+    def _reserve(self, key_states: torch.Tensor, value_states: torch.Tensor, end: int) -> None:
+        """New buffers with room for ``end`` positions and more, holding the cached ones."""
+        batch, heads, _, key_dim = key_states.shape
+        if self.length and self.key_buffer.shape[0] != batch:
+            raise ValueError(f"The cache holds {self.key_buffer.shape[0]} rows and {batch} were fed: rows change "
+                             "only through reorder.")
+        capacity = end + max(self.GROW_BY, end // 4)
+        keys = key_states.new_empty(batch, heads, capacity, key_dim)
+        values = value_states.new_empty(batch, heads, capacity, value_states.shape[-1])
+        if self.length:
+            keys[:, :, : self.length] = self.key_buffer[:, :, : self.length]
+            values[:, :, : self.length] = self.value_buffer[:, :, : self.length]
+        self.key_buffer, self.value_buffer = keys, values
+
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0
 
     def crop(self, tokens_to_remove: int) -> None:
+        """DynamicLayer's signature: the number of tokens to remove, as a negative integer."""
         if tokens_to_remove > 0:
             raise ValueError(f"GrowingLayer.crop takes the number of tokens to remove as a negative integer "
                              f"(got {tokens_to_remove}).")
@@ -66,6 +135,11 @@ class GrowingLayer(DynamicLayer):
             return
         self.length = max(self.length + tokens_to_remove, 0)
         self._views()
+
+    def crop_to(self, length: int) -> None:
+        """Keep the first ``length`` positions."""
+        if self.is_initialized and length < self.length:
+            self.crop(length - self.length)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Row i becomes old row beam_idx[i] (the batch may change size: SMC-SD's 1 → N after prefill)."""
@@ -98,6 +172,12 @@ class GrowingCache(DynamicCache):
     def __init__(self):
         Cache.__init__(self, layer_class_to_replicate=GrowingLayer)
 
+    def layer(self, index: int) -> GrowingLayer:
+        """Layer ``index``, created (empty) on first use."""
+        while len(self.layers) <= index:
+            self.layers.append(GrowingLayer())
+        return self.layers[index]
+
 
 @functools.lru_cache(maxsize=None)
 def accepts_logits_to_keep(model_class: type) -> bool:
@@ -109,8 +189,9 @@ def accepts_logits_to_keep(model_class: type) -> bool:
         return False
 
 
-class CachedModel:
-    """Runs a causal LM incrementally over one growing (or batched) token sequence."""
+class CachedModel(FeedsSequence):
+    """A causal LM run incrementally over one growing (or batched) token sequence, its KV store a
+    ``GrowingCache``; a ``DraftCache``. Subclasses change only ``_run`` (one model call over the new tokens)."""
 
     def __init__(self, model, vocab_size: int, keep_features: bool = False):
         self.keep_logits: int | None = None   # this forward's ``keep`` (read by _run)
@@ -129,21 +210,17 @@ class CachedModel:
 
     @torch.inference_mode()
     def forward(self, new_token_ids, output_hidden_states: bool = False, keep: int | None = None):
-        """Append tokens (list of ids, or [B, T] tensor) and return logits [B, T, vocab] in float32
-        (and the last hidden states [B, T, H] when asked). ``keep``: only the last ``keep`` positions' logits
-        are needed, and the model computes only those when it can (``logits_to_keep``; not while features
-        are recorded): a 1,500-token prompt's logits are 300 MB and a fifth of the target's prefill. Logits
-        then have ``keep`` rows (else T): callers index them from the end."""
-        if not torch.is_tensor(new_token_ids):
-            new_token_ids = torch.tensor([list(new_token_ids)], dtype=torch.long)
-        new_token_ids = new_token_ids.to(self.device)
+        """``DraftCache.forward``. With ``keep`` the model computes only those positions' logits when it can
+        (``logits_to_keep``; not while features are recorded): a long prompt's logits for every position would
+        cost a fifth of the target's prefill (docs/measurements.md)."""
+        new_token_ids = token_rows(new_token_ids).to(self.device)
         self.keep_logits = keep
         logits, hidden = self._run(new_token_ids, output_hidden_states)   # the cache grows in place
         self.length += new_token_ids.shape[1]
         self.calls += 1
-        logits = logits[..., : self.vocab_size].float().to(self.device)
+        logits = last_positions(logits, keep)[..., : self.vocab_size].float().to(self.device)
         if output_hidden_states:
-            return logits, hidden.float().to(self.device)
+            return logits, last_positions(hidden, keep).float().to(self.device)
         return logits
 
     def _run(self, token_ids: torch.Tensor, output_hidden_states: bool):
@@ -151,7 +228,7 @@ class CachedModel:
         captured = {}
         hook = (self.model.get_output_embeddings().register_forward_pre_hook(
             lambda module, args: captured.__setitem__("features", args[0])) if self.keep_features else None)
-        keep = getattr(self, "keep_logits", None)
+        keep = self.keep_logits
         extra = ({"logits_to_keep": int(keep)} if keep and not self.keep_features
                  and accepts_logits_to_keep(type(self.model)) else {})
         try:
@@ -178,14 +255,3 @@ class CachedModel:
         self.cache.reorder_cache(ancestor_index.to(self.device))
         if self.features is not None:
             self.features = self.features.index_select(0, ancestor_index.to(self.features.device))
-
-    def feed_sequence(self, sequence: list[int], extra: list[int] = (), output_hidden_states=False,
-                      keep: int | None = None):
-        """Crop to what ``sequence`` shares with the cache, then feed the rest of ``sequence`` plus
-        ``extra``. Returns the logits of every fed position, [T, vocab] (at least the last ``keep``)."""
-        self.crop(min(self.length, len(sequence) - 1 if not extra else len(sequence)))
-        pending = list(sequence[self.length:]) + list(extra)
-        result = self.forward(pending, output_hidden_states, keep)
-        if output_hidden_states:
-            return result[0][0], result[1][0]
-        return result[0]

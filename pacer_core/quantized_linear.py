@@ -2,11 +2,11 @@
 bfloat16 activations inside the kernel and the layer's own dtype outside it.
 
 Why: a drafter made of the target's own weights agrees with the target far more often than a small trained
-draft (README, "Drafters"); quantizing only the weights keeps that agreement (activations stay in
+draft (docs/drafters.md); quantizing only the weights keeps that agreement (activations stay in
 bfloat16, whose rounding the target's greedy choices rarely notice) while each matrix product reads 4x or 8x
 fewer bytes than float32.
 
-Kernels (torch's own; see the README for why not torchao): int8 ``aten._weight_int8pack_mm`` (CPU);
+Kernels (torch's own; docs/drafters.md says why not torchao): int8 ``aten._weight_int8pack_mm`` (CPU);
 int4 ``aten._weight_int4pack_mm_for_cpu`` on the CPU and ``aten._weight_int4pack_mm`` on CUDA. A device or
 build without the kernel raises ``QuantizationUnavailable`` naming what is missing, at build time.
 

@@ -37,7 +37,7 @@ TRACE_FORMAT = "pacer-lab-trace"
 TRACE_VERSION = 1
 METHODS = ("ar", "fixed", "pacer", "smc")
 STEP_METHODS = ("ar", "fixed", "pacer")
-DRAFTER_KEY = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")   # small, head, self-int8, self-int4 (plot titles show it)
+DRAFTER_KEY = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")   # a drafter key (drafters.kinds; plot titles show it)
 
 
 class TraceError(ValueError):
@@ -213,7 +213,8 @@ def checked_drafter(value) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not DRAFTER_KEY.fullmatch(value):
-        raise TraceError("drafter: expected a drafter name such as small, head or self-int8.")
+        from .drafters.kinds import drafter_keys       # here: reading a valid trace loads no model code
+        raise TraceError(f"drafter: expected a drafter key such as {', '.join(drafter_keys())}.")
     return value
 
 

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from pacer_core.atlas import counts
-from pacer_core.atlas.kinds import (CODE_SYMBOLS, DIGITS, END_OF_TEXT, INSIDE_WORD, SPACE_PUNCTUATION, START_OF_WORD,
+from pacer_core.atlas.token_kinds import (CODE_SYMBOLS, DIGITS, END_OF_TEXT, INSIDE_WORD, SPACE_PUNCTUATION, START_OF_WORD,
                                     token_kind)
 from pacer_core.atlas.report import csv_rows, markdown_report, token_cell
 from pacer_core.atlas.runner import UNCATEGORISED, load_atlas_prompts

@@ -206,13 +206,13 @@ def test_the_embedded_gguf_drafts_ars_tokens_on_the_embedded_target(embedded_pai
 
 @pytest.mark.pure
 def test_the_embedded_default_drafter_is_gguf_on_a_cpu_with_llama_cpp(monkeypatch):
-    from pacer_core.drafters import kinds
+    from pacer_core.drafters import builders
     from pacer_core.models import default_embedded_drafter
     assert default_embedded_drafter("embedded", torch.device("cpu")) == "gguf"
     assert default_embedded_drafter(None, torch.device("cpu")) == "gguf"
     assert default_embedded_drafter("small", torch.device("cpu")) == "small"
     assert default_embedded_drafter("embedded", torch.device("cuda")) == "embedded-small"
-    monkeypatch.setattr(kinds, "llama_cpp_available", lambda: "not installed")
+    monkeypatch.setattr(builders, "llama_cpp_available", lambda: "not installed")
     assert default_embedded_drafter("embedded", torch.device("cpu")) == "embedded-small"
 
 

@@ -1,6 +1,6 @@
-"""Every figure names its results: each `benchmarks/results/NAME` that README.md or docs/measurements.md mentions
-exists and has its line in the index (benchmarks/results/README.md), and the index lists exactly what the folder
-holds."""
+"""Every figure names its results: each `benchmarks/results/NAME` that README.md, docs/measurements.md or
+docs/drafters.md mentions exists and has its line in the index (benchmarks/results/README.md), and the index lists
+exactly what the folder holds."""
 import re
 from pathlib import Path
 
@@ -11,7 +11,7 @@ pytestmark = pytest.mark.pure
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 INDEX = RESULTS / "README.md"
-CITING = (ROOT / "README.md", ROOT / "docs" / "measurements.md")
+CITING = (ROOT / "README.md", ROOT / "docs" / "measurements.md", ROOT / "docs" / "drafters.md")
 MENTION = re.compile(r"benchmarks/results/([A-Za-z0-9_.\-]+)")
 PLACEHOLDERS = {"NAME", "README.md"}       # the bench command's --out, the index itself
 

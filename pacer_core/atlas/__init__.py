@@ -6,7 +6,7 @@ category, the drafter's confidence; the rejections); ``report`` builds ``atlas.j
 ``atlas.csv`` and ``report.md``; ``cli`` is ``python -m pacer_core.atlas``. The page's Atlas tab
 (``pacer_core.ui.atlas_tab``) runs the same functions."""
 from .counts import Judgment, judged_drafts
-from .kinds import TOKEN_KINDS, token_kind
+from .token_kinds import TOKEN_KINDS, token_kind
 from .report import build_atlas, write_atlas
 from .runner import AtlasPrompt, atlas_lane, load_atlas_prompts, run_prompts
 

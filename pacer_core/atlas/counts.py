@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..events import StepEvent, TokenState
 from ..sampling import count_greedy_matches
-from .kinds import TOKEN_KINDS, token_kind
+from .token_kinds import TOKEN_KINDS, token_kind
 
 CONTEXT_CHARS = 60          # left context kept with a judged token
 ANSWER_START = "\n"         # between the prompt and the output in a left context: the answer starts a new line
@@ -35,7 +35,7 @@ class Judgment:
     output_position: int     # the output index (0-based) it would have taken
     token_id: int
     drafted: str             # its text
-    kind: str                # kinds.TOKEN_KINDS
+    kind: str                # token_kinds.TOKEN_KINDS
     accepted: bool
     draft_prob: float | None  # q(x), the drafter's own confidence in it
     target_prob: float | None  # p(x)
@@ -103,7 +103,7 @@ def by_position(judgments: list[Judgment]) -> list[dict]:
 
 
 def by_token_kind(judgments: list[Judgment]) -> list[dict]:
-    """[{kind, drafted, accepted, alpha}] in kinds.TOKEN_KINDS order, kinds never drafted left out."""
+    """[{kind, drafted, accepted, alpha}] in token_kinds.TOKEN_KINDS order, kinds never drafted left out."""
     groups = grouped(judgments, lambda item: item.kind)
     return [count_row("kind", kind, groups[kind]) for kind in TOKEN_KINDS if kind in groups]
 

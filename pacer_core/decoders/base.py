@@ -27,7 +27,7 @@ import torch
 from .. import sampling
 from ..drafters import new_caches
 from ..events import Metrics, Result, StepEvent, TokenRecord
-from ..kvcache import CachedModel
+from ..kvcache import CachedModel, DraftCache
 from ..settings import DecodeSettings
 
 
@@ -37,7 +37,7 @@ class DecodeState:
     prompt_len: int
     sequence: list[int]
     target: CachedModel
-    draft: CachedModel | None
+    draft: DraftCache | None
     generator: torch.Generator
     eos_ids: set[int]
     finish_reason: str | None = None
@@ -280,23 +280,16 @@ class SpeculativeDecoder:
                          stop_reason=proposal.stop_reason, stop_note=proposal.stop_note)
 
 
-def last_rows(cache, count: int) -> dict:
-    """``keep=count`` for a cache that takes it (kvcache.CachedModel: the model computes only the last
-    ``count`` positions' logits, not the whole prompt's at the first step); nothing for other caches."""
-    return {"keep": count} if isinstance(cache, CachedModel) else {}
-
-
 def draft_one(pair, state: DecodeState, draft_sequence: list[int], settings: DecodeSettings,
               with_hidden: bool = False):
     """One draft forward over what the draft cache lacks of ``draft_sequence``; returns the chosen id,
     its sampling distribution [V], the raw logits row [V] and (optionally) the hidden row [H]. The logits
     row is moved to the run's device (the generator's) before anything is drawn from it."""
     if with_hidden:
-        logits, hidden = state.draft.feed_sequence(draft_sequence, output_hidden_states=True,
-                                                   **last_rows(state.draft, 1))
+        logits, hidden = state.draft.feed_sequence(draft_sequence, output_hidden_states=True, keep=1)
         logits_row, hidden_row = logits[-1], hidden[-1]
     else:
-        logits_row, hidden_row = state.draft.feed_sequence(draft_sequence, **last_rows(state.draft, 1))[-1], None
+        logits_row, hidden_row = state.draft.feed_sequence(draft_sequence, keep=1)[-1], None
     logits_row = logits_row.to(state.device)
     draft_probs = draft_distribution(logits_row, settings)
     token_id = int(torch.argmax(draft_probs)) if settings.greedy else sampling.sample_token(draft_probs, state.generator)
@@ -353,7 +346,7 @@ class DraftBuilder:
         rows at each (what the pre-verifier reads). Returns (id, logits row [V], hidden row [H]) per token."""
         token_ids = [int(token_id) for token_id in token_ids]
         logits, hidden = self.state.draft.feed_sequence(self.sequence + token_ids[:-1], output_hidden_states=True,
-                                                        **last_rows(self.state.draft, len(token_ids)))
+                                                        keep=len(token_ids))
         logits, hidden = logits[-len(token_ids):].to(self.state.device), hidden[-len(token_ids):]
         rows = []
         for token_id, logits_row, hidden_row in zip(token_ids, logits, hidden):

@@ -59,7 +59,7 @@ from ..kvcache import CachedModel
 from ..particles import effective_sample_size, normalize_log_weights, systematic_resample
 from ..sampling import token_log_probs
 from ..settings import DecodeSettings, SettingsError
-from .base import last_rows, new_generator, pinned_values, with_pinned
+from .base import new_generator, pinned_values, with_pinned
 
 
 def sample_rows(log_probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -122,7 +122,7 @@ def start_particles(pair, prompt_ids: list[int], n_particles: int) -> ParticleSt
     if len(prompt_ids) > 1:
         prefix = torch.tensor([list(prompt_ids[:-1])], dtype=torch.long, device=device)   # [1, P-1]
         for model in (target, draft):
-            model.forward(prefix, **last_rows(model, 1))       # the logits are not used: compute one row
+            model.forward(prefix, keep=1)       # the logits are not used: compute one row
         for model in (target, draft):
             model.reorder(expand)                                           # [1, ...] → [N, ...]
     histories = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device).expand(n_particles, -1).clone()
@@ -205,7 +205,7 @@ class SMC:
         draft_log_probs = torch.zeros(n_particles, n_draft, dtype=torch.float64, device=device)   # [N, K] log q_Td
         pending = state.histories[:, state.draft.length:]                           # [N, 1 or 2]
         for k in range(n_draft):
-            draft_logits = state.draft.forward(pending, **last_rows(state.draft, 1))[:, -1].to(device)  # [N, V]
+            draft_logits = state.draft.forward(pending, keep=1)[:, -1].to(device)  # [N, V]
             draft_log_dist = token_log_probs(draft_logits, draft_temperature, settings.top_k, settings.top_p)
             drafted_ids[:, k] = sample_rows(draft_log_dist, generator)
             draft_log_probs[:, k] = draft_log_dist.gather(-1, drafted_ids[:, k: k + 1]).squeeze(-1)

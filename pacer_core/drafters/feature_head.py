@@ -1,6 +1,6 @@
 """The feature-head drafter at decode time: weights on disk ↔ ``FeatureHeadDrafter``, and the per-run
-``FeatureHeadCache`` that speaks the same cache interface as ``kvcache.CachedModel`` (feed tokens, get
-logits over the full vocabulary; crop; reorder rows), so every decoder runs on it unchanged.
+``FeatureHeadCache``, a ``kvcache.DraftCache`` (feed tokens, get logits over the full vocabulary; crop; reorder
+rows) whose keys and values live in the same growing store as every torch model's (``kvcache.GrowingLayer``).
 
 How the head's positions line up with the sequence: token x_j (j ≥ 1) is fed to the head as the input
 (f_{j-1}, e(x_j)) at position j-1 and yields f̂_j, whose logits score x_{j+1} — the same contract as a
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from ..kvcache import FeedsSequence, GrowingLayer, last_positions, token_rows
 from .head_model import FeatureHead, HeadConfig, kept_logits
 from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits
 
@@ -85,10 +86,10 @@ class FeatureHeadDrafter:
         return full_vocabulary_logits(scores, self.kept_ids, self.vocab_size, off_mass)
 
 
-class FeatureHeadCache:
+class FeatureHeadCache(FeedsSequence):
     """Per-run state of the head: its keys/values, the tokens it has seen and its predicted features.
 
-    Invariant (as for CachedModel): it accounts for the first ``length`` tokens of the sequence; entries
+    Invariant (``kvcache.DraftCache``'s): it accounts for the first ``length`` tokens of the sequence; entries
     exist for tokens 1..length-1; the first ``real_length`` tokens' entries used real target features."""
 
     def __init__(self, drafter: FeatureHeadDrafter, target_cache, off_mass: float = 0.0):
@@ -96,24 +97,23 @@ class FeatureHeadCache:
         self.vocab_size = drafter.vocab_size
         self.device = drafter.device
         self.length = self.real_length = self.calls = 0
+        self.features = None                                 # it records none (it reads the target's)
         self.token_ids: torch.Tensor | None = None          # [B, length]
-        self.past: tuple | None = None                       # keys, values [B, kv, length-1, D]
+        self.kv = GrowingLayer()                             # keys, values [B, kv, length-1, D]
         self.predicted: torch.Tensor | None = None           # [B, length-1, H] f̂ of each entry
 
     @torch.inference_mode()
-    def forward(self, new_token_ids, output_hidden_states: bool = False):
-        """Append tokens (list of ids, or [B, T]); logits [B, T, V] float32 (and f̂ [B, T, H])."""
-        if not torch.is_tensor(new_token_ids):
-            new_token_ids = torch.tensor([list(new_token_ids)], dtype=torch.long)
-        new_token_ids = new_token_ids.to(self.device)
+    def forward(self, new_token_ids, output_hidden_states: bool = False, keep: int | None = None):
+        """``DraftCache.forward``: logits [B, T, V] float32 (and f̂ [B, T, H]); the last ``keep`` positions only
+        go through the output rows when given."""
+        new_token_ids = token_rows(new_token_ids).to(self.device)
         fed = new_token_ids.shape[1]
         pending = torch.cat([self._stale_tokens(), new_token_ids], dim=1) if self.length else new_token_ids
         start = self.length
         self.token_ids = pending if self.token_ids is None else torch.cat([self.token_ids, pending], dim=1)
         self.length += pending.shape[1]
         self.calls += 1
-        outputs = self._run(pending, start)                                          # [B, P, H]
-        outputs = outputs[:, -fed:]
+        outputs = last_positions(self._run(pending, start)[:, -fed:], keep)              # [B, T, H]
         logits = self.drafter.full_logits(outputs, self.off_mass)
         return (logits, outputs.float()) if output_hidden_states else logits
 
@@ -148,19 +148,17 @@ class FeatureHeadCache:
     def _append(self, features: torch.Tensor, tokens: torch.Tensor, first_token: int) -> torch.Tensor:
         embeddings = self.drafter.embedding(tokens).to(self.device, self.drafter.dtype)
         positions = torch.arange(first_token - 1, first_token - 1 + tokens.shape[1], device=self.device)
-        predicted, (keys, values) = self.drafter.head.predict_features(features, embeddings, positions, self.past)
-        if self.past is None:
-            self.past, self.predicted = (keys, values), predicted
-        else:
-            self.past = (torch.cat([self.past[0], keys], dim=2), torch.cat([self.past[1], values], dim=2))
-            self.predicted = torch.cat([self.predicted, predicted], dim=1)
+        past = (self.kv.keys, self.kv.values) if self.kv.get_seq_length() else None
+        predicted, (keys, values) = self.drafter.head.predict_features(features, embeddings, positions, past)
+        self.kv.update(keys, values)
+        self.predicted = predicted if self.predicted is None else torch.cat([self.predicted, predicted], dim=1)
         return predicted
 
     def crop(self, length: int) -> None:
         if length >= self.length:
             return
         entries = max(length - 1, 0)
-        self.past = (self.past[0][:, :, :entries], self.past[1][:, :, :entries]) if self.past else None
+        self.kv.crop_to(entries)
         self.predicted = self.predicted[:, :entries] if self.predicted is not None else None
         self.token_ids = self.token_ids[:, :length]
         self.length = length
@@ -169,20 +167,9 @@ class FeatureHeadCache:
     def reorder(self, ancestor_index: torch.Tensor) -> None:
         index = ancestor_index.to(self.device)
         self.token_ids = self.token_ids.index_select(0, index) if self.token_ids is not None else None
-        if self.past is not None:
-            self.past = (self.past[0].index_select(0, index), self.past[1].index_select(0, index))
+        self.kv.reorder_cache(index)
+        if self.predicted is not None:
             self.predicted = self.predicted.index_select(0, index)
-
-    def feed_sequence(self, sequence: list[int], extra: list[int] = (), output_hidden_states=False):
-        """Same contract as CachedModel.feed_sequence: logits of every fed position [T, V]."""
-        self.crop(min(self.length, len(sequence) - 1 if not extra else len(sequence)))
-        if self.length and self.token_ids[0].tolist() != list(sequence[: self.length]):
-            self.crop(0)
-        pending = list(sequence[self.length:]) + list(extra)
-        result = self.forward(pending, output_hidden_states)
-        if output_hidden_states:
-            return result[0][0], result[1][0]
-        return result[0]
 
 
 def random_head_drafter(target, vocab_size: int, kept_ids=None, seed: int = 0, scale: float = 1.0) -> FeatureHeadDrafter:

@@ -4,15 +4,15 @@ a KV cache of its own.
 Why it is both cheap and right on a CPU: the embedded target is the float32 conversion of
 ``SmolLM2-135M-Instruct.Q4_1.gguf`` (``embedded.py``), so that file holds the target's own weights in 4 bits.
 Run by llama.cpp, an engine written for CPUs, it differs from the target only in arithmetic (8-bit activations
-in its Q4_1 dot products): it agrees with the target's greedy token at ~97% of positions and costs a seventh of a
-target step on a 2-core CPU (README, "Measured"; docs/measurements.md). Drafting with a low-bit GGUF of the
+in its Q4_1 dot products): it agrees with the target's greedy token almost everywhere at a fraction of a target
+step's cost on a CPU (README, "Measured"; docs/drafters.md). Drafting with a low-bit GGUF of the
 target is also how llama.cpp's own speculative examples are used.
 
 Exactness does not depend on the file's numerics: fixed SD and PACER verify with the float target, and SMC-SD's
 proposal is a causal LM's softmax (full support).
 
-The cache (``GGUFCache``) speaks ``kvcache.CachedModel``'s interface (forward, crop, reorder, feed_sequence,
-length, calls): batch row r is llama.cpp sequence r of one context with a unified KV buffer; a crop removes
+The cache (``GGUFCache``) is a ``kvcache.DraftCache`` (forward, crop, reorder, feed_sequence, length, calls,
+features): batch row r is llama.cpp sequence r of one context with a unified KV buffer; a crop removes
 each row's cells past the length, a reorder copies sequences (cells are shared, not copied). Contexts are kept
 in a small pool per drafter and reused across runs (``ContextPool``)."""
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from ..kvcache import CachedModel
+from ..kvcache import FeedsSequence
 
 MAX_ROWS = 16                 # SMC-SD particles a context can hold (twice as many sequences: reorder's scratch)
 START_CELLS = 2048            # KV cells a new context holds; a run that needs more grows its context (x2)
@@ -219,8 +219,8 @@ class GGUFDrafter:
                 "kv_megabytes_per_context": round(START_CELLS * self.model.kv_bytes_per_cell() / 2 ** 20, 1)}
 
 
-class GGUFCache:
-    """One run's drafting state in a pooled llama.cpp context, with ``kvcache.CachedModel``'s interface.
+class GGUFCache(FeedsSequence):
+    """One run's drafting state in a pooled llama.cpp context, a ``kvcache.DraftCache``.
 
     Invariant: rows 0..B-1 are sequences 0..B-1 and each holds exactly ``row_tokens[r]`` (all rows the same
     length); sequences B..2B-1 are empty outside ``reorder``."""
@@ -268,16 +268,16 @@ class GGUFCache:
         outputs = []
         for start in range(0, len(entries), BATCH_TOKENS):
             chunk = entries[start: start + BATCH_TOKENS]
-            outputs.append(self._decode(chunk))
+            outputs.append(self._decode(chunk, entries[:start]))
         return torch.cat(outputs) if len(outputs) > 1 else outputs[0]
 
-    def _decode(self, entries) -> torch.Tensor:
+    def _decode(self, entries, decoded=()) -> torch.Tensor:
         """One llama_decode over (sequence, position, token, wants logits) entries; a full KV buffer is grown
-        once and the call retried."""
+        once and the call retried (``decoded``: this feed's entries already decoded, not yet in ``row_tokens``)."""
         try:
             return self._decode_once(entries)
         except RuntimeError:
-            self._grow(len(entries))
+            self._grow(len(entries), decoded)
             return self._decode_once(entries)
 
     def _decode_once(self, entries) -> torch.Tensor:
@@ -296,16 +296,17 @@ class GGUFCache:
             ctypes.memmove(logits.data_ptr(), llama_cpp.llama_get_logits(self.context.ctx), logits.nbytes)
         return logits
 
-    def _grow(self, extra: int) -> None:
+    def _grow(self, extra: int, decoded=()) -> None:
         """A context with twice the cells (at least the rows' tokens plus ``extra``), refilled with every row's
-        tokens; the old one goes back to the pool."""
-        needed = sum(len(row) for row in self.row_tokens) + extra
+        tokens and the ``decoded`` entries of the feed under way; the old one goes back to the pool."""
+        needed = sum(len(row) for row in self.row_tokens) + len(decoded) + extra
         cells = max(2 * self.context.n_ctx(), needed + START_CELLS)
         self._release()
         self.context, self.batch = self.drafter.pool.acquire(cells)
         self._release = weakref.finalize(self, self.drafter.pool.release, self.context, self.batch)
         entries = [(row_index, position, token_id, False) for row_index, tokens in enumerate(self.row_tokens)
                    for position, token_id in enumerate(tokens)]
+        entries += [(row_index, position, token_id, False) for row_index, position, token_id, _ in decoded]
         for start in range(0, len(entries), BATCH_TOKENS):
             self._decode_once(entries[start: start + BATCH_TOKENS])
 
@@ -334,5 +335,3 @@ class GGUFCache:
             self.context.kv_cache_seq_cp(MAX_ROWS + row, row, -1, -1)
             self.context.kv_cache_seq_rm(MAX_ROWS + row, -1, -1)
         self.row_tokens = [list(self.row_tokens[ancestor]) for ancestor in ancestors]
-
-    feed_sequence = CachedModel.feed_sequence    # crop to what ``sequence`` shares with row 0, feed the rest

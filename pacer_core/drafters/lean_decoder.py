@@ -1,10 +1,10 @@
 """A lean decode path for the quantized copy of a Llama-family target (Llama, SmolLM2, Qwen2, Mistral):
-fused q/k/v and gate/up projections, a preallocated KV cache cropped by moving its length, and no
-per-call bookkeeping beyond the arithmetic.
+fused q/k/v and gate/up projections, keys and values written in place into the same growing KV store every
+torch model uses (``kvcache.GrowingLayer``), and no per-call bookkeeping beyond the arithmetic.
 
 Why: profiled on the 2-core CPU, a one-token step of the quantized copy through the transformers module
 tree spent about two thirds of its time outside the matrix products (hundreds of small operators and the
-Python between them: README, "Drafters"). A drafter's cost per token is what decides whether drafting
+Python between them: docs/drafters.md). A drafter's cost per token is what decides whether drafting
 pays, so its step is written out here once, for the one architecture family it serves; any other target
 drafts through the ordinary module tree (``self_quantized.quantized_copy``).
 
@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from ..kvcache import CachedModel
+from ..kvcache import CachedModel, GrowingCache
 from ..quantized_linear import INT4_GROUP_SIZE, QuantizedLinear, storable_bits
 
 LEAN_MODEL_TYPES = ("llama", "qwen2", "mistral")
@@ -74,39 +74,8 @@ def rotate_half(states: torch.Tensor) -> torch.Tensor:
     return torch.cat((-states[..., half:], states[..., :half]), dim=-1)
 
 
-class LeanKVCache:
-    """Keys and values of every layer in preallocated [B, kv heads, capacity, head dim] tensors; the first
-    ``length`` positions are valid. Cropping moves ``length``; capacity doubles when a feed overflows it."""
-
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, device, dtype):
-        self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
-        self.device, self.dtype = device, dtype
-        self.keys: list[torch.Tensor] = []
-        self.values: list[torch.Tensor] = []
-        self.length = 0
-
-    def ensure(self, batch: int, needed: int) -> None:
-        capacity = self.keys[0].shape[2] if self.keys else 0
-        if self.keys and self.keys[0].shape[0] != batch:
-            if self.length:
-                raise ValueError("the batch size changes only through reorder()")
-            self.keys, self.values, capacity = [], [], 0
-        if needed <= capacity:
-            return
-        capacity = max(needed, 2 * capacity, 64)
-        shape = (batch, self.kv_heads, capacity, self.head_dim)
-        grown = [torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in range(2 * self.layers)]
-        for index, old in enumerate(self.keys + self.values):
-            grown[index][:, :, : self.length] = old[:, :, : self.length]
-        self.keys, self.values = grown[: self.layers], grown[self.layers:]
-
-    def reorder(self, rows: torch.Tensor) -> None:
-        self.keys = [keys.index_select(0, rows) for keys in self.keys]
-        self.values = [values.index_select(0, rows) for values in self.values]
-
-
 class LeanDecoder(nn.Module):
-    """The quantized copy's forward over new tokens with a LeanKVCache. Activations (the residual stream,
+    """The quantized copy's forward over new tokens, writing through a ``GrowingCache``. Activations (the residual stream,
     norms, attention) are float32 by default: bfloat16 throughout was no faster on the 2-core CPU (its
     elementwise kernels are slower there) and agreed a little less often with the int8 copy (0.983 vs 0.988)."""
 
@@ -126,30 +95,25 @@ class LeanDecoder(nn.Module):
         self.hidden_size = config.hidden_size
         self.device = next(target.parameters()).device
 
-    def new_kv_cache(self) -> LeanKVCache:
-        return LeanKVCache(len(self.layers), self.kv_heads, self.head_dim, self.device, self.activations)
-
     def norm(self, hidden: torch.Tensor, weight: torch.Tensor, epsilon: float) -> torch.Tensor:
         return functional.rms_norm(hidden, (self.hidden_size,), weight, epsilon)
 
     @torch.inference_mode()
-    def forward(self, token_ids: torch.Tensor, cache: LeanKVCache,
+    def forward(self, token_ids: torch.Tensor, cache: GrowingCache, start: int,
                 keep: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits [B, T, V], the final normed hidden states [B, T, H]); with ``keep`` only the last ``keep``
-        positions go through the output layer (T becomes ``keep`` in both)."""
+        """The new tokens [B, T] at positions start..start+T-1 after the ``start`` the cache holds → (logits
+        [B, T, V], the final normed hidden states [B, T, H]); with ``keep`` only the last ``keep`` positions go
+        through the output layer (T becomes ``keep`` in both)."""
         batch, count = token_ids.shape
-        start = cache.length
-        cache.ensure(batch, start + count)
         hidden = self.embed(token_ids).to(self.activations)
         positions = torch.arange(start, start + count, device=self.device).unsqueeze(0)
         cos, sin = (table.unsqueeze(2) for table in self.rotary(hidden, positions))        # [1, T, 1, D]
         mask = self._mask(start, count)
         for index, layer in enumerate(self.layers):
             normed = self.norm(hidden, layer.input_norm, layer.epsilon)
-            hidden = hidden + self._attention(layer, normed, cos, sin, cache, index, start, mask)
+            hidden = hidden + self._attention(layer, normed, cos, sin, cache, index, mask)
             gate, up = layer.gate_up(self.norm(hidden, layer.post_norm, layer.epsilon)).split(layer.intermediate, -1)
             hidden = hidden + layer.down(functional.silu(gate) * up)
-        cache.length = start + count
         final = self.norm(hidden if not keep else hidden[:, -keep:], self.final_norm, self.epsilon)
         return self.lm_head(final), final
 
@@ -161,7 +125,7 @@ class LeanDecoder(nn.Module):
         query_positions = torch.arange(start, start + count, device=self.device)
         return key_positions[None, :] <= query_positions[:, None]
 
-    def _attention(self, layer: LeanLayer, normed, cos, sin, cache: LeanKVCache, index: int, start: int, mask):
+    def _attention(self, layer: LeanLayer, normed, cos, sin, cache: GrowingCache, index: int, mask):
         """Rotary positions on queries and keys together (one fused product made them adjacent), the new
         keys and values into the cache, grouped-query attention over everything cached."""
         batch, count, _ = normed.shape
@@ -169,46 +133,17 @@ class LeanDecoder(nn.Module):
         query_key = mixed[..., : layer.query_size + layer.kv_size].view(batch, count, -1, self.head_dim)
         query_key = query_key * cos + rotate_half(query_key) * sin
         query = query_key[:, :, : self.heads].transpose(1, 2)
-        end = start + count
-        cache.keys[index][:, :, start:end] = query_key[:, :, self.heads:].transpose(1, 2)
-        cache.values[index][:, :, start:end] = mixed[..., layer.query_size + layer.kv_size:].view(
-            batch, count, self.kv_heads, self.head_dim).transpose(1, 2)
-        attended = functional.scaled_dot_product_attention(
-            query, cache.keys[index][:, :, :end], cache.values[index][:, :, :end], attn_mask=mask,
-            enable_gqa=self.kv_heads != self.heads)
+        new_keys = query_key[:, :, self.heads:].transpose(1, 2)                                    # [B, kv, T, D]
+        new_values = mixed[..., layer.query_size + layer.kv_size:].view(batch, count, self.kv_heads, self.head_dim)
+        keys, values = cache.layer(index).update(new_keys, new_values.transpose(1, 2))    # every cached position
+        attended = functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask,
+                                                           enable_gqa=self.kv_heads != self.heads)
         return layer.output(attended.transpose(1, 2).reshape(batch, count, self.heads * self.head_dim))
 
 
-class LeanCache:
-    """One run's state of the lean drafter, with ``kvcache.CachedModel``'s interface (forward, crop,
-    reorder, feed_sequence, length, calls), so every decoder drafts with it unchanged."""
+class LeanCache(CachedModel):
+    """One run's state of the lean drafter: a ``CachedModel`` (so a ``DraftCache``) whose model call is the lean
+    step, writing through the same ``GrowingCache``."""
 
-    features = None
-    feature_length = 0
-
-    def __init__(self, decoder: LeanDecoder, vocab_size: int):
-        self.decoder, self.vocab_size = decoder, vocab_size
-        self.kv = decoder.new_kv_cache()
-        self.device = decoder.device
-        self.calls = 0
-
-    @property
-    def length(self) -> int:
-        return self.kv.length
-
-    def forward(self, new_token_ids, output_hidden_states: bool = False, keep: int | None = None):
-        """As ``CachedModel.forward``: logits [B, T, V] float32 (only the last ``keep`` rows when given)."""
-        if not torch.is_tensor(new_token_ids):
-            new_token_ids = torch.tensor([list(new_token_ids)], dtype=torch.long)
-        logits, hidden = self.decoder(new_token_ids.to(self.device), self.kv, keep)
-        self.calls += 1
-        logits = logits[..., : self.vocab_size].float()
-        return (logits, hidden.float()) if output_hidden_states else logits
-
-    def crop(self, length: int) -> None:
-        self.kv.length = min(self.kv.length, length)
-
-    def reorder(self, ancestor_index: torch.Tensor) -> None:
-        self.kv.reorder(ancestor_index.to(self.device))
-
-    feed_sequence = CachedModel.feed_sequence
+    def _run(self, token_ids: torch.Tensor, output_hidden_states: bool):
+        return self.model(token_ids, self.cache, self.length, self.keep_logits)

@@ -2,7 +2,7 @@
 weight-only at load time (``quantized_linear.py``), drafting with a KV cache of its own.
 
 Drafting with a low-bit copy of the target itself needs no training and agrees with the target far more
-often than a small draft (QSpec, Zhao et al. 2025, arXiv 2410.11305; README, "Drafters"). The copy shares
+often than a small draft (QSpec, Zhao et al. 2025, arXiv 2410.11305; docs/drafters.md). The copy shares
 every tensor that is not a linear weight with the target (embeddings, norms, rotary tables), so it costs
 only the quantized weights: about a quarter (int8) or an eighth (int4) of the target's linear weights.
 

@@ -25,7 +25,7 @@ import torch
 
 from ..analysis import draft_teacher_forced_logits
 from ..api import run_request
-from ..drafters import drafter_swapped, load_drafter, new_caches
+from ..drafters import load_drafter, new_caches
 from ..models import load_pair
 from ..particles import proposal_kl
 from ..prompts import load_prompts
@@ -140,8 +140,7 @@ def main(argv=None) -> int:
     fixed = [request_for(pair, "fixed", settings, chosen, prompt, limits) for prompt in prompts]
     rows = {}
     for name in args.drafters.split(","):
-        with drafter_swapped(pair, load_drafter(pair, name, args.head)):
-            rows[name] = evaluate_drafter(pair, fixed, references)
+        rows[name] = evaluate_drafter(pair.with_drafter(load_drafter(pair, name, args.head)), fixed, references)
         print(f"{name}: {rows[name]}", file=sys.stderr, flush=True)
     report = {"prompts": args.prompts, "prompt_count": len(prompts), "max_new_tokens": args.max_new_tokens,
               "dtype": str(pair.dtype).replace("torch.", ""), "drafters": rows, "table": markdown_table(rows)}

@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     parser.add_argument("--vocab-size", type=int, default=49152)
     parser.add_argument("--always", default="0,1,2", help="ids ranked first (comma-separated; SmolLM2: end of text, turn start and end)")
     parser.add_argument("--default-kept", type=int, default=0,
-                        help="ids the draft scores by default when loaded (0: all; see README, drafters)")
+                        help="ids the draft scores by default when loaded (0: all; see docs/drafters.md)")
     parser.add_argument("--holdout", type=float, default=0.1, help="share of replies kept out to report coverage")
     args = parser.parse_args(argv)
     replies = read_reply_ids(Path(args.replies))

@@ -1,4 +1,4 @@
-"""The drafters the page offers for the loaded target: every kind of ``drafters.kinds.KINDS`` that can draft
+"""The drafters the page offers for the loaded target: every entry of ``drafters.kinds.KINDS`` that can draft
 for it here — the pair's independent draft (``small``), the feature head (``head``, for the embedded target),
 the target's own weights in 8 and 4 bits (``self-int8``, ``self-int4``) and its GGUF file run by llama.cpp
 (``gguf``, on a CPU). Each is built once, on first use, and kept for the life of the process; the
@@ -7,9 +7,8 @@ tokenizer and device, another drafter) with the pre-verifier trained for that dr
 
 Memory: the small draft and the head are loaded with the pair (or on first use); each self-quantized copy
 holds only its quantized linear weights and shares the rest with the target (``SelfQuantizedDrafter.describe``
-gives its megabytes: for the embedded 135M target about 129 MB in int8 and 80 MB in int4); the gguf drafter
-holds its file's weights (94 MB for the embedded target) and each pooled llama.cpp context its KV buffer
-(2,048 cells: 45 MB) and compute buffer (~50 MB); a few contexts are kept for the next runs."""
+gives its megabytes); the gguf drafter holds its file's weights and each pooled llama.cpp context its KV and
+compute buffers, a few contexts kept for the next runs (figures: docs/drafters.md)."""
 from __future__ import annotations
 
 import sys
@@ -18,21 +17,21 @@ import threading
 import traceback
 from dataclasses import dataclass
 
-from ..drafters import KINDS, SELF_DRAFTERS, drafter_key, kind_for_key, load_drafter, measured_drafter
+from ..drafters import KINDS, SELF_DRAFTERS, drafter_key, entry_for_key, load_drafter, measured_drafter
 from ..preverifier import ConfidencePreVerifier, default_preverifier
 from ..quantized_linear import INT4_GROUP_SIZE
 
 
 @dataclass(frozen=True)
 class DrafterOption:
-    key: str             # small, head, self-int8, self-int4, gguf
+    key: str             # a drafter key (drafters.kinds)
     description: str     # one line: what it is, size, cost per drafted token, agreement when measured
 
 
 def describe_option(key: str, size: str, measured: dict, device_type: str) -> str:
     """``small · a separate small model · 16M parameters · c = 0.13 of a target step · agreement 0.39``."""
-    kind = kind_for_key(key)
-    parts = [key, kind.words if kind else "drafter", size]
+    entry = entry_for_key(key)
+    parts = [key, entry.words if entry else "drafter", size]
     cost = (measured.get("cost") or {}).get(device_type)
     parts.append(f"c = {cost:.2f} of a target step on {device_type}" if cost else "cost not measured here")
     if measured.get("agreement") is not None:
@@ -58,7 +57,7 @@ def estimated_size(pair, key: str) -> str:
         per_weight = bits / 8 + (4 / INT4_GROUP_SIZE if bits == 4 else 0)    # int4: a bf16 scale and zero a group
         return f"≈{linear * per_weight / 2 ** 20:.0f} MB of int{bits} weights"
     if key == "gguf":
-        from ..drafters.kinds import gguf_path
+        from ..drafters import gguf_path
         path = gguf_path(pair)
         return f"{Path(path).stat().st_size / 2 ** 20:.0f} MB file" if path and Path(path).exists() else "a GGUF file"
     return "loaded on first use"
@@ -74,8 +73,8 @@ class DrafterMenu:
         self._views = {self.default_key: pair}
         self._preverifiers: dict = {} if preverifier is None else {self.default_key: preverifier}
         self._lock = threading.Lock()
-        self.unavailable = {kind.key: kind.unavailable(pair) for kind in KINDS}   # key -> why not (None: offered)
-        self.keys = [kind.key for kind in KINDS if self.unavailable[kind.key] is None]
+        self.unavailable = {entry.key: entry.unavailable(pair) for entry in KINDS}   # key -> why not (None: offered)
+        self.keys = [entry.key for entry in KINDS if self.unavailable[entry.key] is None]
         if self.default_key not in self.keys:
             self.keys.insert(0, self.default_key)
 

@@ -50,7 +50,7 @@ class PageInputs:
     settings: dict              # setting name → control value; threshold None: the pre-verifier's own
     chat: bool = False
     measure_ar: bool = True
-    drafter: str | None = None  # the drafter menu's key (small, head, self-int8, self-int4); None: the pair's own
+    drafter: str | None = None  # the drafter menu's key (drafters.drafter_keys()); None: the pair's own
 
     def key(self) -> tuple:
         """Equal to ``RunSession.key()`` of a session started from these inputs."""
@@ -160,7 +160,7 @@ def plots_view(session: RunSession, names=None) -> dict[str, object]:
 
 
 def drafter_label(session: RunSession) -> str:
-    """The drafter's menu key (small, head, self-int8, self-int4), as the page's drafter choice names it."""
+    """The drafter's menu key (one of ``drafters.drafter_keys()``), as the page's drafter choice names it."""
     return session.drafter or drafter_key(session.pair.drafter)
 
 
