@@ -83,15 +83,15 @@ def test_smc_runs_on_the_embedded_pair(embedded_pair):
 
 
 def test_both_embedded_drafters_are_exact(embedded_pair):
-    from pacer_core.drafters import drafter_swapped, load_drafter
+    from pacer_core.drafters import load_drafter
     references = [generate(embedded_pair, "ar", prompt, max_new_tokens=24).token_ids for prompt in PROMPTS]
     for name in ("small", "head"):
         accepted = 0
-        with drafter_swapped(embedded_pair, load_drafter(embedded_pair, name)):
-            for prompt, reference in zip(PROMPTS, references):
-                result = generate(embedded_pair, "fixed", prompt, max_new_tokens=24, gamma=3)
-                assert result.token_ids == reference, (name, prompt)
-                accepted += result.metrics.accepted_tokens
+        drafting = embedded_pair.with_drafter(load_drafter(embedded_pair, name))
+        for prompt, reference in zip(PROMPTS, references):
+            result = generate(drafting, "fixed", prompt, max_new_tokens=24, gamma=3)
+            assert result.token_ids == reference, (name, prompt)
+            accepted += result.metrics.accepted_tokens
         assert accepted > 0, name   # both paths (accept and reject) are exercised
 
 
@@ -107,12 +107,12 @@ def test_embedded_drafters_load_by_name():
 def test_the_targets_own_weights_draft_ars_tokens_and_agree_far_more_than_the_small_draft(embedded_pair):
     """self-int8 on the real target: greedy fixed SD and PACER return AR's tokens, nearly every drafted token
     is accepted, and the app's fixed length starts at the one measured for it."""
-    from pacer_core.drafters import drafter_swapped, load_drafter, measured_gamma
+    from pacer_core.drafters import load_drafter, measured_gamma
 
-    with drafter_swapped(embedded_pair, load_drafter(embedded_pair, "self-int8")):
-        assert measured_gamma(embedded_pair) == 3
-        reference = generate(embedded_pair, "ar", PROMPTS[1], max_new_tokens=24)
-        fixed = generate(embedded_pair, "fixed", PROMPTS[1], max_new_tokens=24, gamma=3)
-        pacer = generate(embedded_pair, "pacer", PROMPTS[1], max_new_tokens=24)
+    drafting = embedded_pair.with_drafter(load_drafter(embedded_pair, "self-int8"))
+    assert measured_gamma(drafting) == 3
+    reference = generate(drafting, "ar", PROMPTS[1], max_new_tokens=24)
+    fixed = generate(drafting, "fixed", PROMPTS[1], max_new_tokens=24, gamma=3)
+    pacer = generate(drafting, "pacer", PROMPTS[1], max_new_tokens=24)
     assert fixed.token_ids == reference.token_ids == pacer.token_ids
     assert fixed.metrics.alpha > 0.8

@@ -9,7 +9,7 @@ import torch
 
 from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
 from pacer_core.decoders.smc import SMC
-from pacer_core.drafters import drafter_key, drafter_swapped, load_drafter, valid_drafter_name
+from pacer_core.drafters import drafter_key, load_drafter, valid_drafter_name
 from pacer_core.drafters.gguf_drafter import GGUFDrafter, GGUFUnavailable, vocabulary_mismatch
 from pacer_core.drafters.kinds import gguf_unavailable, kind_for_key
 from pacer_core.kvcache import CachedModel
@@ -95,13 +95,13 @@ def test_greedy_fixed_and_pacer_with_a_gguf_drafter_return_ars_tokens(pair_with_
     drafter = load_drafter(pair, "gguf")
     assert drafter_key(drafter) == "gguf"
     rejected = 0
-    with drafter_swapped(pair, drafter):
-        for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20))):
-            reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=40).token_ids
-            for decoder in decoders:
-                result = run_ids(decoder, pair, prompt, max_new_tokens=40)
-                assert result.token_ids == reference, (decoder.info(), prompt)
-                rejected += result.metrics.drafted_tokens - result.metrics.accepted_tokens
+    drafting = pair.with_drafter(drafter)
+    for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20))):
+        reference = run_ids(Autoregressive(), drafting, prompt, max_new_tokens=40).token_ids
+        for decoder in decoders:
+            result = run_ids(decoder, drafting, prompt, max_new_tokens=40)
+            assert result.token_ids == reference, (decoder.info(), prompt)
+            rejected += result.metrics.drafted_tokens - result.metrics.accepted_tokens
     assert rejected > 0      # the noisy draft is sometimes wrong, so verification did the work
 
 
@@ -124,10 +124,10 @@ def test_sampling_with_a_gguf_drafter_matches_the_target(five_token_pair_with_gg
     pair, drafter = five_token_pair_with_gguf
     truth = target_sequence_distribution(pair.target, PROMPT, N_TOKENS, **FILTERED)
     counts = Counter()
-    with drafter_swapped(pair, drafter):
-        for seed in range(RUNS):
-            result = run_ids(decoder, pair, PROMPT, max_new_tokens=N_TOKENS, seed=seed, **FILTERED)
-            counts[tuple(result.token_ids)] += 1
+    drafting = pair.with_drafter(drafter)
+    for seed in range(RUNS):
+        result = run_ids(decoder, drafting, PROMPT, max_new_tokens=N_TOKENS, seed=seed, **FILTERED)
+        counts[tuple(result.token_ids)] += 1
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
@@ -137,17 +137,17 @@ def test_smc_sd_runs_with_a_gguf_drafter_and_its_proposal_has_full_support(pair_
     cache = drafter.new_cache(None, full_support=True)
     probs = torch.softmax(cache.forward([1, 2, 3], keep=1)[0, -1], dim=-1)
     assert (probs > 0).all()
-    with drafter_swapped(pair, drafter):
-        *events, result = SMC().run(pair, [1, 2, 3], validate_settings(
-            max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
+    drafting = pair.with_drafter(drafter)
+    *events, result = SMC().run(drafting, [1, 2, 3], validate_settings(
+        max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
 
 def test_contexts_are_reused_across_runs(pair_with_gguf):
     drafter = load_drafter(pair_with_gguf, "gguf")
-    with drafter_swapped(pair_with_gguf, drafter):
-        for _ in range(3):
-            run_ids(FixedSpeculative(3), pair_with_gguf, [1, 2, 3], max_new_tokens=8)
+    drafting = pair_with_gguf.with_drafter(drafter)
+    for _ in range(3):
+        run_ids(FixedSpeculative(3), drafting, [1, 2, 3], max_new_tokens=8)
     assert drafter.pool.created == 1
 
 
@@ -193,14 +193,14 @@ def test_the_embedded_gguf_drafts_ars_tokens_on_the_embedded_target(embedded_pai
     drafter = load_drafter(embedded_pair, "gguf")
     assert drafter.describe()["file"].endswith(".gguf")
     drafted = accepted = 0
-    with drafter_swapped(embedded_pair, drafter):
-        for prompt in ("Name three primary colours.", "Write a haiku about rain."):
-            prompt_ids = embedded_pair.encode_prompt(prompt)
-            reference = run_ids(Autoregressive(), embedded_pair, prompt_ids, max_new_tokens=24).token_ids
-            result = run_ids(FixedSpeculative(5), embedded_pair, prompt_ids, max_new_tokens=24)
-            assert result.token_ids == reference
-            drafted += result.metrics.drafted_tokens
-            accepted += result.metrics.accepted_tokens
+    drafting = embedded_pair.with_drafter(drafter)
+    for prompt in ("Name three primary colours.", "Write a haiku about rain."):
+        prompt_ids = drafting.encode_prompt(prompt)
+        reference = run_ids(Autoregressive(), drafting, prompt_ids, max_new_tokens=24).token_ids
+        result = run_ids(FixedSpeculative(5), drafting, prompt_ids, max_new_tokens=24)
+        assert result.token_ids == reference
+        drafted += result.metrics.drafted_tokens
+        accepted += result.metrics.accepted_tokens
     assert accepted / drafted > 0.9
 
 

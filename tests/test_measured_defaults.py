@@ -1,8 +1,7 @@
 """The fixed draft length a draft folder records as measured fastest on a kind of device (the app's start value)."""
 import json
-from contextlib import nullcontext
 
-from pacer_core.drafters import drafter_swapped, measured_gamma
+from pacer_core.drafters import measured_gamma
 from pacer_core.drafters.feature_head import random_head_drafter
 from pacer_core.testing.tiny import tiny_pair
 
@@ -31,8 +30,8 @@ def test_measured_gamma_is_none_without_a_measurement_for_this_device(tmp_path):
 def test_measured_gamma_is_only_for_the_independent_draft_it_was_measured_with(tmp_path):
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 3}}))
     pair = pair_from_folder(tmp_path)
-    with drafter_swapped(pair, random_head_drafter(pair.target, pair.vocab_size)):
-        assert measured_gamma(pair) is None
+    drafting = pair.with_drafter(random_head_drafter(pair.target, pair.vocab_size))
+    assert measured_gamma(drafting) is None
 
 
 def test_each_drafter_has_its_own_measured_length_cost_and_agreement(tmp_path):
@@ -41,10 +40,10 @@ def test_each_drafter_has_its_own_measured_length_cost_and_agreement(tmp_path):
         "self-int8": {"gamma": {"cpu": 5}, "cost": {"cpu": 0.6}, "agreement": 0.96}}}))
     pair = pair_from_folder(tmp_path)
     assert measured_gamma(pair) == 2 and measured_drafter(pair, "small") == {"gamma": {"cpu": 2}}
-    with drafter_swapped(pair, load_drafter(pair, "self-int8")):
-        assert measured_gamma(pair) == 5
-    with drafter_swapped(pair, load_drafter(pair, "self-int4")):
-        assert measured_gamma(pair) is None
+    drafting = pair.with_drafter(load_drafter(pair, "self-int8"))
+    assert measured_gamma(drafting) == 5
+    drafting = pair.with_drafter(load_drafter(pair, "self-int4"))
+    assert measured_gamma(drafting) is None
     assert measured_drafter(pair, "self-int8")["agreement"] == 0.96
 
 
@@ -65,8 +64,8 @@ def test_a_drafters_measured_pacer_settings_start_its_bench_rows_and_its_page(tm
 
     def ran(method):
         spec = parse_method(method)
-        with drafter_swapped(pair, load_drafter(pair, spec.drafter)) if spec.drafter else nullcontext():
-            return row_requests(pair, spec, {"max_new_tokens": 8}, prompt, Limits(), None)[0].settings
+        drafting = pair.with_drafter(load_drafter(pair, spec.drafter)) if spec.drafter else pair
+        return row_requests(drafting, spec, {"max_new_tokens": 8}, prompt, Limits(), None)[0].settings
     assert (ran("pacer@self-int8").block_size, ran("pacer@self-int8").phrase_len) == (1, 0)
     assert ran("pacer+phrase_len=4@self-int8").phrase_len == 4
     assert ran("pacer").phrase_len == 8
@@ -88,8 +87,8 @@ def test_the_pages_drafter_starts_follow_the_measured_pacer_and_smc_settings(tmp
     pair = pair_from_folder(tmp_path)
     small = drafter_starts(pair, ConfidencePreVerifier(), "small")
     assert small["gamma"] == 2 and small["own_threshold"] and small["threshold"] == 0.3
-    with drafter_swapped(pair, load_drafter(pair, "self-int8")):
-        starts = drafter_starts(pair, ConfidencePreVerifier(), "self-int8")
+    drafting = pair.with_drafter(load_drafter(pair, "self-int8"))
+    starts = drafter_starts(drafting, ConfidencePreVerifier(), "self-int8")
     assert (starts["gamma"], starts["block_size"], starts["max_draft_len"], starts["phrase_len"]) == (10, 4, 32, 0)
     assert starts["threshold"] == 0.05 and not starts["own_threshold"]
     assert (starts["n_particles"], starts["draft_len"]) == (2, 4)

@@ -8,7 +8,7 @@ import torch
 
 from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
 from pacer_core.decoders.smc import SMC
-from pacer_core.drafters import IndependentDrafter, drafter_swapped, load_drafter, new_caches, valid_drafter_name
+from pacer_core.drafters import IndependentDrafter, load_drafter, new_caches, valid_drafter_name
 from pacer_core.drafters.vocabulary import (OFF_VOCABULARY_MASS, full_vocabulary_logits, load_frequent_ids,
                                             save_frequent_ids)
 from pacer_core.kvcache import CachedModel
@@ -59,11 +59,11 @@ def test_the_reduced_cache_scores_the_kept_ids_as_the_full_draft_does():
 @pytest.mark.parametrize("kept", [list(range(0, 64, 2)), list(range(48))])
 def test_greedy_sd_with_a_reduced_vocabulary_returns_ars_tokens(kept):
     pair = tiny_pair(scale=6.0, draft_noise=0.1, eos_token_id=63)
-    with drafter_swapped(pair, reduced(pair, kept)):
-        for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20))):
-            reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=32)
-            for decoder in (FixedSpeculative(4), Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit")):
-                assert run_ids(decoder, pair, prompt, max_new_tokens=32) == reference, (decoder.info(), prompt)
+    drafting = pair.with_drafter(reduced(pair, kept))
+    for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20))):
+        reference = run_ids(Autoregressive(), drafting, prompt, max_new_tokens=32)
+        for decoder in (FixedSpeculative(4), Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit")):
+            assert run_ids(decoder, drafting, prompt, max_new_tokens=32) == reference, (decoder.info(), prompt)
 
 
 @pytest.mark.statistical
@@ -71,21 +71,21 @@ def test_fixed_sd_with_a_reduced_vocabulary_samples_the_targets_distribution():
     """Two of five ids are never drafted: the residual must bring them back at the target's rate."""
     pair = tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=16)
     truth = target_sequence_distribution(pair.target, [1, 2], 3, temperature=1.0)
-    with drafter_swapped(pair, reduced(pair, [0, 3, 4])):
-        counts = Counter(tuple(run_ids(FixedSpeculative(2), pair, [1, 2], max_new_tokens=3, seed=seed,
-                                       temperature=1.0)) for seed in range(1000))
+    drafting = pair.with_drafter(reduced(pair, [0, 3, 4]))
+    counts = Counter(tuple(run_ids(FixedSpeculative(2), drafting, [1, 2], max_new_tokens=3, seed=seed,
+                                   temperature=1.0)) for seed in range(1000))
     assert chi_square_p_value(counts, truth) > 1e-3
 
 
 def test_smc_sd_proposes_from_every_id_with_a_reduced_vocabulary():
     pair = tiny_pair(scale=6.0, draft_noise=0.3)
-    with drafter_swapped(pair, reduced(pair, list(range(0, 64, 2)))):
-        _, draft_cache = new_caches(pair, full_support=True)
-        probs = draft_cache.forward([1, 2, 3])[0, -1].softmax(-1)
-        assert float(probs.min()) > 0
-        *_, result = SMC(4, 3).run(pair, [1, 2, 3], validate_settings(
-            max_new_tokens=12, temperature=1.0, seed=0, n_particles=4, draft_len=3))
-        assert len(result.token_ids) == 12
+    drafting = pair.with_drafter(reduced(pair, list(range(0, 64, 2))))
+    _, draft_cache = new_caches(drafting, full_support=True)
+    probs = draft_cache.forward([1, 2, 3])[0, -1].softmax(-1)
+    assert float(probs.min()) > 0
+    *_, result = SMC(4, 3).run(drafting, [1, 2, 3], validate_settings(
+        max_new_tokens=12, temperature=1.0, seed=0, n_particles=4, draft_len=3))
+    assert len(result.token_ids) == 12
 
 
 @pytest.mark.pure

@@ -7,7 +7,7 @@ import torch
 
 from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
 from pacer_core.decoders.smc import SMC
-from pacer_core.drafters import drafter_swapped, load_drafter, valid_drafter_name
+from pacer_core.drafters import load_drafter, valid_drafter_name
 from pacer_core.drafters.lean_decoder import LeanCache, lean_supported
 from pacer_core.drafters.self_quantized import SelfQuantizedDrafter, quantized_copy
 from pacer_core.kvcache import CachedModel
@@ -98,11 +98,11 @@ def test_greedy_fixed_and_pacer_with_the_targets_own_weights_return_ars_tokens(n
     drafter = SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, name)
     decoders = [FixedSpeculative(gamma) for gamma in (1, 3, 6)] + [
         Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit"), Pacer(2, 16, 0.9, ConfidencePreVerifier(), "discard")]
-    with drafter_swapped(pair, drafter):
-        for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20))):
-            reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=40)
-            for decoder in decoders:
-                assert run_ids(decoder, pair, prompt, max_new_tokens=40) == reference, (decoder.info(), prompt)
+    drafting = pair.with_drafter(drafter)
+    for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20))):
+        reference = run_ids(Autoregressive(), drafting, prompt, max_new_tokens=40)
+        for decoder in decoders:
+            assert run_ids(decoder, drafting, prompt, max_new_tokens=40) == reference, (decoder.info(), prompt)
 
 
 PROMPT, N_TOKENS, RUNS = [1, 2], 3, 1000
@@ -128,16 +128,16 @@ def sample_counts(decoder, pair, **settings):
 def test_sampling_with_the_targets_own_weights_matches_the_target(five_token_pair_drafting_itself, decoder):
     pair, drafter = five_token_pair_drafting_itself
     truth = target_sequence_distribution(pair.target, PROMPT, N_TOKENS, **FILTERED)
-    with drafter_swapped(pair, drafter):
-        counts = sample_counts(decoder, pair, **FILTERED)
+    drafting = pair.with_drafter(drafter)
+    counts = sample_counts(decoder, drafting, **FILTERED)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
 def test_smc_sd_runs_with_the_targets_own_weights():
     pair = tiny_pair(scale=2.0)
-    with drafter_swapped(pair, SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, "self-int4")):
-        *events, result = SMC().run(pair, [1, 2, 3], validate_settings(
-            max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
+    drafting = pair.with_drafter(SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, "self-int4"))
+    *events, result = SMC().run(drafting, [1, 2, 3], validate_settings(
+        max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
 

@@ -55,7 +55,7 @@ import torch
 
 from ..drafters import new_caches
 from ..events import Metrics, Result, SMCCycleEvent, TokenRecord, TokenState
-from ..kvcache import CachedModel
+from ..kvcache import CachedModel, DraftCache
 from ..particles import effective_sample_size, normalize_log_weights, systematic_resample
 from ..sampling import token_log_probs
 from ..settings import DecodeSettings, SettingsError
@@ -82,7 +82,7 @@ class ParticleState:
     ended_with_eos: torch.Tensor  # [N] bool
     log_weights: torch.Tensor    # [N] float64
     target: CachedModel
-    draft: CachedModel
+    draft: DraftCache
 
     @property
     def n_particles(self) -> int:

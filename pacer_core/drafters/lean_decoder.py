@@ -75,9 +75,9 @@ def rotate_half(states: torch.Tensor) -> torch.Tensor:
 
 
 class LeanDecoder(nn.Module):
-    """The quantized copy's forward over new tokens, writing through a ``GrowingCache``. Activations (the residual stream,
-    norms, attention) are float32 by default: bfloat16 throughout was no faster on the 2-core CPU (its
-    elementwise kernels are slower there) and agreed a little less often with the int8 copy (0.983 vs 0.988)."""
+    """The quantized copy's forward over new tokens, writing through a ``GrowingCache``. Activations (the residual
+    stream, norms, attention) are float32 by default: bfloat16 throughout was no faster on the 2-core CPU and
+    agreed a little less often with the int8 copy (docs/drafters.md)."""
 
     def __init__(self, target: nn.Module, bits: int, group_size: int = INT4_GROUP_SIZE,
                  activations: torch.dtype = torch.float32):
