@@ -41,6 +41,16 @@ def interpolate(points: tuple[tuple[float, float], ...], x: float) -> float:
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
+def least_squares_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line through the points; slope 0 when every x is the same."""
+    if not xs or len(xs) != len(ys):
+        raise ValueError("need one y per x, and at least one point")
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    variance = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / variance if variance > 0 else 0.0
+    return mean_y - slope * mean_x, slope
+
+
 @dataclass(frozen=True)
 class StepCosts:
     """Costs in AR steps: per drafted token, a target pass over n tokens (``verify_points``, measured (n, cost)

@@ -98,3 +98,11 @@ def test_the_cost_model_round_trips_through_its_record():
 def json_round_trip(record: dict) -> dict:
     import json
     return json.loads(json.dumps(record))
+
+
+def test_least_squares_line_recovers_a_line_and_is_flat_for_one_x():
+    from pacer_core.stopping import least_squares_line
+    assert least_squares_line([1, 2, 3, 5], [1.2, 1.4, 1.6, 2.0]) == pytest.approx((1.0, 0.2))
+    assert least_squares_line([4, 4], [1.0, 3.0]) == (2.0, 0.0)
+    with pytest.raises(ValueError):
+        least_squares_line([], [])

@@ -10,7 +10,9 @@ verifying and, per drafted token, the entropy of the q it was sampled from and i
 min(1, p(x)/q(x)). From those:
 
   draft_per_token         seconds drafting / drafted tokens, in AR steps
-  verify                  median seconds of a verify pass by tokens verified (drafted + 1), in AR steps
+  verify                  a verify pass by tokens verified (drafted + 1), in AR steps: the least-squares line
+                          through every pass's seconds, stored as its two ends (one pass per step is too
+                          noisy to read point by point on a shared CPU)
   step_overhead           a step's seconds outside both models (judging, commit, events), in AR steps
   acceptance_by_entropy   mean acceptance by bins of the draft's entropy (AcceptanceByEntropy.fit)
   mean_acceptance         mean acceptance of every drafted token
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from collections import defaultdict
@@ -37,7 +38,8 @@ from ..models import load_pair
 from ..prompts import load_prompts
 from ..request import encode_prompt
 from ..settings import Limits, validate_settings
-from ..stopping import AcceptanceByEntropy, PacerCostModel, StepCosts, entropy_nats, expected_tokens
+from ..stopping import (AcceptanceByEntropy, PacerCostModel, StepCosts, entropy_nats, expected_tokens,
+                        least_squares_line)
 
 GAMMAS = (1, 2, 4, 8, 12, 16, 24, 32)
 
@@ -82,8 +84,9 @@ class Observations:
 
     def model(self, source: str) -> PacerCostModel:
         unit = self.ar_seconds / self.ar_tokens                       # one AR step
-        verify = tuple((tokens, statistics.median(seconds) / unit)
-                       for tokens, seconds in sorted(self.verify_seconds.items()) if len(seconds) >= 3)
+        sizes = [tokens for tokens, seconds in self.verify_seconds.items() for _ in seconds]
+        intercept, slope = least_squares_line(sizes, [s for seconds in self.verify_seconds.values() for s in seconds])
+        verify = tuple((tokens, (intercept + slope * tokens) / unit) for tokens in (1, max(sizes)))
         costs = StepCosts(self.draft_seconds / max(self.drafted, 1) / unit, verify_points=verify,
                           step_overhead=self.outside_seconds / max(self.steps, 1) / unit)
         return PacerCostModel(costs, AcceptanceByEntropy.fit(self.entropies, self.accept_probs),
@@ -185,7 +188,9 @@ def main(argv=None) -> int:
               | {"cost rule": simulated_rate(model, observed.paths, cost_rule_length(model, args.block, args.max_draft_len))}}
     print(json.dumps(report, indent=2))
     if args.dump:
-        Path(args.dump).write_text(json.dumps({"model": model.to_record(), "paths": observed.paths}))
+        Path(args.dump).write_text(json.dumps({"model": model.to_record(), "paths": observed.paths,
+                                               "verify_seconds": observed.verify_seconds,
+                                               "ar_seconds_per_token": observed.ar_seconds / observed.ar_tokens}))
     if args.write:
         print(f"written to {write_model(pair, key, device, model, source)}")
     return 0
