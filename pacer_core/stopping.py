@@ -3,35 +3,75 @@ per unit of time (docs/algorithms.md#cost-aware-stopping).
 
 A step that drafts k tokens, each accepted with probability a_i given that the ones before it were,
 yields E(k) = 1 + A_1 + … + A_k tokens (A_i = a_1 ⋯ a_i: the first i all accepted; the 1 is the target's
-corrected or bonus token) and costs C(k) = k · c_draft + v(k + 1), with v(n) the time of one target pass
-over n tokens. On a GPU v is nearly flat in n; on a CPU it is not, so it is measured, not assumed
-(``CostMeter``). Drafting b more tokens adds ΔE = A_k (a + a² + … + a^b) for ΔC = b · c_draft +
+corrected or bonus token) and costs C(k) = o + k · c_draft + v(k + 1), with v(n) the time of one target pass
+over n tokens and o the step's time outside both models. On a GPU v is nearly flat in n; on a CPU it is not,
+so it is measured, not assumed. Drafting b more tokens adds ΔE = A_k (a + a² + … + a^b) for ΔC = b · c_draft +
 v(k + b + 1) − v(k + 1); it pays when ΔE / ΔC > E(k) / C(k), i.e. when the step's rate goes up.
-Times are in units of one single-token target pass, so the numbers read as "AR steps"."""
+Times are in units of one autoregressive step, so the numbers read as "AR steps" and E(k) / C(k) is the
+step's speed-up over AR.
+
+Under sampling a drafted x ~ q is accepted with probability min(1, p(x)/q(x)), whose mean is 1 − TV(p, q)
+(Leviathan et al. 2023): the draft cannot see p, but its own entropy H(q) predicts the TV, since a drafter
+close to the target is close to it in the same places (where q is nearly one-hot, so is p).
+``AcceptanceByEntropy`` is that prediction, a table fitted on measured acceptance.
+
+The costs and that table are a stored model per pair and kind of device (``PacerCostModel``: measured once by
+``python -m pacer_core.training.pacer_costs``, kept in the draft folder's measured_defaults.json), never live
+timings: every decision is a function of the run's inputs, its seed and that model, so a seeded run repeats
+token for token whatever ran before it."""
 from __future__ import annotations
 
-from collections import deque
+import bisect
+import math
 from dataclasses import dataclass
 
-# Before anything is measured: a draft token costs 0.15 of a target pass, each extra verified token 0.15.
+import torch
+
+# Without a measured model: a draft token costs 0.15 of a target pass, each extra verified token 0.15.
 PRIOR_DRAFT_COST = 0.15
 PRIOR_VERIFY_SLOPE = 0.15
-HISTORY = 64
+
+
+def interpolate(points: tuple[tuple[float, float], ...], x: float) -> float:
+    """Piecewise-linear through sorted (x, y) points; the first y before them, the last segment's line after."""
+    if len(points) == 1 or x <= points[0][0]:
+        return points[0][1]
+    index = min(bisect.bisect_left([px for px, _ in points], x), len(points) - 1)
+    (x0, y0), (x1, y1) = points[index - 1], points[index]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def least_squares_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line through the points; slope 0 when every x is the same."""
+    if not xs or len(xs) != len(ys):
+        raise ValueError("need one y per x, and at least one point")
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    variance = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / variance if variance > 0 else 0.0
+    return mean_y - slope * mean_x, slope
 
 
 @dataclass(frozen=True)
 class StepCosts:
-    """Costs relative to one single-token target pass: per drafted token, and per extra verified token."""
+    """Costs in AR steps: per drafted token, a target pass over n tokens (``verify_points``, measured (n, cost)
+    pairs, else 1 + ``verify_slope`` · (n − 1)), and the step's time outside both models."""
     draft_per_token: float
-    verify_slope: float
+    verify_slope: float = PRIOR_VERIFY_SLOPE
+    verify_points: tuple[tuple[int, float], ...] = ()
+    step_overhead: float = 0.0
 
     def verify(self, tokens: int) -> float:
-        """v(n): one target pass over ``tokens`` tokens (v(1) = 1)."""
+        """v(n): one target pass over ``tokens`` tokens."""
+        if self.verify_points:
+            return interpolate(self.verify_points, tokens)
         return 1.0 + self.verify_slope * max(tokens - 1, 0)
 
     def step(self, drafted: int) -> float:
         """C(k): drafting k tokens and verifying them plus the target's own next token."""
-        return drafted * self.draft_per_token + self.verify(drafted + 1)
+        return self.step_overhead + drafted * self.draft_per_token + self.verify(drafted + 1)
+
+
+PRIOR_COSTS = StepCosts(PRIOR_DRAFT_COST, PRIOR_VERIFY_SLOPE)
 
 
 def expected_tokens(accept_probs: list[float]) -> float:
@@ -47,90 +87,110 @@ def expected_tokens(accept_probs: list[float]) -> float:
 class ExtendDecision:
     extend: bool
     gain_tokens: float        # ΔE
-    extra_cost: float         # ΔC (target passes)
+    extra_cost: float         # ΔC (AR steps)
     current_rate: float       # E(k) / C(k)
 
     def describe(self) -> str:
         marginal = self.gain_tokens / self.extra_cost if self.extra_cost > 0 else float("inf")
         verdict = "draft on" if self.extend else "stop"
         sign = ">" if self.extend else "≤"
-        return (f"next block: +{self.gain_tokens:.2f} expected tokens for +{self.extra_cost:.2f} pass-time "
-                f"({marginal:.2f}/pass {sign} {self.current_rate:.2f}/pass now) → {verdict}")
+        return (f"next block: +{self.gain_tokens:.2f} expected tokens for +{self.extra_cost:.2f} AR steps "
+                f"({marginal:.2f}/step {sign} {self.current_rate:.2f}/step now) → {verdict}")
 
 
 def decide_extension(accept_probs: list[float], next_accept: float, block: int, costs: StepCosts) -> ExtendDecision:
     """Whether drafting ``block`` more tokens, each accepted with probability ``next_accept``, raises the
     step's expected tokens per unit time, given the acceptance estimates of the tokens drafted so far."""
     drafted = len(accept_probs)
-    prefix_accepted = 1.0
-    for probability in accept_probs:
-        prefix_accepted *= probability
+    prefix_accepted = math.prod(accept_probs)
     gain = prefix_accepted * sum(next_accept ** i for i in range(1, block + 1))
     extra = block * costs.draft_per_token + costs.verify(drafted + block + 1) - costs.verify(drafted + 1)
     rate = expected_tokens(accept_probs) / costs.step(drafted)
     return ExtendDecision(gain / extra > rate if extra > 0 else gain > 0, gain, extra, rate)
 
 
-class CostMeter:
-    """Online estimate of StepCosts for one pair and device, from the run's own timings: seconds per
-    drafted token, and a least-squares line through (tokens verified, seconds) of the target passes,
-    both divided by the fitted single-token pass. Keeps the last ``HISTORY`` observations of each."""
-
-    def __init__(self, history: int = HISTORY):
-        self.drafts: deque[tuple[int, float]] = deque(maxlen=history)
-        self.verifies: deque[tuple[int, float]] = deque(maxlen=history)
-
-    def record_draft(self, tokens: int, seconds: float) -> None:
-        if tokens > 0 and seconds > 0:
-            self.drafts.append((tokens, seconds))
-
-    def record_verify(self, tokens: int, seconds: float) -> None:
-        if tokens > 0 and seconds > 0:
-            self.verifies.append((tokens, seconds))
-
-    def costs(self) -> StepCosts:
-        intercept, slope = self._verify_line()
-        if intercept is None:
-            return StepCosts(PRIOR_DRAFT_COST, PRIOR_VERIFY_SLOPE)
-        single_pass = intercept + slope
-        draft_seconds = sum(s for _, s in self.drafts) / max(sum(t for t, _ in self.drafts), 1)
-        draft_cost = draft_seconds / single_pass if self.drafts else PRIOR_DRAFT_COST
-        return StepCosts(max(draft_cost, 0.0), max(slope / single_pass, 0.0))
-
-    def _verify_line(self) -> tuple[float | None, float]:
-        """(intercept, slope) of seconds against tokens; None until two different sizes were seen."""
-        sizes = [t for t, _ in self.verifies]
-        if len(set(sizes)) < 2:
-            return None, 0.0
-        count = len(sizes)
-        mean_t = sum(sizes) / count
-        mean_s = sum(s for _, s in self.verifies) / count
-        covariance = sum((t - mean_t) * (s - mean_s) for t, s in self.verifies)
-        variance = sum((t - mean_t) ** 2 for t in sizes)
-        slope = covariance / variance
-        intercept = mean_s - slope * mean_t
-        if intercept + slope <= 0:
-            return None, 0.0
-        return intercept, slope
+def entropy_nats(probs: torch.Tensor) -> torch.Tensor:
+    """H(q) = −Σ q log q over the last dimension, in nats ([..., V] → [...]); 0 · log 0 = 0."""
+    probs = probs.double()
+    return (-(probs * torch.log(probs.clamp_min(1e-300))).sum(-1)).clamp_min(0.0)
 
 
-class AcceptanceCalibration:
-    """Rescales the pre-verifier's per-token acceptance estimates to this pair's measured acceptance:
-    factor = Σ accepted / Σ predicted over the judged tokens of recent steps (those up to and including
-    the first rejection, each judged given that the ones before it were accepted). 1 until measured."""
+def non_increasing(values: list[float], weights: list[float]) -> list[float]:
+    """The weighted least-squares non-increasing fit of ``values`` (pool adjacent violators)."""
+    pools: list[list[float]] = []                       # [mean, weight, count]
+    for value, weight in zip(values, weights):
+        pools.append([value, weight, 1])
+        while len(pools) > 1 and pools[-2][0] < pools[-1][0]:
+            mean, total, count = pools.pop()
+            last = pools[-1]
+            last[0] = (last[0] * last[1] + mean * total) / (last[1] + total)
+            last[1], last[2] = last[1] + total, last[2] + count
+    return [mean for mean, _, count in pools for _ in range(count)]
 
-    def __init__(self, history: int = HISTORY):
-        self.steps: deque[tuple[float, int]] = deque(maxlen=history)
 
-    def record(self, predicted: list[float], accepted: int) -> None:
-        judged = predicted[: accepted + 1]
-        if judged:
-            self.steps.append((sum(judged), accepted))
+@dataclass(frozen=True)
+class AcceptanceByEntropy:
+    """Mean acceptance min(1, p(x)/q(x)) of a sampled draft token by the entropy of the q it was drawn from
+    (nats, at the run's temperature): bin i covers entropies up to ``edges[i]`` (the last bin everything above),
+    its acceptance is ``acceptance[i]``, non-increasing in the entropy."""
+    edges: tuple[float, ...]
+    acceptance: tuple[float, ...]
 
-    @property
-    def factor(self) -> float:
-        predicted = sum(total for total, _ in self.steps)
-        return sum(accepted for _, accepted in self.steps) / predicted if predicted > 0 else 1.0
+    def __call__(self, entropy: float) -> float:
+        return self.acceptance[min(bisect.bisect_left(self.edges, entropy), len(self.acceptance) - 1)]
 
-    def calibrate(self, probabilities: list[float]) -> list[float]:
-        return [min(1.0, max(0.0, probability * self.factor)) for probability in probabilities]
+    @classmethod
+    def fit(cls, entropies: list[float], accept_probs: list[float], bins: int = 8) -> "AcceptanceByEntropy":
+        """Equal-count entropy bins (ties kept together), each bin's mean acceptance, made non-increasing."""
+        if not entropies or len(entropies) != len(accept_probs):
+            raise ValueError("need one acceptance probability per entropy, and at least one")
+        ordered = sorted(zip(entropies, accept_probs))
+        edges, means, counts, start = [], [], [], 0
+        for index in range(1, bins + 1):
+            end = len(ordered) * index // bins
+            while 0 < end < len(ordered) and ordered[end][0] == ordered[end - 1][0]:
+                end += 1
+            if end > start:
+                chunk = ordered[start:end]
+                edges.append(chunk[-1][0])
+                means.append(sum(a for _, a in chunk) / len(chunk))
+                counts.append(len(chunk))
+                start = end
+        return cls(tuple(edges), tuple(non_increasing(means, counts)))
+
+
+@dataclass(frozen=True)
+class PacerCostModel:
+    """What the cost rule knows about one pair on one kind of device: its step costs, and (measured at some
+    temperature) the acceptance of sampled draft tokens by their entropy and on average."""
+    costs: StepCosts = PRIOR_COSTS
+    acceptance: AcceptanceByEntropy | None = None
+    mean_acceptance: float | None = None
+    source: str = "prior"
+
+    def token_acceptance(self, entropy: float, fallback: float) -> float:
+        """A sampled token's acceptance estimate: the table's, else ``fallback`` (the pre-verifier's)."""
+        return self.acceptance(entropy) if self.acceptance is not None else fallback
+
+    @classmethod
+    def from_record(cls, record: dict, source: str = "measured") -> "PacerCostModel":
+        """From measured_defaults.json's ``pacer_costs`` entry for one kind of device (see ``to_record``)."""
+        costs = StepCosts(float(record["draft_per_token"]),
+                          verify_points=tuple((int(n), float(cost)) for n, cost in record["verify"]),
+                          step_overhead=float(record.get("step_overhead", 0.0)))
+        table = record.get("acceptance_by_entropy")
+        acceptance = AcceptanceByEntropy(tuple(float(e) for e, _ in table), tuple(float(a) for _, a in table)) \
+            if table else None
+        mean = record.get("mean_acceptance")
+        return cls(costs, acceptance, None if mean is None else float(mean), source)
+
+    def to_record(self) -> dict:
+        record = {"draft_per_token": round(self.costs.draft_per_token, 4),
+                  "verify": [[n, round(cost, 4)] for n, cost in self.costs.verify_points],
+                  "step_overhead": round(self.costs.step_overhead, 4)}
+        if self.acceptance is not None:
+            record["acceptance_by_entropy"] = [[round(e, 4), round(a, 4)] for e, a in
+                                               zip(self.acceptance.edges, self.acceptance.acceptance)]
+        if self.mean_acceptance is not None:
+            record["mean_acceptance"] = round(self.mean_acceptance, 4)
+        return record

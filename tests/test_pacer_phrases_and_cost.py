@@ -87,21 +87,45 @@ def test_the_page_shows_phrase_tokens_and_the_cost_decision():
     assert "Cost rule, next block:" in explain_step(stopped)
 
 
-def test_cost_meters_are_kept_per_drafter_and_dropped_with_it():
-    import gc
+def test_the_cost_model_is_the_drafters_stored_one_for_this_device_else_a_prior(tmp_path):
+    import json
 
-    from pacer_core.decoders import pacer as pacer_module
-    from pacer_core.drafters import IndependentDrafter
+    from pacer_core.decoders.pacer import pair_cost_model
+    from pacer_core.stopping import PRIOR_COSTS
 
     pair = tiny_pair()
-    meters = pacer_module.pair_meters(pair, "cpu")
-    assert pacer_module.pair_meters(pair, "cpu") is meters
-    pair.drafter = IndependentDrafter(pair.draft, pair.vocab_size, "another")
-    assert pacer_module.pair_meters(pair, "cpu") is not meters
-    before = len(pacer_module._METERS)
-    pair.drafter = None
-    gc.collect()
-    assert len(pacer_module._METERS) == before - 1
+    pair.draft.config._name_or_path = str(tmp_path)
+    assert pair_cost_model(pair).source == "prior" and pair_cost_model(pair).costs == PRIOR_COSTS
+    record = {"draft_per_token": 0.2, "verify": [[2, 1.0], [9, 1.4]], "step_overhead": 0.05,
+              "acceptance_by_entropy": [[0.5, 0.99], [2.0, 0.8]], "mean_acceptance": 0.95}
+    (tmp_path / "measured_defaults.json").write_text(json.dumps({"drafters": {"small": {
+        "cost": {"cpu": 0.3, "cuda": 0.5}, "pacer_costs": {"cuda": record}}}}))
+    prior = pair_cost_model(pair)                                   # no model for a CPU: the measured draft cost
+    assert prior.costs.draft_per_token == 0.3 and prior.acceptance is None
+    (tmp_path / "measured_defaults.json").write_text(json.dumps({"drafters": {"small": {
+        "cost": {"cpu": 0.3}, "pacer_costs": {"cpu": record}}}}))
+    model = pair_cost_model(pair)
+    assert model.costs.verify(9) == 1.4 and model.costs.step_overhead == 0.05 and model.mean_acceptance == 0.95
+    assert model.token_acceptance(0.1, fallback=0.0) == 0.99 and model.source == "measured (cpu)"
+    (tmp_path / "measured_defaults.json").write_text(json.dumps({"drafters": {"small": {
+        "pacer_costs": {"cpu": {"verify": "broken"}}}}}))
+    assert pair_cost_model(pair).costs == PRIOR_COSTS
+
+
+def test_sampled_tokens_are_priced_by_the_drafts_entropy_and_greedy_ones_by_the_preverifier():
+    import torch
+
+    from pacer_core.decoders.pacer import block_acceptance
+    from pacer_core.preverifier import token_features
+    from pacer_core.stopping import AcceptanceByEntropy, PacerCostModel
+
+    model = PacerCostModel(acceptance=AcceptanceByEntropy((0.1, 10.0), (0.99, 0.6)))
+    peaked, flat = torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.full((4,), 0.25)
+    sampled = [token_features(torch.zeros(4), torch.zeros(2), 0, position, sampled=True) for position in (0, 1)]
+    assert block_acceptance(model, sampled, [peaked, flat], [0.3, 0.3]) == [0.99, 0.6]
+    greedy = [token_features(torch.zeros(4), torch.zeros(2), 0, 0)]
+    assert block_acceptance(model, greedy, [peaked], [0.3]) == [0.3]
+    assert block_acceptance(None, sampled, [peaked, flat], [0.3, 0.3]) == []
 
 
 def test_auto_stops_on_the_threshold_when_greedy_and_on_cost_when_sampling():

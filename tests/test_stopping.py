@@ -1,9 +1,13 @@
-"""Cost-aware stopping (pacer_core/stopping.py): expected tokens, the extension rule, the cost meter."""
+"""Cost-aware stopping (pacer_core/stopping.py): expected tokens, the extension rule, the stored cost model and
+the acceptance-by-entropy table."""
 import math
 
 import pytest
 
-from pacer_core.stopping import CostMeter, StepCosts, decide_extension, expected_tokens
+import torch
+
+from pacer_core.stopping import (AcceptanceByEntropy, PacerCostModel, StepCosts, decide_extension, entropy_nats,
+                                 expected_tokens, interpolate, non_increasing)
 
 pytestmark = pytest.mark.pure
 
@@ -38,29 +42,67 @@ def test_the_rule_is_the_rate_comparison():
     assert decision.extend == (after > before)
 
 
-def test_meter_uses_priors_until_two_verify_sizes_were_seen():
-    meter = CostMeter()
-    meter.record_verify(3, 0.3)
-    meter.record_verify(3, 0.31)
-    assert meter.costs() == StepCosts(0.15, 0.15)
+def test_verify_cost_interpolates_the_measured_points_and_extends_the_last_segment():
+    points = ((1, 1.0), (4, 1.1), (8, 1.5))
+    assert interpolate(points, 1) == 1.0 and interpolate(points, 0) == 1.0
+    assert interpolate(points, 6) == pytest.approx(1.3)
+    assert interpolate(points, 12) == pytest.approx(1.9)            # 0.1 per token after 8, as between 4 and 8
+    costs = StepCosts(0.2, verify_points=points, step_overhead=0.05)
+    assert costs.step(3) == pytest.approx(0.05 + 3 * 0.2 + 1.1)
+    assert StepCosts(0.2, verify_slope=0.1).verify(3) == pytest.approx(1.2)   # no points: the line
 
 
-def test_meter_recovers_a_linear_verify_cost_and_the_draft_cost():
-    meter = CostMeter()
-    for tokens in (1, 2, 3, 4, 5, 1, 3):
-        meter.record_verify(tokens, 0.10 + 0.02 * tokens)      # single pass 0.12 s, +0.02 s per token
-    meter.record_draft(4, 0.048)                                # 0.012 s per drafted token
-    costs = meter.costs()
-    assert costs.verify_slope == pytest.approx(0.02 / 0.12)
-    assert costs.draft_per_token == pytest.approx(0.012 / 0.12)
-    assert costs.verify(1) == 1.0
+def test_step_overhead_makes_longer_drafts_pay_sooner():
+    """A constant cost per step is amortised over more tokens by a longer draft, never the reverse."""
+    plain, with_overhead = StepCosts(0.25, 0.05), StepCosts(0.25, 0.05, step_overhead=0.5)
+    probs = [0.9] * 4
+    assert decide_extension(probs, 0.9, 2, with_overhead).current_rate < decide_extension(probs, 0.9, 2, plain).current_rate
+    borderline = [accept for accept in (0.5, 0.6, 0.7, 0.8, 0.9)
+                  if decide_extension(probs, accept, 2, with_overhead).extend != decide_extension(probs, accept, 2, plain).extend]
+    assert borderline and all(decide_extension(probs, accept, 2, with_overhead).extend for accept in borderline)
 
 
-def test_calibration_rescales_estimates_to_the_measured_acceptance():
-    from pacer_core.stopping import AcceptanceCalibration
-    calibration = AcceptanceCalibration()
-    assert calibration.calibrate([0.8]) == [0.8]
-    calibration.record([0.8, 0.8, 0.8], accepted=0)      # judged: the first token only, rejected
-    calibration.record([0.8, 0.8], accepted=2)           # both judged and accepted
-    assert calibration.factor == pytest.approx(2 / 2.4)
-    assert calibration.calibrate([0.9, 1.0]) == pytest.approx([0.75, 2 / 2.4])
+def test_entropy_in_nats():
+    probs = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]])
+    assert entropy_nats(probs).tolist() == pytest.approx([0.0, math.log(4)])
+
+
+def test_pooling_adjacent_violators_gives_the_non_increasing_fit():
+    assert non_increasing([0.9, 0.7, 0.8, 0.5], [1, 1, 1, 1]) == pytest.approx([0.9, 0.75, 0.75, 0.5])
+    assert non_increasing([0.5, 0.9], [3, 1]) == pytest.approx([0.6, 0.6])
+    assert non_increasing([0.9, 0.8], [1, 1]) == [0.9, 0.8]
+
+
+def test_acceptance_by_entropy_fits_bin_means_and_reads_them_back():
+    entropies = [0.0] * 4 + [1.0] * 4 + [2.0] * 4
+    accepts = [1.0, 1.0, 0.9, 0.9] + [0.8] * 4 + [0.5, 0.7, 0.5, 0.7]
+    table = AcceptanceByEntropy.fit(entropies, accepts, bins=3)
+    assert table.edges == (0.0, 1.0, 2.0) and table.acceptance == pytest.approx((0.95, 0.8, 0.6))
+    assert table(0.0) == pytest.approx(0.95) and table(0.5) == pytest.approx(0.8)
+    assert table(9.0) == pytest.approx(0.6)                           # above the last edge: the last bin
+    tied = AcceptanceByEntropy.fit([0.0] * 10 + [1.0], [1.0] * 10 + [0.0], bins=4)
+    assert tied.edges == (0.0, 1.0)                                   # ties stay in one bin
+    with pytest.raises(ValueError):
+        AcceptanceByEntropy.fit([], [])
+
+
+def test_the_cost_model_round_trips_through_its_record():
+    model = PacerCostModel(StepCosts(0.25, verify_points=((2, 1.0), (8, 1.3)), step_overhead=0.1),
+                           AcceptanceByEntropy((0.1, 1.0), (0.99, 0.9)), 0.97)
+    again = PacerCostModel.from_record(json_round_trip(model.to_record()))
+    assert again.costs == model.costs and again.acceptance == model.acceptance and again.mean_acceptance == 0.97
+    assert again.token_acceptance(0.05, fallback=0.3) == 0.99
+    assert PacerCostModel().token_acceptance(0.05, fallback=0.3) == 0.3    # no table: the pre-verifier's
+
+
+def json_round_trip(record: dict) -> dict:
+    import json
+    return json.loads(json.dumps(record))
+
+
+def test_least_squares_line_recovers_a_line_and_is_flat_for_one_x():
+    from pacer_core.stopping import least_squares_line
+    assert least_squares_line([1, 2, 3, 5], [1.2, 1.4, 1.6, 2.0]) == pytest.approx((1.0, 0.2))
+    assert least_squares_line([4, 4], [1.0, 3.0]) == (2.0, 0.0)
+    with pytest.raises(ValueError):
+        least_squares_line([], [])

@@ -47,6 +47,7 @@ class DecodeState:
     first_accepted: int = 0                    # of those, steps that accepted it
     last_first_accepted: bool | None = None    # the latest such step's verdict
     phrase_index: object = None                # PACER's phrases.PhraseIndex over ``sequence`` (built on first use)
+    cost_model: object = None                  # PACER's stopping.PacerCostModel for this pair (read on first use)
     started: float = field(default_factory=time.perf_counter)
 
     def record_verdict(self, verified: int, accepted: int) -> None:

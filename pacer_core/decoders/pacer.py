@@ -1,24 +1,28 @@
 """PACER: draft in blocks, let a small pre-verifier score each block, stop drafting at the first
 block that scores below the threshold (docs/algorithms.md#pacer; Zhang et al. 2026, arXiv 2602.01274).
 With ``stop_rule="cost"`` it drafts another block only while that raises the step's expected tokens per
-unit of measured time (docs/algorithms.md#cost-aware-stopping), and ``"auto"`` takes the threshold rule when
-greedy and the cost rule when sampling (``effective_stop_rule``); with ``phrase_len`` > 0 a block may be a
-phrase copied from the prompt or the output instead of drafted (docs/algorithms.md#phrase-drafts).
+unit of time (docs/algorithms.md#cost-aware-stopping), priced by the pair's stored cost model
+(``pair_cost_model``: measured once per kind of device, never timed during a run, so a seeded run repeats
+token for token), and ``"auto"`` takes the threshold rule when greedy and the cost rule when sampling
+(``effective_stop_rule``); with ``phrase_len`` > 0 a block may be a phrase copied from the prompt or the
+output instead of drafted (docs/algorithms.md#phrase-drafts).
 
 on_fail="submit" sends the failing block to the target too: the stopping rule only looks at drafted
 tokens, so the output keeps the target's distribution exactly. on_fail="discard" drops that block;
 exact under greedy decoding only (approximate under sampling, and labelled so)."""
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass, field
+from dataclasses import replace
 
-from ..events import BlockDecision, StepEvent
+import torch
+
+from ..drafters import drafter_key, measured_drafter
+from ..events import BlockDecision
 from ..phrases import PhraseIndex, PhraseMatch
 from ..preverifier import ConfidencePreVerifier, own_threshold, token_features
 from ..preverifier.features import DraftContext, history_context
 from ..settings import DecodeSettings
-from ..stopping import AcceptanceCalibration, CostMeter, decide_extension
+from ..stopping import PRIOR_COSTS, PacerCostModel, decide_extension, entropy_nats
 from .base import DecodeState, DraftBuilder, Proposal, SpeculativeDecoder
 
 
@@ -39,8 +43,7 @@ class Pacer(SpeculativeDecoder):
         threshold = self.threshold(settings)
         limit = min(settings.max_draft_len, max(budget - 1, 0))
         draft, plan = DraftBuilder(pair, state, settings), BlockPlan()
-        meters = pair_meters(pair, state.device)
-        costs = meters.costs.costs() if effective_stop_rule(settings) == "cost" else None
+        model = run_cost_model(pair, state) if effective_stop_rule(settings) == "cost" else None
         context = history_context(state.first_verified, state.first_accepted, state.last_first_accepted)
         phrases = phrase_index(state) if settings.phrase_len else None
         while len(draft.drafted_ids) < limit:
@@ -49,9 +52,9 @@ class Pacer(SpeculativeDecoder):
             phrase = phrases.find(draft.sequence, state.prompt_len, min(settings.phrase_len, room)) \
                 if phrases is not None else None
             size = len(phrase.token_ids) if phrase else min(settings.block_size, room)
-            if costs is not None and plan.blocks:
-                estimates = meters.calibration.calibrate(plan.token_probs)
-                decision = decide_extension(estimates, estimates[-1], size, costs)
+            if model is not None and plan.blocks:
+                next_accept = plan.acceptance[-1] if model.mean_acceptance is None else model.mean_acceptance
+                decision = decide_extension(plan.acceptance, next_accept, size, model.costs)
                 if not decision.extend:
                     plan.stop("cost", note=decision.describe())
                     break
@@ -59,9 +62,10 @@ class Pacer(SpeculativeDecoder):
                                  else self._drafted_features(draft, size, state, context))
             context = features[-1].context.after(features[-1].draft_prob)   # the next block's first token's
             block_score, token_probs = self.preverifier.score_block(features)
-            passed = costs is not None or block_score >= threshold
+            passed = model is not None or block_score >= threshold
             plan.add(BlockDecision(len(plan.blocks), len(features), float(block_score), threshold, passed,
-                                   phrase=phrase.describe() if phrase else None), token_probs)
+                                   phrase=phrase.describe() if phrase else None), token_probs,
+                     block_acceptance(model, features, draft.rows[block_start:], token_probs))
             if not passed:
                 plan.stop("preverifier", stopped_from=block_start,
                           discarded=len(features) if settings.on_fail == "discard" else 0)
@@ -104,18 +108,6 @@ class Pacer(SpeculativeDecoder):
             context = context.after(features[-1].draft_prob)
         return features, token_ids[-1] in state.eos_ids
 
-    def step(self, pair, state: DecodeState, settings: DecodeSettings, step: int) -> StepEvent:
-        """The shared step, then its timings go to this pair's cost meter (what the cost rule reads)."""
-        event = super().step(pair, state, settings, step)
-        meters = pair_meters(pair, state.device)
-        drafted_by_model = sum(1 for token in event.tokens[:-1] if not token.phrase)
-        phrase_calls = sum(1 for block in event.blocks if block.phrase)
-        meters.costs.record_draft(drafted_by_model + phrase_calls, event.draft_seconds)
-        meters.costs.record_verify(event.n_drafted + 1, event.verify_seconds)
-        verified = event.tokens[: event.n_drafted]
-        meters.calibration.record([token.preverifier_prob or 0.0 for token in verified], event.n_accepted)
-        return event
-
     def describe(self, settings: DecodeSettings) -> dict:
         return {"preverifier": getattr(self.preverifier, "kind", "custom"), "block_size": settings.block_size,
                 "max_draft_len": settings.max_draft_len, "threshold": self.threshold(settings),
@@ -126,8 +118,8 @@ def effective_stop_rule(settings: DecodeSettings) -> str:
     """``auto`` is the threshold rule when greedy and the cost rule when sampling. Greedy, the draft's own q(x)
     says how likely the target's argmax is its token, so a threshold on it stops at the risky blocks; sampling
     with a drafter close to the target, acceptance is about 1 - TV(p, q) whatever the token, so no per-token
-    signal is left and only the economics decide: draft another block while it raises the expected tokens per
-    unit of measured time (docs/algorithms.md#cost-aware-stopping)."""
+    signal is left but the draft's entropy (``block_acceptance``), and the economics decide: draft another block
+    while it raises the expected tokens per unit of time (docs/algorithms.md#cost-aware-stopping)."""
     if settings.stop_rule == "auto":
         return "threshold" if settings.greedy else "cost"
     return settings.stop_rule
@@ -149,12 +141,14 @@ class BlockPlan:
         self.blocks: list[BlockDecision] = []
         self.token_blocks: list[int] = []
         self.token_probs: list[float] = []
+        self.acceptance: list[float] = []   # the cost rule's per-token acceptance estimates
         self.stop_reason, self.stop_note, self.stopped_from, self.discarded = "max_len", None, None, 0
 
-    def add(self, block: BlockDecision, token_probs) -> None:
+    def add(self, block: BlockDecision, token_probs, acceptance: list[float]) -> None:
         self.blocks.append(block)
         self.token_blocks += [block.index] * block.size
         self.token_probs += [float(prob) for prob in token_probs]
+        self.acceptance += acceptance
 
     def stop(self, reason: str, note: str | None = None, stopped_from: int | None = None, discarded: int = 0) -> None:
         self.stop_reason, self.stop_note, self.stopped_from, self.discarded = reason, note, stopped_from, discarded
@@ -165,18 +159,43 @@ class BlockPlan:
                 "stop_note": self.stop_note}
 
 
-@dataclass
-class PairMeters:
-    """What the cost rule measures for one pair (target and drafter) on one device, across the process's runs."""
-    costs: CostMeter = field(default_factory=CostMeter)
-    calibration: AcceptanceCalibration = field(default_factory=AcceptanceCalibration)
+def block_acceptance(model: PacerCostModel | None, features: list, draft_rows: list[torch.Tensor],
+                     token_probs) -> list[float]:
+    """The cost rule's acceptance estimate of each token of a block: for a token sampled from q, the model's
+    acceptance at the entropy of that q (the distribution it was drawn from, at the run's temperature); for a
+    greedy or copied token, the pre-verifier's estimate. [] without a cost model."""
+    if model is None:
+        return []
+    entropies = entropy_nats(torch.stack(draft_rows)).tolist() if draft_rows else []
+    return [model.token_acceptance(entropy, float(prob)) if feature.sampled else float(prob)
+            for feature, entropy, prob in zip(features, entropies, token_probs)]
 
 
-# Per drafter object (weakly held: a drafter that is dropped takes its meters with it), then per target and
-# device, since one drafter may be swapped into several pairs.
-_METERS: "weakref.WeakKeyDictionary[object, dict[tuple, PairMeters]]" = weakref.WeakKeyDictionary()
+def run_cost_model(pair, state: DecodeState) -> PacerCostModel:
+    """The run's cost model, read once per run (kept on the state)."""
+    if state.cost_model is None:
+        state.cost_model = pair_cost_model(pair)
+    return state.cost_model
 
 
-def pair_meters(pair, device) -> PairMeters:
-    by_target = _METERS.setdefault(pair.drafter, {})
-    return by_target.setdefault((id(pair.target), str(device)), PairMeters())
+def pair_cost_model(pair) -> PacerCostModel:
+    """What the cost rule prices a block with for this pair on its kind of device: the drafter's measured model
+    (``pacer_costs`` by device kind in its measured_defaults.json entry, written by ``python -m
+    pacer_core.training.pacer_costs``), else the prior costs with the drafter's measured cost per draft call
+    (its ``cost``) when there is one, else the prior. Read from files, never timed: the same on every call."""
+    device = torch.device(pair.device).type
+    try:
+        entry = measured_drafter(pair, drafter_key(pair.drafter))
+    except AttributeError:
+        entry = {}
+    record = (entry.get("pacer_costs") or {}).get(device)
+    if isinstance(record, dict):
+        try:
+            return PacerCostModel.from_record(record, f"measured ({device})")
+        except (KeyError, TypeError, ValueError, IndexError):
+            pass
+    draft_cost = (entry.get("cost") or {}).get(device)
+    if isinstance(draft_cost, (int, float)) and not isinstance(draft_cost, bool) and draft_cost > 0:
+        return PacerCostModel(replace(PRIOR_COSTS, draft_per_token=float(draft_cost)),
+                              source=f"prior, measured draft cost ({device})")
+    return PacerCostModel()

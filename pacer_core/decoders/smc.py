@@ -30,7 +30,9 @@ Design decisions (documented here because the UI and the validation layer rely o
 * Prefill: the prompt minus its last token is fed ONCE with batch 1 to each model, then the caches are
   expanded to N rows (``reorder`` with an all-zero ancestor index, i.e. index_select on the batch
   dimension). The prompt is computed once instead of N times; the price is one extra forward pass per
-  model, which IS counted in ``target_calls`` / ``draft_calls`` (``info["prefill_calls"]``).
+  model, which IS counted in ``target_calls`` / ``draft_calls`` (``info["prefill_calls"]``), and whose time is
+  model time: the first cycle's ``draft_seconds`` / ``verify_seconds`` include it (as the other decoders'
+  first draft and verify calls include the prompt they feed).
 * The last cycle drafts only K' = min(K, room − 1) tokens so the particles end exactly at
   ``max_new_tokens``; no drafted token is ever thrown away.
 * Finished particles stay in the batch (their rows are fed padding, their outputs ignored); they add 0
@@ -83,6 +85,7 @@ class ParticleState:
     log_weights: torch.Tensor    # [N] float64
     target: CachedModel
     draft: DraftCache
+    prefill_seconds: tuple[float, float] = (0.0, 0.0)   # (draft, target): the prompt's passes, not yet reported
 
     @property
     def n_particles(self) -> int:
@@ -119,19 +122,25 @@ def start_particles(pair, prompt_ids: list[int], n_particles: int) -> ParticleSt
     target, draft = new_caches(pair, full_support=True)   # the target runs first below: a head sees its states
     device = target.device
     expand = torch.zeros(n_particles, dtype=torch.long, device=device)
+    seconds = {}
     if len(prompt_ids) > 1:
         prefix = torch.tensor([list(prompt_ids[:-1])], dtype=torch.long, device=device)   # [1, P-1]
-        for model in (target, draft):
+        for name, model in (("target", target), ("draft", draft)):
+            started = time.perf_counter()
             model.forward(prefix, keep=1)       # the logits are not used: compute one row
-        for model in (target, draft):
+            seconds[name] = time.perf_counter() - started
+        for name, model in (("target", target), ("draft", draft)):
+            started = time.perf_counter()
             model.reorder(expand)                                           # [1, ...] → [N, ...]
+            seconds[name] += time.perf_counter() - started
     histories = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device).expand(n_particles, -1).clone()
     return ParticleState(prompt_len=len(prompt_ids), histories=histories,
                          lengths=torch.zeros(n_particles, dtype=torch.long, device=device),
                          finished=torch.zeros(n_particles, dtype=torch.bool, device=device),
                          ended_with_eos=torch.zeros(n_particles, dtype=torch.bool, device=device),
                          log_weights=torch.zeros(n_particles, dtype=torch.float64, device=device),
-                         target=target, draft=draft)
+                         target=target, draft=draft,
+                         prefill_seconds=(seconds.get("draft", 0.0), seconds.get("target", 0.0)))
 
 
 def new_token_records(pair, token_ids: list[int], n_draft: int) -> list[TokenRecord]:
@@ -210,7 +219,7 @@ class SMC:
             drafted_ids[:, k] = sample_rows(draft_log_dist, generator)
             draft_log_probs[:, k] = draft_log_dist.gather(-1, drafted_ids[:, k: k + 1]).squeeze(-1)
             pending = drafted_ids[:, k: k + 1]
-        draft_seconds = time.perf_counter() - started
+        draft_seconds = time.perf_counter() - started + state.prefill_seconds[0]   # the first cycle: with the prompt's
 
         # 2. Verify: ONE target forward over [pending, d_1..d_K] for all N rows; the last K+1 positions
         #    score d_1..d_K and the bonus.
@@ -220,7 +229,8 @@ class SMC:
         target_log_dist = token_log_probs(target_logits, temperature, settings.top_k, settings.top_p)
         target_log_probs = target_log_dist[:, :n_draft].gather(-1, drafted_ids.unsqueeze(-1)).squeeze(-1)  # [N, K]
         bonus_ids = sample_rows(target_log_dist[:, n_draft], generator)             # [N]
-        verify_seconds = time.perf_counter() - started
+        verify_seconds = time.perf_counter() - started + state.prefill_seconds[1]
+        state.prefill_seconds = (0.0, 0.0)
 
         # 3. Weight: logw_i += Σ_k [a · log p_T(d_k) − log q_Td(d_k)], masked after EOS and for finished rows.
         new_ids = torch.cat([drafted_ids, bonus_ids.unsqueeze(1)], dim=1)           # [N, K+1]

@@ -1,8 +1,9 @@
 """SMC-SD's measured approximation error, for the note under its column.
 
-The figures come from the benchmark runs shipped in ``benchmarks/results/smc-embedded-heldout40*``
+The figures come from the benchmark runs shipped in ``benchmarks/results/smc-embedded-heldout40*`` (the small
+draft) and ``benchmarks/results/gguf-heldout-t0.7-smc`` (the gguf drafter, ``smc:N:K@gguf`` rows)
 (``python -m pacer_core.bench ... --loglik``): how much lower the target's log-likelihood per token of
-SMC-SD's outputs was than AR's, on held-out prompts. They apply only to the pair and temperature they
+SMC-SD's outputs was than AR's, on held-out prompts. They apply only to the pair, drafter and temperature they
 were measured on; for any other pair the note says so instead of quoting them."""
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from ..methods import parse_method
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 MEASURED_RUNS = (RESULTS / "smc-embedded-heldout40" / "results.json",
-                 RESULTS / "smc-embedded-heldout40-many-particles" / "results.json")
+                 RESULTS / "smc-embedded-heldout40-many-particles" / "results.json",
+                 RESULTS / "gguf-heldout-t0.7-smc" / "results.json")
+DRAFTER_KEYS = {"independent": "small", "feature-head": "head"}   # describe()["drafter"]["kind"] → the page's name
 
 
 @functools.lru_cache(maxsize=4)
@@ -26,17 +29,35 @@ def load_run(path: str) -> dict | None:
         return None
 
 
-def smc_rows(run: dict) -> dict[tuple[int, int], dict]:
+def drafter_key_of(drafter: dict) -> str:
+    """The page's name of a described drafter: small, head, self-int8, self-int4, gguf."""
+    kind = drafter.get("kind", "")
+    return f"self-int{drafter.get('bits')}" if kind == "self-quantized" else DRAFTER_KEYS.get(kind, kind)
+
+
+def smc_rows(run: dict, describe: dict | None = None) -> dict[tuple[int, int], dict]:
     """{(N, K): row} for the run's smc:N:K rows at the default draft temperature; each row gains
-    ``ar_loglik``, AR's log-likelihood per token in the same run."""
+    ``ar_loglik``, AR's log-likelihood per token in the same run. With ``describe`` (a pair's), only the rows
+    of its drafter: ``@DRAFTER`` rows of that drafter on the same target, plain rows when the run's pair is it."""
     ar_loglik = next((row.get("target_loglik_per_token") for row in run.get("methods", []) if row.get("method") == "ar"),
                      None)
     rows = {}
     for row in run.get("methods", []):
         spec = parse_method(str(row.get("method", "")))
-        if spec.kind == "smc" and "draft_temperature" not in spec.overrides and "loglik_gap_vs_ar_pct" in row:
+        if describe is not None and not same_drafter(run.get("machine", {}), spec.drafter, describe):
+            continue
+        if spec.kind == "smc" and "draft_temperature" not in spec.overrides and "loglik_gap_vs_ar_pct" in row \
+                and len(spec.overrides) == 2:
             rows[(spec.overrides["n_particles"], spec.overrides["draft_len"])] = row | {"ar_loglik": ar_loglik}
     return rows
+
+
+def same_drafter(machine: dict, row_drafter: str | None, describe: dict) -> bool:
+    if machine.get("target") != describe.get("target"):
+        return False
+    if row_drafter:
+        return row_drafter == drafter_key_of(describe.get("drafter") or {})
+    return machine.get("draft") == describe.get("draft")
 
 
 def _gap_text(row: dict) -> str:
@@ -60,12 +81,11 @@ def smc_error_note(describe: dict, n_particles: int, draft_len: int, temperature
     runs = measured_runs(paths)
     if not runs:
         return "Its error has not been measured for this pair."
-    pair = (describe.get("target"), describe.get("draft"))
-    runs = [run for run in runs if (run.get("machine", {}).get("target"), run.get("machine", {}).get("draft")) == pair]
+    runs = [run for run in runs if smc_rows(run, describe)]
     if not runs:
         return ("Its error depends on how closely the draft follows the target; it was measured for the embedded "
                 "pair only (README, SMC-SD figures).")
-    rows = {key: row for run in runs for key, row in smc_rows(run).items()}
+    rows = {key: row for run in runs for key, row in smc_rows(run, describe).items()}
     settings = runs[0].get("settings", {})
     other_temperature = float(temperature) != float(settings.get("temperature", -1))
     where = ((f"Not measured at temperature {temperature:g}. " if other_temperature else "")

@@ -1,0 +1,200 @@
+"""Measure the cost model PACER's cost rule prices a block with (pacer_core/stopping.py ``PacerCostModel``), once
+per drafter and kind of device, and store it in the draft folder's measured_defaults.json
+(``drafters.<drafter>.pacer_costs.<device kind>``). Nothing is timed during a PACER run: its decisions read
+this stored model, so seeded runs repeat token for token. Re-run it when the engines change (a faster target
+step moves every ratio).
+
+Prompt by prompt, interleaved: one AR run (its seconds per token are the unit, "one AR step"), then fixed SD at
+every draft length in ``--gammas`` at the temperature given, recording per step the seconds spent drafting and
+verifying and, per drafted token, the entropy of the q it was sampled from and its acceptance probability
+min(1, p(x)/q(x)). From those:
+
+  draft_per_token         seconds drafting / drafted tokens, in AR steps
+  verify                  a verify pass by tokens verified (drafted + 1), in AR steps: the least-squares line
+                          through every pass's seconds, stored as its two ends (one pass per step is too
+                          noisy to read point by point on a shared CPU)
+  step_overhead           a step's seconds outside both models (judging, commit, events), in AR steps
+  acceptance_by_entropy   mean acceptance by bins of the draft's entropy (AcceptanceByEntropy.fit)
+  mean_acceptance         mean acceptance of every drafted token
+
+    python -m pacer_core.training.pacer_costs --drafter gguf --prompts assets/prompts/validation.jsonl --write
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from datetime import date
+from pathlib import Path
+
+import torch
+
+from ..decoders.autoregressive import Autoregressive
+from ..decoders.fixed import FixedSpeculative
+from ..drafters import MEASURED_DEFAULTS_FILE, draft_folder, drafter_key, drafter_swapped, load_drafter
+from ..models import load_pair
+from ..prompts import load_prompts
+from ..request import encode_prompt
+from ..settings import Limits, validate_settings
+from ..stopping import (AcceptanceByEntropy, PacerCostModel, StepCosts, entropy_nats, expected_tokens,
+                        least_squares_line)
+
+GAMMAS = (1, 2, 4, 8, 12, 16, 24, 32)
+
+
+class RecordingFixed(FixedSpeculative):
+    """Fixed SD that keeps the entropy of every distribution it drafted from, step by step."""
+
+    def __init__(self, gamma: int):
+        super().__init__(gamma)
+        self.entropies: list[list[float]] = []
+
+    def propose(self, pair, state, settings, budget):
+        proposal = super().propose(pair, state, settings, budget)
+        self.entropies.append(entropy_nats(proposal.draft_probs).tolist() if proposal.drafted_ids else [])
+        return proposal
+
+
+class Observations:
+    """What the runs measured, in seconds and per drafted token."""
+
+    def __init__(self):
+        self.ar_seconds, self.ar_tokens = 0.0, 0
+        self.draft_seconds, self.drafted = 0.0, 0
+        self.verify_seconds: dict[int, list[float]] = defaultdict(list)
+        self.outside_seconds, self.steps = 0.0, 0
+        self.entropies: list[float] = []
+        self.accept_probs: list[float] = []
+        self.paths: list[list[tuple[float, float]]] = []   # the longest drafts' steps: (entropy, acceptance) per token
+
+    def add_fixed(self, events: list, result, entropies: list[list[float]], keep_paths: bool) -> None:
+        for event, step_entropies in zip(events, entropies):
+            self.draft_seconds += event.draft_seconds
+            self.drafted += event.n_drafted
+            self.verify_seconds[event.n_drafted + 1].append(event.verify_seconds)
+            path = [(entropy, token.accept_prob) for entropy, token in zip(step_entropies, event.tokens[:event.n_drafted])]
+            self.entropies += [entropy for entropy, _ in path]
+            self.accept_probs += [accept for _, accept in path]
+            if keep_paths:
+                self.paths.append(path)
+        self.outside_seconds += result.metrics.seconds - sum(e.draft_seconds + e.verify_seconds for e in events)
+        self.steps += len(events)
+
+    def model(self, source: str) -> PacerCostModel:
+        unit = self.ar_seconds / self.ar_tokens                       # one AR step
+        sizes = [tokens for tokens, seconds in self.verify_seconds.items() for _ in seconds]
+        intercept, slope = least_squares_line(sizes, [s for seconds in self.verify_seconds.values() for s in seconds])
+        verify = tuple((tokens, (intercept + slope * tokens) / unit) for tokens in (1, max(sizes)))
+        costs = StepCosts(self.draft_seconds / max(self.drafted, 1) / unit, verify_points=verify,
+                          step_overhead=self.outside_seconds / max(self.steps, 1) / unit)
+        return PacerCostModel(costs, AcceptanceByEntropy.fit(self.entropies, self.accept_probs),
+                              sum(self.accept_probs) / len(self.accept_probs), source)
+
+
+def measure(pair, prompt_ids: list[list[int]], gammas, temperature: float, max_new_tokens: int, repeats: int,
+            progress=None) -> Observations:
+    observed = Observations()
+    for repeat in range(repeats):
+        for index, ids in enumerate(prompt_ids):
+            settings = validate_settings(max_new_tokens=max_new_tokens, temperature=temperature,
+                                         seed=1000 * repeat + index)
+            started = time.perf_counter()
+            *_, result = Autoregressive().run(pair, ids, settings)
+            observed.ar_seconds += time.perf_counter() - started
+            observed.ar_tokens += result.metrics.new_tokens
+            for gamma in gammas:
+                decoder = RecordingFixed(gamma)
+                *events, result = decoder.run(pair, ids, settings)
+                observed.add_fixed(events, result, decoder.entropies, keep_paths=gamma == max(gammas))
+                if progress:
+                    progress.update()
+    return observed
+
+
+def simulated_rate(model: PacerCostModel, paths: list[list[tuple[float, float]]], stop_after) -> float:
+    """Expected tokens per AR step over the recorded drafts when each step stops after ``stop_after(path)``
+    tokens: Σ E(k) / Σ C(k) with the recorded per-token acceptance (a check of the rule, not a benchmark)."""
+    tokens = cost = 0.0
+    for path in paths:
+        length = stop_after(path)
+        tokens += expected_tokens([accept for _, accept in path[:length]])
+        cost += model.costs.step(length)
+    return tokens / cost if cost else 0.0
+
+
+def cost_rule_length(model: PacerCostModel, block: int, limit: int):
+    """The stopping point the cost rule picks on a recorded draft (the decoder's loop, on recorded entropies)."""
+    from ..stopping import decide_extension
+
+    def stop_after(path):
+        length = min(block, len(path))
+        while length < min(limit, len(path)):
+            estimates = [model.token_acceptance(entropy, 1.0) for entropy, _ in path[:length]]
+            size = min(block, limit - length)
+            next_accept = model.mean_acceptance if model.mean_acceptance is not None else estimates[-1]
+            if not decide_extension(estimates, next_accept, size, model.costs).extend:
+                break
+            length += size
+        return min(length, len(path))
+    return stop_after
+
+
+def write_model(pair, key: str, device: str, model: PacerCostModel, source: str) -> Path:
+    path = Path(draft_folder(pair)) / MEASURED_DEFAULTS_FILE
+    record = json.loads(path.read_text()) if path.exists() else {}
+    entry = record.setdefault("drafters", {}).setdefault(key, {})
+    entry.setdefault("pacer_costs", {})[device] = model.to_record() | {"source": source}
+    path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    return path
+
+
+def main(argv=None) -> int:
+    from tqdm import tqdm
+
+    parser = argparse.ArgumentParser(prog="python -m pacer_core.training.pacer_costs", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--drafter", default="gguf", help="small, head, self-int8, self-int4, gguf")
+    parser.add_argument("--prompts", default="assets/prompts/validation.jsonl")
+    parser.add_argument("--limit", type=int, default=8)
+    parser.add_argument("--gammas", default=",".join(map(str, GAMMAS)))
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--block", type=int, default=4, help="block size of the simulated cost rule")
+    parser.add_argument("--max-draft-len", type=int, default=32, help="longest draft of the simulated cost rule")
+    parser.add_argument("--write", action="store_true", help="store the model in the draft folder's measured_defaults.json")
+    parser.add_argument("--dump", default=None, help="also write the recorded drafts (entropy, acceptance) as JSON here")
+    args = parser.parse_args(argv)
+    gammas = [int(g) for g in args.gammas.split(",")]
+    pair = load_pair("embedded", "embedded")
+    drafter = load_drafter(pair, args.drafter)
+    limits = Limits.from_env()
+    prompts = load_prompts(args.prompts)[: args.limit or None]
+    with drafter_swapped(pair, drafter):
+        prompt_ids = [list(encode_prompt(pair, record["prompt"], None, limits).ids) for record in prompts]
+        progress = tqdm(total=args.repeats * len(prompt_ids) * len(gammas), file=sys.stderr)
+        observed = measure(pair, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats, progress)
+        progress.close()
+        key, device = drafter_key(pair.drafter), torch.device(pair.device).type
+    source = (f"python -m pacer_core.training.pacer_costs --drafter {args.drafter} on {len(prompt_ids)} prompts of "
+              f"{args.prompts}, T = {args.temperature}, {args.max_new_tokens} tokens, fixed SD at {gammas}, "
+              f"{date.today().isoformat()}; AR step {observed.ar_seconds / observed.ar_tokens * 1000:.1f} ms; "
+              f"target {pair.describe().get('linear_kernels', '')} {pair.describe().get('dtype', '')}")
+    model = observed.model(source)
+    report = {"model": model.to_record(), "source": source,
+              "simulated_rate": {f"fixed:{g}": simulated_rate(model, observed.paths, lambda path, g=g: min(g, len(path)))
+                                 for g in gammas}
+              | {"cost rule": simulated_rate(model, observed.paths, cost_rule_length(model, args.block, args.max_draft_len))}}
+    print(json.dumps(report, indent=2))
+    if args.dump:
+        Path(args.dump).write_text(json.dumps({"model": model.to_record(), "paths": observed.paths,
+                                               "verify_seconds": observed.verify_seconds,
+                                               "ar_seconds_per_token": observed.ar_seconds / observed.ar_tokens}))
+    if args.write:
+        print(f"written to {write_model(pair, key, device, model, source)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

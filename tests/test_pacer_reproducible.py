@@ -1,0 +1,167 @@
+"""Seeded PACER runs repeat token for token (issue 37): its cost rule prices a block with the pair's stored cost
+model (measured_defaults.json's ``pacer_costs``, else fixed priors), never with the process's own timings, so a
+sampled run gives the same tokens before and after other runs in one process, and in another process on the
+same device, under the page's starting settings for every drafter. Tiny models for every drafter kind (the
+real measured_defaults.json copied beside them, so the page's starts and the stored cost models are the
+shipped ones); the embedded pair for the real drafters (marked ``embedded``).
+
+Run as a script (``python tests/test_pacer_reproducible.py tiny|embedded FOLDER``) it prints the tokens of every
+drafter's runs as JSON: what the two-process tests compare against."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pacer_core import validate_settings  # noqa: E402
+from pacer_core.api import make_decoder  # noqa: E402
+from pacer_core.drafters import drafter_swapped, load_drafter  # noqa: E402
+from pacer_core.preverifier import default_preverifier  # noqa: E402
+from pacer_core.ui.workshop import starting_settings  # noqa: E402
+
+DRAFTERS = ("small", "head", "self-int8", "self-int4", "gguf")
+SEEDS = (3, 11)
+TINY_PROMPT = [5, 9, 2, 7, 5, 9]
+EMBEDDED_PROMPT = "Write a Python function that returns the factorial of n."
+
+
+def has_llama_cpp() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def tiny_pair_in(folder: Path):
+    """A tiny pair whose draft folder holds the shipped measured_defaults.json (the page's starts, the cost models)."""
+    from pacer_core.testing.tiny import tiny_pair
+
+    shutil.copy(ROOT / "assets" / "draft-smollm2" / "measured_defaults.json", folder / "measured_defaults.json")
+    pair = tiny_pair(scale=2.0, draft_noise=0.2)
+    pair.draft.config._name_or_path = str(folder)
+    return pair
+
+
+def tiny_drafter(pair, key: str, folder: Path):
+    from pacer_core.drafters.feature_head import random_head_drafter
+    from pacer_core.testing.gguf_file import write_llama_gguf
+
+    if key == "head":
+        return random_head_drafter(pair.target, pair.vocab_size)
+    if key == "gguf":
+        pair.draft_gguf = str(write_llama_gguf(pair.draft, pair.tokenizer, folder / "draft.gguf"))
+    return load_drafter(pair, key)
+
+
+def page_run(pair, prompt_ids: list[int], seed: int):
+    """PACER as the page starts it for the pair's current drafter (its Settings accordion untouched), seeded."""
+    preverifier = default_preverifier(pair)
+    settings = validate_settings(**(starting_settings(pair, preverifier) | {"seed": seed}))
+    *events, result = make_decoder("pacer", preverifier).run(pair, prompt_ids, settings)
+    return events, result
+
+
+def other_runs(pair, prompt_ids: list[int]) -> None:
+    """Runs that a process may have made before: other methods, seeds, temperatures and stopping rules."""
+    for method, extra in (("fixed", {"gamma": 6}), ("pacer", {"stop_rule": "cost", "block_size": 1}),
+                          ("pacer", {"stop_rule": "cost", "temperature": 0.0}), ("smc", {"n_particles": 2})):
+        settings = validate_settings(max_new_tokens=24, temperature=extra.pop("temperature", 0.9), seed=5, **extra)
+        for _ in make_decoder(method, default_preverifier(pair)).run(pair, prompt_ids, settings):
+            pass
+
+
+def drafter_tokens(pair, prompt_ids: list[int], drafters: dict) -> dict:
+    """Every drafter's tokens for every seed, as the page would run them."""
+    tokens = {}
+    for key, drafter in drafters.items():
+        with drafter_swapped(pair, drafter):
+            tokens[key] = {str(seed): page_run(pair, prompt_ids, seed)[1].token_ids for seed in SEEDS}
+    return tokens
+
+
+def tiny_drafters(pair, folder: Path) -> dict:
+    return {key: tiny_drafter(pair, key, folder) for key in DRAFTERS if key != "gguf" or has_llama_cpp()}
+
+
+def embedded_setup():
+    from pacer_core import load_pair
+
+    pair = load_pair("embedded", "small", device="cpu", dtype="float32")
+    drafters = {key: load_drafter(pair, key) for key in DRAFTERS if key != "gguf" or has_llama_cpp()}
+    return pair, list(pair.encode_prompt(EMBEDDED_PROMPT)), drafters
+
+
+def tokens_in_another_process(kind: str, folder: Path) -> dict:
+    completed = subprocess.run([sys.executable, __file__, kind, str(folder)], capture_output=True, text=True,
+                               check=True, cwd=ROOT, env={"OMP_WAIT_POLICY": "PASSIVE", **os.environ})
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("draft")
+    pair = tiny_pair_in(folder)
+    return pair, folder, tiny_drafters(pair, folder)
+
+
+def test_the_gguf_page_settings_take_the_cost_rule_at_the_pages_temperature(tiny):
+    """The test below must exercise the cost rule: the page starts gguf at stop_rule auto and T = 0.7."""
+    pair, _, drafters = tiny
+    if "gguf" not in drafters:
+        pytest.skip("llama-cpp-python is not installed")
+    with drafter_swapped(pair, drafters["gguf"]):
+        events, _ = page_run(pair, TINY_PROMPT, SEEDS[0])
+    assert any(event.stop_reason == "cost" for event in events)
+
+
+def test_a_seeded_page_run_repeats_after_other_runs_in_one_process(tiny):
+    pair, _, drafters = tiny
+    before = drafter_tokens(pair, TINY_PROMPT, drafters)
+    for drafter in drafters.values():
+        with drafter_swapped(pair, drafter):
+            other_runs(pair, TINY_PROMPT)
+    assert drafter_tokens(pair, TINY_PROMPT, drafters) == before
+
+
+def test_a_seeded_page_run_repeats_in_another_process(tiny):
+    pair, folder, drafters = tiny
+    assert tokens_in_another_process("tiny", folder) == drafter_tokens(pair, TINY_PROMPT, drafters)
+
+
+@pytest.mark.embedded
+def test_the_real_drafters_repeat_after_other_runs_and_in_another_process(tmp_path):
+    import torch
+
+    torch.set_num_threads(2)                     # as the other process runs (the fixture restores it)
+    pair, prompt_ids, drafters = embedded_setup()
+    before = drafter_tokens(pair, prompt_ids, drafters)
+    for drafter in drafters.values():
+        with drafter_swapped(pair, drafter):
+            other_runs(pair, prompt_ids)
+    assert drafter_tokens(pair, prompt_ids, drafters) == before
+    assert tokens_in_another_process("embedded", tmp_path) == before
+
+
+def main(kind: str, folder: str) -> None:
+    if kind == "tiny":
+        pair = tiny_pair_in(Path(folder))
+        print(json.dumps(drafter_tokens(pair, TINY_PROMPT, tiny_drafters(pair, Path(folder)))))
+    else:
+        pair, prompt_ids, drafters = embedded_setup()
+        print(json.dumps(drafter_tokens(pair, prompt_ids, drafters)))
+
+
+if __name__ == "__main__":
+    import torch
+
+    torch.set_num_threads(1 if sys.argv[1] == "tiny" else 2)
+    main(*sys.argv[1:3])
