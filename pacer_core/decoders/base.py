@@ -25,7 +25,7 @@ from typing import Iterator
 import torch
 
 from .. import sampling
-from ..drafters import new_caches
+from ..drafters import new_caches, target_cache
 from ..events import Metrics, Result, StepEvent, TokenRecord
 from ..kvcache import CachedModel
 from ..settings import DecodeSettings
@@ -110,7 +110,7 @@ def make_state(pair, prompt_ids: list[int], settings: DecodeSettings, with_draft
     prompt before it can draft, so the target first runs once over prompt[:-1] (counted as a target call,
     like SMC-SD's prefill; the verify passes then feed the rest)."""
     if not with_draft:
-        target, draft = CachedModel(pair.target, pair.vocab_size), None
+        target, draft = target_cache(pair), None
     else:
         target, draft = new_caches(pair)
         if pair.drafter.reads_target_features and len(prompt_ids) > 1:
@@ -281,9 +281,10 @@ class SpeculativeDecoder:
 
 
 def last_rows(cache, count: int) -> dict:
-    """``keep=count`` for a cache that takes it (kvcache.CachedModel: the model computes only the last
-    ``count`` positions' logits, not the whole prompt's at the first step); nothing for other caches."""
-    return {"keep": count} if isinstance(cache, CachedModel) else {}
+    """``keep=count`` for a cache that takes it (kvcache.CachedModel, and the llama.cpp caches, which say so with
+    ``takes_keep``: the model computes only the last ``count`` positions' logits, not the whole prompt's at the
+    first step); nothing for other caches."""
+    return {"keep": count} if isinstance(cache, CachedModel) or getattr(cache, "takes_keep", False) else {}
 
 
 def draft_one(pair, state: DecodeState, draft_sequence: list[int], settings: DecodeSettings,

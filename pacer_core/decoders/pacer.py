@@ -13,6 +13,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass, field
 
+from ..drafters import active_engine
 from ..events import BlockDecision, StepEvent
 from ..phrases import PhraseIndex, PhraseMatch
 from ..preverifier import ConfidencePreVerifier, own_threshold, token_features
@@ -179,4 +180,4 @@ _METERS: "weakref.WeakKeyDictionary[object, dict[tuple, PairMeters]]" = weakref.
 
 def pair_meters(pair, device) -> PairMeters:
     by_target = _METERS.setdefault(pair.drafter, {})
-    return by_target.setdefault((id(pair.target), str(device)), PairMeters())
+    return by_target.setdefault((id(pair.target), id(active_engine(pair)), str(device)), PairMeters())

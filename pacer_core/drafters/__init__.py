@@ -93,12 +93,41 @@ class ReducedVocabularyCache(CachedModel):
         return logits, hidden
 
 
+def active_engine(pair):
+    """The engine the pair's target runs on in a run: its llama.cpp engine (``pair.target_engine``,
+    target_engine.py) unless it has none or the drafter reads the target's hidden states (llama.cpp's are not
+    read); None means torch. AR and the verify passes of one pair always get the same engine."""
+    engine = getattr(pair, "target_engine", None)
+    drafter = getattr(pair, "drafter", None)
+    if engine is None or (drafter is not None and drafter.reads_target_features):
+        return None
+    return engine
+
+
+def engine_label(pair) -> str:
+    """What the page's model line says about the target's engine."""
+    engine = active_engine(pair)
+    if engine is not None:
+        return engine.describe()
+    if getattr(pair, "target_engine", None) is not None:
+        return "torch (the drafter reads the target's hidden states, which llama.cpp does not give)"
+    return "torch"
+
+
+def target_cache(pair, keep_features: bool = False):
+    """A fresh cache of the pair's target on its engine (``active_engine``)."""
+    engine = active_engine(pair)
+    if engine is not None and not keep_features:
+        return engine.new_cache()
+    return CachedModel(pair.target, pair.vocab_size, keep_features=keep_features)
+
+
 def new_caches(pair, full_support: bool = False):
     """The target's cache and the drafter's cache for one run. A drafter that reads the target's
     features gets them recorded by the target cache. ``full_support``: the drafter's q must be > 0 on
     every id (SMC-SD's proposal)."""
     drafter = pair.drafter
-    target = CachedModel(pair.target, pair.vocab_size, keep_features=drafter.reads_target_features)
+    target = target_cache(pair, keep_features=drafter.reads_target_features)
     return target, drafter.new_cache(target, full_support)
 
 
@@ -245,6 +274,6 @@ def drafter_swapped(pair, drafter):
         pair.drafter, pair.draft_id = saved
 
 
-__all__ = ["IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter", "KINDS", "kind_for_key", "new_caches", "load_drafter", "drafter_swapped",
+__all__ = ["active_engine", "engine_label", "target_cache", "IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter", "KINDS", "kind_for_key", "new_caches", "load_drafter", "drafter_swapped",
            "valid_drafter_name", "all_names_text", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "drafter_key", "measured_drafter", "measured_gamma",
            "measured_settings"]
