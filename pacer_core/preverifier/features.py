@@ -46,7 +46,7 @@ def token_features(draft_logits: torch.Tensor, hidden: torch.Tensor, chosen_id: 
     """draft_logits: [V] raw logits at the position; hidden: [H]; ``sampled``: x was drawn from q."""
     draft_probs = torch.softmax(draft_logits.float(), dim=-1)
     top_two = torch.topk(draft_probs, 2).values
-    entropy = -torch.special.xlogy(draft_probs, draft_probs).sum()     # 0 · log 0 = 0 (ids a reduced draft omits)
+    entropy = -(draft_probs * torch.log(draft_probs.clamp_min(1e-30))).sum()
     return TokenFeatures(hidden=hidden.detach().float().cpu(), draft_prob=float(draft_probs[chosen_id]),
                          entropy=float(entropy), margin=float(top_two[0] - top_two[1]), position=position,
                          context=context or DraftContext(), sampled=sampled)
