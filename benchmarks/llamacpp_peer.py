@@ -114,9 +114,42 @@ def find_tools(folder: Path) -> dict[str, Path] | None:
     return paths if all(path.is_file() and os.access(path, os.X_OK) for path in paths.values()) else None
 
 
-def build_tools(work: Path, log=print) -> dict[str, Path]:
+INSTALLED_BLOCK = """
+if (PEER_INSTALLED_LIB_DIR)  # benchmarks/llamacpp_peer.py --link-installed: llama-cpp-python's own libraries
+    add_library(ggml SHARED IMPORTED GLOBAL)
+    set_target_properties(ggml PROPERTIES IMPORTED_LOCATION ${PEER_INSTALLED_LIB_DIR}/libggml.so
+        INTERFACE_INCLUDE_DIRECTORIES ${CMAKE_CURRENT_SOURCE_DIR}/ggml/include
+        INTERFACE_LINK_LIBRARIES "${PEER_INSTALLED_LIB_DIR}/libggml-base.so;${PEER_INSTALLED_LIB_DIR}/libggml-cpu.so")
+    add_library(llama SHARED IMPORTED GLOBAL)
+    set_target_properties(llama PROPERTIES IMPORTED_LOCATION ${PEER_INSTALLED_LIB_DIR}/libllama.so
+        INTERFACE_INCLUDE_DIRECTORIES ${CMAKE_CURRENT_SOURCE_DIR}/include INTERFACE_LINK_LIBRARIES ggml)
+endif()
+"""
+
+
+def patch_for_installed_libraries(source: Path) -> None:
+    """Let the tools link llama-cpp-python's installed libllama/libggml instead of compiling the library (~190 files):
+    the tools then run the very library the project runs. Idempotent."""
+    cmake = source / "CMakeLists.txt"
+    text = cmake.read_text()
+    if "PEER_INSTALLED_LIB_DIR" in text:
+        return
+    text = text.replace("if (LLAMA_USE_SYSTEM_GGML)", INSTALLED_BLOCK + "\nif (LLAMA_USE_SYSTEM_GGML)", 1)
+    text = text.replace("add_subdirectory(src)", "if (NOT PEER_INSTALLED_LIB_DIR)\n    add_subdirectory(src)\nendif()", 1)
+    text = text.replace("set_target_properties(llama\n", "if (NOT PEER_INSTALLED_LIB_DIR)\nset_target_properties(llama\n", 1)
+    text = text.replace("install(TARGETS llama LIBRARY PUBLIC_HEADER)", "install(TARGETS llama LIBRARY PUBLIC_HEADER)\nendif()", 1)
+    cmake.write_text(text)
+
+
+def installed_library_dir() -> Path:
+    import llama_cpp
+    return Path(llama_cpp.__file__).parent / "lib"
+
+
+def build_tools(work: Path, log=print, link_installed: bool = False) -> dict[str, Path]:
     """The tools in ``work``/sdist/*/vendor/llama.cpp/build/bin, built once from the sdist llama-cpp-python vendors."""
-    found = next((tools for tools in map(find_tools, work.glob("sdist/*/vendor/llama.cpp/build/bin")) if tools), None)
+    build = "build-installed" if link_installed else "build"
+    found = next((tools for tools in map(find_tools, work.glob(f"sdist/*/vendor/llama.cpp/{build}/bin")) if tools), None)
     if found:
         return found
     work.mkdir(parents=True, exist_ok=True)
@@ -129,14 +162,18 @@ def build_tools(work: Path, log=print) -> dict[str, Path]:
     if not archives:
         raise PeerError(f"pip download left no llama_cpp_python-*.tar.gz in {work}.")
     source = extract_vendored(archives[-1], work)
-    binaries = source / "build" / "bin"
+    binaries = source / build / "bin"
+    extra = []
+    if link_installed:
+        patch_for_installed_libraries(source)
+        extra = [f"-DPEER_INSTALLED_LIB_DIR={installed_library_dir()}"]
     flags = subprocess.run(["bash", str(ROOT / "scripts" / "llama_cpu_flags.sh")], capture_output=True, text=True,
                            check=True).stdout.split()
     log(f"[peer] configuring llama.cpp with {' '.join(flags)} {BUILD_FLAGS}")
-    run(["cmake", "-S", str(source), "-B", str(source / "build"), "-DCMAKE_BUILD_TYPE=Release", *flags,
-         *BUILD_FLAGS.split()])
+    run(["cmake", "-S", str(source), "-B", str(source / build), "-DCMAKE_BUILD_TYPE=Release", *flags,
+         *BUILD_FLAGS.split(), *extra])
     log("[peer] building llama-completion, llama-speculative-simple, llama-quantize (~4 min on 2 cores)...")
-    run(["cmake", "--build", str(source / "build"), "--config", "Release", "-j", str(os.cpu_count() or 2),
+    run(["cmake", "--build", str(source / build), "--config", "Release", "-j", str(os.cpu_count() or 2),
          "--target", *TOOLS])
     found = find_tools(binaries)
     if not found:
@@ -232,7 +269,7 @@ def measure(args) -> dict:
     from pacer_core.prompts import load_prompts
 
     work = Path(args.work)
-    tools = find_tools(Path(args.bin)) if args.bin else build_tools(work)
+    tools = find_tools(Path(args.bin)) if args.bin else build_tools(work, link_installed=args.link_installed)
     if tools is None:
         raise PeerError(f"{args.bin} does not hold {', '.join(TOOLS)}.")
     draft_file = Path(args.draft_gguf) if args.draft_gguf else find_gguf_file()
@@ -331,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--work", default="work/llamacpp-peer", help="where the tools are built (git-ignored)")
     parser.add_argument("--out", default="benchmarks/results/llamacpp-peer")
     parser.add_argument("--build-only", action="store_true", help="build (or find) the tools and stop")
+    parser.add_argument("--link-installed", action="store_true", dest="link_installed",
+                        help="link the tools to llama-cpp-python's installed libllama/libggml (the library the project "
+                        "runs) instead of compiling the library: ~60 files to compile instead of ~250")
     return parser
 
 
@@ -338,7 +378,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.build_only:
-            print(build_tools(Path(args.work)))
+            print(build_tools(Path(args.work), link_installed=args.link_installed))
             return 0
         report = measure(args)
     except (PeerError, subprocess.TimeoutExpired) as failure:
