@@ -26,6 +26,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--draft-gguf", default=None, dest="draft_gguf",
                         help="the GGUF file the 'gguf' drafter runs, for a target other than the embedded one "
                         "(default: $PACER_DRAFT_GGUF); its tokenizer must be the target's")
+    parser.add_argument("--target-engine", default=None, dest="target_engine",
+                        help="what runs the target: auto (llama.cpp on a float32 GGUF of the embedded target's own "
+                        "weights, on a CPU where llama-cpp-python is installed; torch otherwise), torch or llama.cpp "
+                        "(default: $PACER_TARGET_ENGINE or auto)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: $PACER_DEVICE or auto)")
     parser.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default: $PACER_DTYPE)")
     parser.add_argument("--draft-dtype", default=None, dest="draft_dtype",
@@ -72,13 +76,15 @@ def main(argv=None) -> int:
     try:
         pair = pair_from_env(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
                              draft_dtype=args.draft_dtype, device_map=args.device_map,
-                             draft_vocab=args.draft_vocab, draft_gguf=args.draft_gguf)
+                             draft_vocab=args.draft_vocab, draft_gguf=args.draft_gguf,
+                             target_engine=args.target_engine)
     except ModelLoadError as error:
         print(f"[pacer] {error}", file=sys.stderr)
         return 2
     info = pair.describe()
-    print(f"[pacer] target {info['target']} | drafter {info['draft']} ({info['drafter']['kind']}) | "
-          f"{info['device']} {info['dtype']} (drafter {info['drafter'].get('dtype', info['dtype'])})",
+    print(f"[pacer] target {info['target']} on {info['target_engine']} | drafter {info['draft']} "
+          f"({info['drafter']['kind']}) | {info['device']} {info['dtype']} "
+          f"(drafter {info['drafter'].get('dtype', info['dtype'])})",
           file=sys.stderr, flush=True)
     from pacer_core.ui.drafter_menu import DrafterMenu
     for key, why in DrafterMenu(pair).left_out().items():

@@ -6,8 +6,9 @@ verify of a run also runs the prompt through the target, so per-verify forward t
     python benchmarks/gguf_split.py --methods fixed:8,pacer --prompts assets/prompts/validation.jsonl --limit 4 \\
         --temperature 0.7 --out benchmarks/results/gguf-split/after-t0.7.json
 
-It times the two engines by wrapping ``GGUFCache._decode_once`` and ``CachedModel._run`` (the target's model
-call), runs each method on the prompts through ``run_request`` (the app's path), and divides."""
+It times the two engines by wrapping ``GGUFCache._decode_once`` (the drafter's llama.cpp calls, and the target's
+when llama.cpp runs it: target_engine.py) and ``CachedModel._run`` (the target's model call in torch), runs each
+method on the prompts through ``run_request`` (the app's path), and divides."""
 from __future__ import annotations
 
 import argparse
@@ -30,11 +31,13 @@ from pacer_core.models import load_pair  # noqa: E402
 from pacer_core.prompts import load_prompts  # noqa: E402
 from pacer_core.request import encode_prompt, request_for  # noqa: E402
 from pacer_core.settings import Limits, validate_settings  # noqa: E402
+from pacer_core.target_engine import LlamaTargetCache  # noqa: E402
 
 
 @contextmanager
 def timed(owner, name: str, totals: dict, key: str):
-    """Add the seconds spent in ``owner.name`` to ``totals[key]`` while inside the block."""
+    """Add the seconds spent in ``owner.name`` to ``totals[key]`` while inside the block; a llama.cpp call made for
+    the target (``LlamaTargetCache``, the llama.cpp target engine) counts as the target's forward."""
     original = getattr(owner, name)
 
     def wrapper(*args, **kwargs):
@@ -42,7 +45,8 @@ def timed(owner, name: str, totals: dict, key: str):
         try:
             return original(*args, **kwargs)
         finally:
-            totals[key] += time.perf_counter() - started
+            counted = "target_forward" if args and isinstance(args[0], LlamaTargetCache) else key
+            totals[counted] += time.perf_counter() - started
     setattr(owner, name, wrapper)
     try:
         yield
@@ -83,11 +87,12 @@ def main(argv=None) -> int:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--out", default="")
+    parser.add_argument("--target-engine", default=None, dest="target_engine", help="auto, torch or llama.cpp")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     limits = Limits.from_env()
-    pair = load_pair(draft="gguf")
+    pair = load_pair(draft="gguf", target_engine=args.target_engine)
     records = load_prompts(args.prompts)[: args.limit or None]
     prompts = [encode_prompt(pair, record["prompt"], None, limits) for record in records]
     settings = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature}
@@ -99,6 +104,7 @@ def main(argv=None) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"temperature": args.temperature, "prompts": args.prompts,
+                                              "target_engine": pair.describe()["target_engine"],
                                               "limit": args.limit, "threads": torch.get_num_threads(),
                                               "rows": rows}, indent=1) + "\n")
     return 0

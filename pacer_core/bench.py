@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
 import time
 from pathlib import Path
@@ -123,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--draft-gguf", default=None, help="GGUF file for @gguf rows (default: the embedded target's own)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
+    parser.add_argument("--target-engine", default=None, dest="target_engine",
+                        help="what runs the target: auto (llama.cpp for the embedded target on a CPU where "
+                        "llama-cpp-python is installed, else torch), torch or llama.cpp (default: $PACER_TARGET_ENGINE "
+                        "or auto)")
     parser.add_argument("--draft-dtype", default=None, help="the drafter's dtype (default: the target's)")
     parser.add_argument("--draft-vocab", default=None,
                         help="ids the independent draft scores: all or N most frequent (default: its folder's)")
@@ -174,7 +179,8 @@ def run_benchmark(args) -> int:
         raise SettingsError("The oracle method needs --temperature 0.")
     prompts = select_prompts(load_prompts(args.prompts), args.per_category)[: args.limit or None]
     pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype,
-                     draft_dtype=args.draft_dtype, draft_vocab=args.draft_vocab, draft_gguf=args.draft_gguf)
+                     draft_dtype=args.draft_dtype, draft_vocab=args.draft_vocab, draft_gguf=args.draft_gguf,
+                     target_engine=args.target_engine or os.environ.get("PACER_TARGET_ENGINE"))
     from .preverifier import default_preverifier
 
     preverifier = default_preverifier(pair)

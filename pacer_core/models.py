@@ -50,6 +50,7 @@ class ModelPair:
     drafter: object = None   # what the decoders draft with (drafters.py); the draft model by default
     draft_model_id: str = ""  # name of the independent draft model (kept when a head drafts instead)
     draft_gguf: str = ""      # a GGUF file for the ``gguf`` drafter (the embedded target's own file without one)
+    target_engine: object = None   # target_engine.LlamaTarget when llama.cpp runs the target; None: torch
 
     def __post_init__(self):
         self.draft_model_id = self.draft_model_id or self.draft_id
@@ -134,7 +135,9 @@ class ModelPair:
         return [self.tokenizer.decode([int(t)], skip_special_tokens=False) for t in token_ids]
 
     def describe(self) -> dict:
+        from .drafters import engine_label
         return {"target": self.target_id, "draft": self.draft_id, "drafter": self.drafter.describe(),
+                "target_engine": engine_label(self),
                 "device": str(self.device), "linear_kernels": linear_kernels(self.target),
                 "dtype": str(self.dtype).replace("torch.", ""), "vocab_size": self.vocab_size,
                 "chat_template": self.use_chat_template}
@@ -240,7 +243,7 @@ def _load_one(location: str, name: str, role: str, device, dtype, device_map=Non
 
 def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dtype=None,
               use_chat_template: bool = True, device_map: str | None = None, draft_dtype=None,
-              draft_vocab=None, draft_gguf: str | None = None) -> ModelPair:
+              draft_vocab=None, draft_gguf: str | None = None, target_engine: str | None = None) -> ModelPair:
     """Load a target and a draft (hub ids, local dirs or ``embedded``) on one device and dtype.
 
     ``draft_dtype`` (default: ``dtype``) changes only the drafter's numerics: exactness depends on the
@@ -248,7 +251,9 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     ``device_map="auto"`` spreads a target too large for one GPU over all visible GPUs (accelerate).
     ``draft_vocab``: how many of its most frequent ids the independent draft scores ("all", a number, or None
     for its folder's recommendation; see ``_apply_draft_vocabulary``). ``draft_gguf``: the GGUF file the
-    ``gguf`` drafter runs (default: for the embedded target, the file it was converted from)."""
+    ``gguf`` drafter runs (default: for the embedded target, the file it was converted from). ``target_engine``:
+    auto (default), torch or llama.cpp (target_engine.py: auto is llama.cpp for the embedded target in float32 on a
+    CPU with llama-cpp-python, torch otherwise)."""
     device = torch.device(device) if device else default_device()
     dtype = parse_dtype(dtype) or default_dtype(device)
     draft_dtype = parse_dtype(draft_dtype) or dtype
@@ -289,7 +294,29 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
             raise ModelLoadError(f"Could not load the feature head '{draft_name}': {failure}") from failure
     if built_from_target:
         pair.use_drafter(built_from_target)
+    pair.target_engine = load_target_engine(target_engine, target_location == str(embedded.converted_target_dir())
+                                            and not device_map, pair)
     return pair
+
+
+def load_target_engine(requested, is_embedded_target: bool, pair: ModelPair):
+    """The llama.cpp engine for the pair's target when ``choose_engine`` picks it, else None (torch);
+    ModelLoadError saying why an explicit llama.cpp cannot run."""
+    from . import target_engine
+    from .drafters.gguf_drafter import GGUFUnavailable
+    try:
+        requested = target_engine.parse_engine(requested)
+        chosen = target_engine.choose_engine(requested, is_embedded_target, pair.device.type,
+                                             str(pair.dtype).replace("torch.", ""))
+        if chosen == "torch":
+            return None
+        return target_engine.LlamaTarget.for_embedded(pair.tokenizer, pair.vocab_size,
+                                                      log=lambda line: print(line, file=sys.stderr, flush=True))
+    except (ValueError, GGUFUnavailable, embedded.EmbeddedModelMissing) as failure:
+        if requested == "auto":      # the fastest engine could not start: say so and run the target in torch
+            print(f"[pacer] target engine: torch ({failure})", file=sys.stderr, flush=True)
+            return None
+        raise ModelLoadError(str(failure)) from None
 
 
 def default_embedded_drafter(draft, device: torch.device) -> str:
@@ -337,13 +364,14 @@ def _parameter_count(model) -> int:
 
 def pair_from_env(**overrides) -> ModelPair:
     """load_pair with PACER_TARGET / PACER_DRAFT / PACER_DEVICE / PACER_DTYPE / PACER_DRAFT_DTYPE /
-    PACER_DRAFT_VOCAB / PACER_DRAFT_GGUF as defaults."""
+    PACER_DRAFT_VOCAB / PACER_DRAFT_GGUF / PACER_TARGET_ENGINE as defaults."""
     settings = {"target": os.environ.get("PACER_TARGET", "embedded"),
                 "draft": os.environ.get("PACER_DRAFT", "embedded"),
                 "device": os.environ.get("PACER_DEVICE") or None,
                 "dtype": os.environ.get("PACER_DTYPE") or None,
                 "draft_dtype": os.environ.get("PACER_DRAFT_DTYPE") or None,
                 "draft_vocab": os.environ.get("PACER_DRAFT_VOCAB") or None,
-                "draft_gguf": os.environ.get("PACER_DRAFT_GGUF") or None}
+                "draft_gguf": os.environ.get("PACER_DRAFT_GGUF") or None,
+                "target_engine": os.environ.get("PACER_TARGET_ENGINE") or None}
     settings.update({k: v for k, v in overrides.items() if v is not None})
     return load_pair(**settings)

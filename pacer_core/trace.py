@@ -191,7 +191,7 @@ def checked_settings(value, limits: TraceLimits) -> dict:
 
 
 PAIR_TYPES = {"target": str, "draft": str, "device": str, "dtype": str, "linear_kernels": str, "vocab_size": int,
-              "chat_template": bool}
+              "chat_template": bool, "target_engine": str}
 DRAFTER_TYPES = {"kind": str, "name": str, "dtype": str, "parameters": int, "kept_ids": int, "bits": int,
                  "quantized_megabytes": float, "of": str, "lean_step": bool}
 

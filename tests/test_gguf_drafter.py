@@ -71,16 +71,16 @@ def test_crop_and_reorder_equal_a_fresh_context_fed_the_same_tokens(tmp_path):
 
 def test_a_long_feed_grows_the_context_and_keeps_every_row(tmp_path, monkeypatch):
     from pacer_core.drafters import gguf_drafter
-    monkeypatch.setattr(gguf_drafter, "START_CELLS", 16)
+    monkeypatch.setattr(gguf_drafter, "START_CELLS", 256)      # the smallest context llama.cpp takes here
     pair = tiny_pair(draft_noise=None)
     drafter = GGUFDrafter.load(gguf_of(pair.target, pair.tokenizer, tmp_path), pair.tokenizer, 64, "tiny")
     cache, reference = drafter.new_cache(), CachedModel(pair.target, 64)
-    prompt = [index % 60 for index in range(12)]
+    prompt = [index % 60 for index in range(250)]
     cache.forward(prompt), reference.forward(prompt)
     cache.reorder(torch.tensor([0, 0])), reference.reorder(torch.tensor([0, 0]))
     more = torch.tensor([[1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1]])
     assert torch.allclose(cache.forward(more), reference.forward(more), atol=1e-3)
-    assert cache.context.n_ctx() > 16
+    assert cache.context.n_ctx() > 256
 
 
 def run_ids(decoder, pair, prompt_ids, **settings):

@@ -256,3 +256,13 @@ def test_crop_rolls_the_cache_back_to_a_prefix():
     assert not torch.allclose(replaced, first[4:6], atol=1e-3)   # it really computed something new
     assert cached.length == 6
 
+
+
+@pytest.mark.pure
+def test_display_prob_is_the_softmax_entry_without_the_row():
+    from pacer_core.sampling import display_prob, display_probs, one_hot
+    logits = torch.tensor([2.0, -1.0, 0.5, 30.0, float("-inf")])
+    for token_id in range(5):
+        assert display_prob(logits, token_id) == pytest.approx(float(display_probs(logits)[token_id]), rel=1e-6, abs=1e-12)
+    row = one_hot(3, logits)
+    assert row.dtype == torch.float32 and row.tolist() == [0.0, 0.0, 0.0, 1.0, 0.0]

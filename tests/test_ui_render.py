@@ -431,3 +431,12 @@ def test_the_shipped_smc_measurements_are_quoted_for_the_embedded_pair():
     pair = {"target": run["machine"]["target"], "draft": run["machine"]["draft"]}
     note = measured.smc_error_note(pair, 4, 4, run["settings"]["temperature"])
     assert "lower than AR's (-2." in note and "for N=4, K=4" in note
+
+
+def test_pair_status_says_which_engine_runs_the_target():
+    info = {"target": "T", "draft": "D", "device": "cpu", "dtype": "float32", "linear_kernels": "oneDNN packed"}
+    on_llama = page.pair_status_html(info | {"target_engine": "llama.cpp (t-f32.gguf, 2 threads)"}, "heuristic")
+    assert "Target engine" in on_llama and "llama.cpp (t-f32.gguf, 2 threads)" in on_llama
+    assert "oneDNN packed" not in on_llama      # torch's kernels do not run the target then
+    on_torch = page.pair_status_html(info | {"target_engine": "torch"}, "heuristic")
+    assert "oneDNN packed" in on_torch and "Target engine" in on_torch

@@ -25,7 +25,7 @@ from typing import Iterator
 import torch
 
 from .. import sampling
-from ..drafters import new_caches
+from ..drafters import new_caches, target_cache
 from ..events import Metrics, Result, StepEvent, TokenRecord
 from ..kvcache import CachedModel, DraftCache
 from ..settings import DecodeSettings
@@ -111,7 +111,7 @@ def make_state(pair, prompt_ids: list[int], settings: DecodeSettings, with_draft
     prompt before it can draft, so the target first runs once over prompt[:-1] (counted as a target call,
     like SMC-SD's prefill; the verify passes then feed the rest)."""
     if not with_draft:
-        target, draft = CachedModel(pair.target, pair.vocab_size), None
+        target, draft = target_cache(pair), None
     else:
         target, draft = new_caches(pair)
         if pair.drafter.reads_target_features and len(prompt_ids) > 1:
@@ -148,9 +148,7 @@ def pick_next(target_logits_row: torch.Tensor, settings: DecodeSettings, generat
 def draft_distribution(draft_logits_row: torch.Tensor, settings: DecodeSettings) -> torch.Tensor:
     """q at the decoding temperature, with the same top-k/top-p as p (one-hot argmax when greedy)."""
     if settings.greedy:
-        one_hot = torch.zeros_like(draft_logits_row, dtype=torch.float32)
-        one_hot[int(torch.argmax(draft_logits_row))] = 1.0
-        return one_hot
+        return sampling.one_hot(int(torch.argmax(draft_logits_row)), draft_logits_row)
     return sampling.logits_to_probs(draft_logits_row, settings.temperature, settings.top_k, settings.top_p)
 
 
@@ -292,14 +290,19 @@ def draft_one(pair, state: DecodeState, draft_sequence: list[int], settings: Dec
     else:
         logits_row, hidden_row = state.draft.feed_sequence(draft_sequence, keep=1)[-1], None
     logits_row = logits_row.to(state.device)
+    if settings.greedy:      # one pass for the argmax; q is its one-hot
+        token_id = int(torch.argmax(logits_row))
+        return token_id, sampling.one_hot(token_id, logits_row), logits_row, hidden_row
     draft_probs = draft_distribution(logits_row, settings)
-    token_id = int(torch.argmax(draft_probs)) if settings.greedy else sampling.sample_token(draft_probs, state.generator)
-    return token_id, draft_probs, logits_row, hidden_row
+    return sampling.sample_token(draft_probs, state.generator), draft_probs, logits_row, hidden_row
 
 
 def shown_draft_prob(draft_probs: torch.Tensor, logits_row: torch.Tensor, token_id: int, settings) -> float:
-    source = sampling.display_probs(logits_row) if settings.greedy else draft_probs
-    return float(source[token_id])
+    """q(x) as the UI shows it: the temperature-1 softmax's when greedy (without building the whole row), else the
+    probability x was drawn with."""
+    if settings.greedy:
+        return sampling.display_prob(logits_row, token_id)
+    return float(draft_probs[token_id])
 
 
 def finish(method: str, pair, state: DecodeState, events: list, settings: DecodeSettings, info: dict) -> Result:

@@ -24,8 +24,9 @@ import contextlib
 
 from ..kvcache import CachedModel, DraftCache
 from ..quantized_linear import QuantizationUnavailable
-from .builders import (GGUF_ENV, draft_folder, gguf_drafter_for, gguf_path, gguf_unavailable, head_drafter,
-                       new_caches, reduced_vocabulary_drafter, self_drafter, small_drafter)
+from .builders import (GGUF_ENV, active_engine, draft_folder, engine_label, gguf_drafter_for, gguf_path,
+                       gguf_unavailable, head_drafter, new_caches, reduced_vocabulary_drafter, self_drafter,
+                       small_drafter, target_cache)
 from .gguf_drafter import GGUFDrafter, GGUFUnavailable
 from .independent import IndependentDrafter, ReducedVocabularyCache, kept_output_layer
 from .kinds import (KINDS, DrafterEntry, DrafterKind, all_names_text, drafter_key, drafter_keys, entry_for_key,
@@ -48,7 +49,7 @@ def drafter_swapped(pair, drafter):
         pair.drafter, pair.draft_id = saved
 
 
-__all__ = ["DraftCache", "IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter", "KINDS", "DrafterEntry",
+__all__ = ["active_engine", "engine_label", "target_cache", "DraftCache", "IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter", "KINDS", "DrafterEntry",
            "drafter_keys", "kind_for_key", "new_caches", "load_drafter", "drafter_swapped", "valid_drafter_name",
            "all_names_text", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "drafter_key", "measured_drafter",
            "measured_gamma", "measured_settings"]

@@ -23,12 +23,41 @@ from .vocabulary import load_frequent_ids
 GGUF_ENV = "PACER_DRAFT_GGUF"
 
 
+def active_engine(pair):
+    """The engine the pair's target runs on in a run: its llama.cpp engine (``pair.target_engine``,
+    target_engine.py) unless it has none or the drafter reads the target's hidden states (llama.cpp's are not
+    read); None means torch. AR and the verify passes of one pair always get the same engine."""
+    engine = getattr(pair, "target_engine", None)
+    drafter = getattr(pair, "drafter", None)
+    if engine is None or (drafter is not None and drafter.reads_target_features):
+        return None
+    return engine
+
+
+def engine_label(pair) -> str:
+    """What the page's model line says about the target's engine."""
+    engine = active_engine(pair)
+    if engine is not None:
+        return engine.describe()
+    if getattr(pair, "target_engine", None) is not None:
+        return "torch (the drafter reads the target's hidden states, which llama.cpp does not give)"
+    return "torch"
+
+
+def target_cache(pair, keep_features: bool = False):
+    """A fresh cache of the pair's target on its engine (``active_engine``)."""
+    engine = active_engine(pair)
+    if engine is not None and not keep_features:
+        return engine.new_cache()
+    return CachedModel(pair.target, pair.vocab_size, keep_features=keep_features)
+
+
 def new_caches(pair, full_support: bool = False):
-    """The target's cache and the drafter's cache for one run (both ``kvcache.DraftCache``). A drafter that
-    reads the target's features gets them recorded by the target cache. ``full_support``: the drafter's q must
-    be > 0 on every id (SMC-SD's proposal)."""
+    """The target's cache and the drafter's cache for one run (both ``kvcache.DraftCache``; the target's on its
+    engine, ``target_cache``). A drafter that reads the target's features gets them recorded by the target
+    cache. ``full_support``: the drafter's q must be > 0 on every id (SMC-SD's proposal)."""
     drafter = pair.drafter
-    target = CachedModel(pair.target, pair.vocab_size, keep_features=drafter.reads_target_features)
+    target = target_cache(pair, keep_features=drafter.reads_target_features)
     return target, drafter.new_cache(target, full_support)
 
 

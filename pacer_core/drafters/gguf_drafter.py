@@ -18,6 +18,7 @@ in a small pool per drafter and reused across runs (``ContextPool``)."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 import weakref
@@ -38,16 +39,22 @@ class GGUFUnavailable(RuntimeError):
     """llama-cpp-python is not installed, or the file cannot be used as a drafter for this target."""
 
 
+@functools.cache
+def _imported_llama_cpp():
+    import llama_cpp
+    from llama_cpp import _logger
+    _logger.set_verbose(False)          # llama.cpp's load and context messages only on errors
+    return llama_cpp
+
+
 def llama_cpp_module():
-    """``llama_cpp``, or GGUFUnavailable saying how to install it."""
+    """``llama_cpp``, or GGUFUnavailable saying how to install it. Imported and quietened once: setting the
+    logger's level on every decode call cost ~0.1 ms a call (logging clears every logger's cache)."""
     try:
-        import llama_cpp
-        from llama_cpp import _logger
+        return _imported_llama_cpp()
     except ImportError as missing:
         raise GGUFUnavailable("The gguf drafter needs llama-cpp-python, which is not installed: bash setup.sh builds "
                               f"it from source (a C++ compiler and cmake are needed). ({missing})") from None
-    _logger.set_verbose(False)          # llama.cpp's load and context messages only on errors
-    return llama_cpp
 
 
 def llama_cpp_available() -> str | None:
@@ -136,16 +143,21 @@ class GGUFModel:
         return [llama_cpp.llama_vocab_get_text(vocab, index).decode("utf-8", errors="replace")
                 for index in range(self.n_vocab)]
 
-    def new_context(self, cells: int):
-        """A context with a unified KV buffer of ``cells`` cells for up to 2 * MAX_ROWS sequences."""
+    def new_context(self, cells: int, sequences: int = 2 * MAX_ROWS, options: dict | None = None):
+        """A context with a unified KV buffer of ``cells`` cells for ``sequences`` sequences (2 * MAX_ROWS:
+        the rows and reorder's scratch). ``options``: other llama_context_params fields (the target engine's
+        flash-attention and KV types)."""
         llama_cpp = llama_cpp_module()
         from llama_cpp import _internals
         params = llama_cpp.llama_context_default_params()
+        cells = max(cells, BATCH_TOKENS)     # llama.cpp aborts (not raises) on a context smaller than its batch
         params.n_ctx, params.n_batch, params.n_ubatch = cells, BATCH_TOKENS, BATCH_TOKENS
-        params.n_seq_max = 2 * MAX_ROWS
+        params.n_seq_max = sequences
         params.n_threads = params.n_threads_batch = self.threads
         params.kv_unified = True
         params.no_perf = True
+        for name, value in (options or {}).items():
+            setattr(params, name, value)
         context = _internals.LlamaContext(model=self.model, params=params, verbose=False)
         return context, _internals.LlamaBatch(n_tokens=BATCH_TOKENS, embd=0, n_seq_max=1, verbose=False)
 
@@ -163,14 +175,17 @@ class ContextPool:
     """Idle llama.cpp contexts of one model, reused across runs (creating one allocates its KV buffer).
     At most ``size`` are kept; a run that finds none creates one."""
 
-    def __init__(self, model: GGUFModel, size: int | None = None):
+    def __init__(self, model: GGUFModel, size: int | None = None, sequences: int = 2 * MAX_ROWS,
+                 options: dict | None = None):
         self.model, self.size = model, size or pool_size()
+        self.sequences, self.options = sequences, dict(options or {})
         self._idle: list = []
         self._lock = threading.Lock()
         self.created = 0
 
-    def acquire(self, cells: int = START_CELLS):
-        """An idle context with at least ``cells`` cells, emptied, or a new one."""
+    def acquire(self, cells: int | None = None):
+        """An idle context with at least ``cells`` cells (START_CELLS by default), emptied, or a new one."""
+        cells = cells or START_CELLS
         with self._lock:
             for index, (context, batch) in enumerate(self._idle):
                 if context.n_ctx() >= cells:
@@ -178,7 +193,7 @@ class ContextPool:
                     context.kv_cache_clear()
                     return context, batch
         self.created += 1
-        return self.model.new_context(cells)
+        return self.model.new_context(cells, self.sequences, self.options)
 
     def release(self, context, batch) -> None:
         with self._lock:
@@ -227,11 +242,14 @@ class GGUFCache(FeedsSequence):
 
     features = None
     feature_length = 0
+    takes_keep = True         # ``forward(keep=k)``: llama.cpp computes and returns only the last k rows' logits
 
-    def __init__(self, drafter: GGUFDrafter):
-        self.drafter, self.vocab_size = drafter, drafter.vocab_size
-        self.context, self.batch = drafter.pool.acquire()
-        self._release = weakref.finalize(self, drafter.pool.release, self.context, self.batch)
+    def __init__(self, owner):
+        """``owner``: the GGUFDrafter, or the llama.cpp target engine (``target_engine.LlamaTarget``): what
+        holds the model, its context pool and the vocabulary size."""
+        self.owner, self.vocab_size = owner, owner.vocab_size
+        self.context, self.batch = owner.pool.acquire()
+        self._release = weakref.finalize(self, owner.pool.release, self.context, self.batch)
         self.row_tokens: list[list[int]] = [[]]
         self.device = torch.device("cpu")
         self.calls = 0
@@ -265,11 +283,15 @@ class GGUFCache(FeedsSequence):
         [B * kept, n_vocab] in row order. Feeds of more than BATCH_TOKENS go in several decode calls."""
         entries = [(row_index, self.length + offset, token_id, offset >= len(tokens) - kept)
                    for row_index, tokens in enumerate(rows) for offset, token_id in enumerate(tokens)]
-        outputs = []
-        for start in range(0, len(entries), BATCH_TOKENS):
-            chunk = entries[start: start + BATCH_TOKENS]
-            outputs.append(self._decode(chunk, entries[:start]))
+        outputs, decoded = [], []
+        for chunk in self._chunks(entries):
+            outputs.append(self._decode(chunk, decoded))
+            decoded = decoded + chunk
         return torch.cat(outputs) if len(outputs) > 1 else outputs[0]
+
+    def _chunks(self, entries: list) -> list[list]:
+        """The decode calls a feed is split into: BATCH_TOKENS entries each."""
+        return [entries[start: start + BATCH_TOKENS] for start in range(0, len(entries), BATCH_TOKENS)]
 
     def _decode(self, entries, decoded=()) -> torch.Tensor:
         """One llama_decode over (sequence, position, token, wants logits) entries; a full KV buffer is grown
@@ -291,7 +313,7 @@ class GGUFCache(FeedsSequence):
             outputs += int(wanted)
         batch.n_tokens = len(entries)
         self.context.decode(self.batch)
-        logits = torch.empty(outputs, self.drafter.model.n_vocab)     # [outputs, n_vocab] float32, batch order
+        logits = torch.empty(outputs, self.owner.model.n_vocab)     # [outputs, n_vocab] float32, batch order
         if outputs:       # one copy out of llama.cpp's buffer, which the next decode overwrites
             ctypes.memmove(logits.data_ptr(), llama_cpp.llama_get_logits(self.context.ctx), logits.nbytes)
         return logits
@@ -302,13 +324,13 @@ class GGUFCache(FeedsSequence):
         needed = sum(len(row) for row in self.row_tokens) + len(decoded) + extra
         cells = max(2 * self.context.n_ctx(), needed + START_CELLS)
         self._release()
-        self.context, self.batch = self.drafter.pool.acquire(cells)
-        self._release = weakref.finalize(self, self.drafter.pool.release, self.context, self.batch)
+        self.context, self.batch = self.owner.pool.acquire(cells)
+        self._release = weakref.finalize(self, self.owner.pool.release, self.context, self.batch)
         entries = [(row_index, position, token_id, False) for row_index, tokens in enumerate(self.row_tokens)
                    for position, token_id in enumerate(tokens)]
         entries += [(row_index, position, token_id, False) for row_index, position, token_id, _ in decoded]
-        for start in range(0, len(entries), BATCH_TOKENS):
-            self._decode_once(entries[start: start + BATCH_TOKENS])
+        for chunk in self._chunks(entries):
+            self._decode_once(chunk)
 
     def crop(self, length: int) -> None:
         """Roll every row back to its first ``length`` tokens."""

@@ -60,8 +60,11 @@ def pair_status_html(describe: dict, preverifier_kind: str, note: str | None = N
     items = [("Target", describe.get("target", "?")), ("Drafter", drafter_text(describe)),
              ("Device", describe.get("device", "?")), ("dtype", describe.get("dtype", "?")),
              ("PACER pre-verifier", preverifier)]
-    if describe.get("linear_kernels", "default") != "default":
+    on_llama_cpp = describe.get("target_engine", "torch").startswith("llama.cpp")
+    if describe.get("linear_kernels", "default") != "default" and not on_llama_cpp:
         items.insert(4, ("Linear layers", describe["linear_kernels"]))
+    if describe.get("target_engine"):
+        items.insert(1, ("Target engine", describe["target_engine"]))
     parts = "".join(f'<span class="pair-item"><span class="pair-key">{escape_text(key)}</span> '
                     f'{escape_text(str(value))}</span>' for key, value in items)
     extra = f'<div class="col-note">{escape_text(note)}</div>' if note else ""

@@ -1,0 +1,396 @@
+"""The project against llama.cpp's own tools on the same weights: llama.cpp's AR (``llama-completion``) and its
+speculative decoding (``llama-speculative-simple --spec-type draft-simple``, several ``--spec-draft-n-max``),
+float32 target (the embedded target's Q4_1 file requantized to F32 by ``llama-quantize``) and the Q4_1 file as the
+draft, beside the project's AR and the page's default fixed SD and PACER with the ``gguf`` drafter, on the same
+held-out chat prompts. Greedy, the same number of new tokens (EOS ignored on both sides), 2 threads, interleaved
+prompt by prompt (every configuration on prompt 1, then on prompt 2, ...), repeated; medians per prompt, then the
+median and the total over prompts.
+
+    python benchmarks/llamacpp_peer.py                       # builds the tools once (~4 min on 2 cores), then runs
+    python benchmarks/llamacpp_peer.py --repeats 3 --limit 12 --out benchmarks/results/llamacpp-peer
+
+The tools come from the llama.cpp that llama-cpp-python 0.3.36 vendors (its sdist, ``pip download``), built with the
+flags ``scripts/llama_cpu_flags.sh`` prints (GGML_NATIVE=OFF, never AMX) into a git-ignored folder (``--work``) and
+reused; or give a folder that holds them with ``--bin``. Timing: llama.cpp's tools print their decode time without
+the prompt (``eval time``; ``decoded N tokens in S seconds``); the project's rows are its Result's
+``tokens_per_s``, which includes the prompt's prefill: the comparison leans against the project.
+
+Not part of CI (it builds C++ and runs for minutes); tests/test_llamacpp_peer.py parses the tools' output
+(fast) and, marked slow, runs the whole thing on a tiny GGUF."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
+TOOLS = ("llama-completion", "llama-speculative-simple", "llama-quantize")
+BUILD_FLAGS = "-DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF"
+EVAL_LINE = re.compile(r"print:\s+eval time =\s*([\d.]+) ms /\s*(\d+) (?:runs|tokens)")
+DECODED_LINE = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
+ACCEPT_LINE = re.compile(r"accept\s+=\s+([\d.]+)%")
+PROMPT_LINE = re.compile(r"prompt eval time =\s*[\d.]+ ms /\s*(\d+) tokens")
+
+
+class PeerError(RuntimeError):
+    """A tool could not be built, found or run (one line)."""
+
+
+# ---- reading the tools' output (pure) ------------------------------------------------------------------------
+
+def completion_speed(log: str) -> dict:
+    """llama-completion's decode speed: {"tokens": runs, "seconds": s, "tokens_per_s": ...} from its perf lines."""
+    match = EVAL_LINE.search(log)
+    if not match:
+        raise PeerError("llama-completion printed no 'eval time' line (is its output cut?).")
+    milliseconds, runs = float(match.group(1)), int(match.group(2))
+    prompt = PROMPT_LINE.search(log)
+    return {"tokens": runs, "seconds": milliseconds / 1000, "tokens_per_s": runs / (milliseconds / 1000),
+            "prompt_tokens": int(prompt.group(1)) if prompt else None}
+
+
+def speculative_speed(log: str) -> dict:
+    """llama-speculative-simple's decode speed and acceptance from its summary lines."""
+    match = DECODED_LINE.search(log)
+    if not match:
+        raise PeerError("llama-speculative-simple printed no 'decoded N tokens in S seconds' line.")
+    tokens, seconds = int(match.group(1)), float(match.group(2))
+    accept = ACCEPT_LINE.search(log)
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
+            "acceptance": float(accept.group(1)) / 100 if accept else None}
+
+
+def per_prompt_medians(samples: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
+    """{row: {prompt: [tok/s per repeat]}} → {row: {prompt: median}}."""
+    return {row: {prompt: statistics.median(values) for prompt, values in by_prompt.items()}
+            for row, by_prompt in samples.items()}
+
+
+def summary_table(medians: dict[str, dict[str, float]], reference: str) -> list[dict]:
+    """Per row: the median over prompts of its per-prompt median tok/s, and the median over prompts of its per-prompt
+    ratio to ``reference`` (same prompt, same run)."""
+    rows = []
+    for row, by_prompt in medians.items():
+        ratios = [value / medians[reference][prompt] for prompt, value in by_prompt.items()
+                  if medians.get(reference, {}).get(prompt)]
+        rows.append({"row": row, "tokens_per_s": statistics.median(by_prompt.values()),
+                     "ratio_to_" + reference: statistics.median(ratios) if ratios else None,
+                     "prompts": len(by_prompt)})
+    return rows
+
+
+def best_ratio(medians: dict[str, dict[str, float]], ours: list[str], theirs: list[str]) -> dict:
+    """The project's fastest exact row over llama.cpp's fastest speculative row (by median tok/s over prompts), and
+    the median over prompts of that pair's per-prompt ratio."""
+    def fastest(names):
+        present = [name for name in names if name in medians]
+        return max(present, key=lambda name: statistics.median(medians[name].values())) if present else None
+    mine, peer = fastest(ours), fastest(theirs)
+    if mine is None or peer is None:
+        return {}
+    per_prompt = [medians[mine][prompt] / medians[peer][prompt] for prompt in medians[mine] if prompt in medians[peer]]
+    return {"ours": mine, "theirs": peer,
+            "ratio_of_medians": statistics.median(medians[mine].values()) / statistics.median(medians[peer].values()),
+            "median_per_prompt_ratio": statistics.median(per_prompt)}
+
+
+# ---- building or finding the tools ---------------------------------------------------------------------------
+
+def find_tools(folder: Path) -> dict[str, Path] | None:
+    paths = {tool: folder / tool for tool in TOOLS}
+    return paths if all(path.is_file() and os.access(path, os.X_OK) for path in paths.values()) else None
+
+
+INSTALLED_BLOCK = """
+if (PEER_INSTALLED_LIB_DIR)  # benchmarks/llamacpp_peer.py --link-installed: llama-cpp-python's own libraries
+    add_library(ggml SHARED IMPORTED GLOBAL)
+    set_target_properties(ggml PROPERTIES IMPORTED_LOCATION ${PEER_INSTALLED_LIB_DIR}/libggml.so
+        INTERFACE_INCLUDE_DIRECTORIES ${CMAKE_CURRENT_SOURCE_DIR}/ggml/include
+        INTERFACE_LINK_LIBRARIES "${PEER_INSTALLED_LIB_DIR}/libggml-base.so;${PEER_INSTALLED_LIB_DIR}/libggml-cpu.so")
+    add_library(llama SHARED IMPORTED GLOBAL)
+    set_target_properties(llama PROPERTIES IMPORTED_LOCATION ${PEER_INSTALLED_LIB_DIR}/libllama.so
+        INTERFACE_INCLUDE_DIRECTORIES ${CMAKE_CURRENT_SOURCE_DIR}/include INTERFACE_LINK_LIBRARIES ggml)
+endif()
+"""
+
+
+def patch_for_installed_libraries(source: Path) -> None:
+    """Let the tools link llama-cpp-python's installed libllama/libggml instead of compiling the library (~190 files):
+    the tools then run the very library the project runs. Idempotent."""
+    cmake = source / "CMakeLists.txt"
+    text = cmake.read_text()
+    if "PEER_INSTALLED_LIB_DIR" in text:
+        return
+    text = text.replace("if (LLAMA_USE_SYSTEM_GGML)", INSTALLED_BLOCK + "\nif (LLAMA_USE_SYSTEM_GGML)", 1)
+    text = text.replace("add_subdirectory(src)", "if (NOT PEER_INSTALLED_LIB_DIR)\n    add_subdirectory(src)\nendif()", 1)
+    text = text.replace("set_target_properties(llama\n", "if (NOT PEER_INSTALLED_LIB_DIR)\nset_target_properties(llama\n", 1)
+    text = text.replace("install(TARGETS llama LIBRARY PUBLIC_HEADER)", "install(TARGETS llama LIBRARY PUBLIC_HEADER)\nendif()", 1)
+    cmake.write_text(text)
+
+
+def installed_library_dir() -> Path:
+    import llama_cpp
+    return Path(llama_cpp.__file__).parent / "lib"
+
+
+def build_tools(work: Path, log=print, link_installed: bool = False) -> dict[str, Path]:
+    """The tools in ``work``/sdist/*/vendor/llama.cpp/build/bin, built once from the sdist llama-cpp-python vendors."""
+    build = "build-installed" if link_installed else "build"
+    found = next((tools for tools in map(find_tools, work.glob(f"sdist/*/vendor/llama.cpp/{build}/bin")) if tools), None)
+    if found:
+        return found
+    work.mkdir(parents=True, exist_ok=True)
+    archives = sorted(work.glob("llama_cpp_python-*.tar.gz"))
+    if not archives:
+        log(f"[peer] downloading the {LLAMA_CPP_PYTHON} source distribution...")
+        run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python",
+             LLAMA_CPP_PYTHON, "-d", str(work)])
+        archives = sorted(work.glob("llama_cpp_python-*.tar.gz"))
+    if not archives:
+        raise PeerError(f"pip download left no llama_cpp_python-*.tar.gz in {work}.")
+    source = extract_vendored(archives[-1], work)
+    binaries = source / build / "bin"
+    extra = []
+    if link_installed:
+        patch_for_installed_libraries(source)
+        extra = [f"-DPEER_INSTALLED_LIB_DIR={installed_library_dir()}"]
+    flags = subprocess.run(["bash", str(ROOT / "scripts" / "llama_cpu_flags.sh")], capture_output=True, text=True,
+                           check=True).stdout.split()
+    log(f"[peer] configuring llama.cpp with {' '.join(flags)} {BUILD_FLAGS}")
+    run(["cmake", "-S", str(source), "-B", str(source / build), "-DCMAKE_BUILD_TYPE=Release", *flags,
+         *BUILD_FLAGS.split(), *extra])
+    log("[peer] building llama-completion, llama-speculative-simple, llama-quantize (~4 min on 2 cores)...")
+    run(["cmake", "--build", str(source / build), "--config", "Release", "-j", str(os.cpu_count() or 2),
+         "--target", *TOOLS])
+    found = find_tools(binaries)
+    if not found:
+        raise PeerError(f"the build finished but {binaries} lacks one of {', '.join(TOOLS)}.")
+    return found
+
+
+def extract_vendored(archive: Path, work: Path) -> Path:
+    """The sdist unpacked in ``work``/sdist; its vendor/llama.cpp folder."""
+    unpacked = work / "sdist"
+    if not unpacked.exists():
+        with tarfile.open(archive) as tar:
+            tar.extractall(unpacked, filter="data")
+    found = sorted(unpacked.glob("*/vendor/llama.cpp/CMakeLists.txt"))
+    if not found:
+        raise PeerError(f"{archive.name} holds no vendor/llama.cpp.")
+    return found[0].parent
+
+
+def run(command: list[str], timeout: float | None = None) -> str:
+    """Run a command; its stdout and stderr together, or PeerError with its last lines."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    output = done.stdout + done.stderr
+    if done.returncode != 0:
+        tail = " | ".join(output.strip().splitlines()[-3:])
+        raise PeerError(f"{Path(command[0]).name} failed (exit {done.returncode}): {tail}")
+    return output
+
+
+def f32_target(tools: dict[str, Path], source: Path, work: Path) -> Path:
+    """The target as float32 GGUF, written by llama.cpp's own llama-quantize (once)."""
+    destination = work / "target-f32.gguf"
+    if not destination.exists():
+        run([str(tools["llama-quantize"]), "--allow-requantize", str(source), str(destination), "F32"])
+    return destination
+
+
+# ---- the runs ------------------------------------------------------------------------------------------------
+
+def llama_ar(tools, target: Path, prompt_file: Path, tokens: int, threads: int) -> dict:
+    log = run([str(tools["llama-completion"]), "-m", str(target), "-f", str(prompt_file), "-n", str(tokens),
+               "--ignore-eos", "-no-cnv", "--temp", "0", "-t", str(threads), "-tb", str(threads), "-c", "2048",
+               "--no-warmup"], timeout=600)
+    return completion_speed(log)
+
+
+def llama_speculative(tools, target: Path, draft: Path, prompt_file: Path, tokens: int, threads: int,
+                      n_max: int) -> dict:
+    log = run([str(tools["llama-speculative-simple"]), "-m", str(target), "-md", str(draft), "-f", str(prompt_file),
+               "-n", str(tokens), "--ignore-eos", "--temp", "0", "-t", str(threads), "-tb", str(threads),
+               "-td", str(threads), "-tbd", str(threads), "-c", "2048", "--spec-type", "draft-simple",
+               "--spec-draft-n-max", str(n_max)], timeout=600)
+    return speculative_speed(log)
+
+
+def without_eos(pair):
+    """A view of the pair that never stops at EOS (llama.cpp's rows run with --ignore-eos)."""
+    from pacer_core.models import ModelPair
+
+    class NoEosPair(ModelPair):
+        @property
+        def eos_token_ids(self) -> set[int]:
+            return set()
+    return NoEosPair(**{field.name: getattr(pair, field.name) for field in dataclasses.fields(pair)})
+
+
+def project_rows(pair, gamma: int | None):
+    """(row name, method, settings) for the project's rows: AR and the page's default fixed SD and PACER with the
+    pair's drafter (measured_defaults.json's starting settings)."""
+    from pacer_core.drafters import drafter_key, measured_gamma, measured_settings
+    key = drafter_key(pair.drafter)
+    fixed = gamma or measured_gamma(pair) or 4
+    return [("ours ar", "ar", {}), (f"ours fixed:{fixed}", "fixed", {"gamma": fixed}),
+            ("ours pacer", "pacer", measured_settings(pair, key, "pacer"))]
+
+
+def project_run(pair, method: str, settings: dict, prompt_ids, tokens: int) -> tuple[float, list[int]]:
+    from pacer_core.api import run_request
+    from pacer_core.request import EncodedPrompt, request_for
+    from pacer_core.settings import Limits, validate_settings
+
+    limits = Limits.from_env()
+    raw = {"max_new_tokens": tokens, "temperature": 0.0, **settings}
+    request = request_for(pair, method, validate_settings(limits, **raw), frozenset(raw),
+                          EncodedPrompt(tuple(prompt_ids)), limits)
+    *_, result = list(run_request(pair, request))
+    return result.metrics.tokens_per_s, list(result.token_ids)
+
+
+def measure(args) -> dict:
+    from pacer_core.embedded import find_gguf_file
+    from pacer_core.models import load_pair
+    from pacer_core.prompts import load_prompts
+
+    work = Path(args.work)
+    tools = find_tools(Path(args.bin)) if args.bin else build_tools(work, link_installed=args.link_installed)
+    if tools is None:
+        raise PeerError(f"{args.bin} does not hold {', '.join(TOOLS)}.")
+    draft_file = Path(args.draft_gguf) if args.draft_gguf else find_gguf_file()
+    target_file = Path(args.target_gguf) if args.target_gguf else f32_target(tools, draft_file, work)
+    pair = without_eos(load_pair(args.target, args.draft, target_engine=args.target_engine))
+    prompts = load_prompts(args.prompts)[: args.limit or None]
+    ours = project_rows(pair, args.gamma)
+    theirs = ["llama.cpp ar"] + [f"llama.cpp spec n_max={n}" for n in args.n_max]
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name, _, _ in ours}
+    samples.update({name: {} for name in theirs})
+    acceptance: dict[str, list[float]] = {name: [] for name in theirs[1:]}
+    identity = {"prompts": 0, "rows_equal_to_ar": {name: 0 for name, _, _ in ours[1:]}}
+    prompt_tokens = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for repeat in range(args.repeats):
+            for prompt in prompts:
+                prompt_id, prompt_ids = prompt["id"], pair.encode_prompt(prompt["prompt"])
+                text = pair.tokenizer.apply_chat_template([{"role": "user", "content": prompt["prompt"]}],
+                                                          add_generation_prompt=True, tokenize=False)
+                prompt_file = Path(scratch) / f"{prompt_id}.txt"
+                prompt_file.write_text(text)
+                outputs = {}
+                for name, method, settings in ours:
+                    speed, token_ids = project_run(pair, method, settings, prompt_ids, args.max_new_tokens)
+                    samples[name].setdefault(prompt_id, []).append(speed)
+                    outputs[name] = token_ids
+                ar_speed = llama_ar(tools, target_file, prompt_file, args.max_new_tokens, args.threads)
+                samples["llama.cpp ar"].setdefault(prompt_id, []).append(ar_speed["tokens_per_s"])
+                prompt_tokens[prompt_id] = {"ours": len(prompt_ids), "llama.cpp": ar_speed["prompt_tokens"]}
+                for n_max, name in zip(args.n_max, theirs[1:]):
+                    spec = llama_speculative(tools, target_file, draft_file, prompt_file, args.max_new_tokens,
+                                             args.threads, n_max)
+                    samples[name].setdefault(prompt_id, []).append(spec["tokens_per_s"])
+                    if spec["acceptance"] is not None:
+                        acceptance[name].append(spec["acceptance"])
+                if repeat == 0:
+                    identity["prompts"] += 1
+                    for name, _, _ in ours[1:]:
+                        identity["rows_equal_to_ar"][name] += int(outputs[name] == outputs["ours ar"])
+                print(f"[peer] repeat {repeat + 1}/{args.repeats} {prompt_id}: " + ", ".join(
+                    f"{name} {values[prompt_id][-1]:.1f}" for name, values in samples.items()), flush=True)
+    medians = per_prompt_medians(samples)
+    exact_rows = [name for name, _, _ in ours]
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": "python " + " ".join(map(shlex.quote, sys.argv)),
+            "pair": pair.describe(), "threads": args.threads, "max_new_tokens": args.max_new_tokens,
+            "repeats": args.repeats, "prompts": [prompt["id"] for prompt in prompts], "target_gguf": str(target_file),
+            "draft_gguf": str(draft_file), "samples": samples, "per_prompt_medians": medians,
+            "table": summary_table(medians, "llama.cpp ar"),
+            "acceptance": {name: statistics.median(values) for name, values in acceptance.items() if values},
+            "best": best_ratio(medians, exact_rows, theirs[1:]),
+            "ours_ar_over_llama_ar": best_ratio(medians, ["ours ar"], ["llama.cpp ar"]),
+            "greedy_identity": identity, "prompt_tokens": prompt_tokens}
+
+
+def markdown(report: dict) -> str:
+    lines = ["# The project against llama.cpp's own tools on the same weights", "",
+             f"{report['date']}, `{report['command']}`", "",
+             f"Greedy, {report['max_new_tokens']} new tokens (EOS ignored on both sides), {report['threads']} threads, "
+             f"{len(report['prompts'])} prompts interleaved, {report['repeats']} repeats; tok/s = median over prompts "
+             "of each prompt's median; ratio = median over prompts of the per-prompt ratio to llama.cpp's AR.", "",
+             f"Target engine: {report['pair'].get('target_engine', '?')}; target file {Path(report['target_gguf']).name},"
+             f" draft file {Path(report['draft_gguf']).name}.", "",
+             "| row | tok/s | x llama.cpp AR | acceptance |", "|---|---:|---:|---:|"]
+    for row in report["table"]:
+        ratio = row.get("ratio_to_llama.cpp ar")
+        accept = report["acceptance"].get(row["row"])
+        lines.append(f"| {row['row']} | {row['tokens_per_s']:.1f} | {ratio:.2f}x | "
+                     f"{'' if accept is None else f'{accept:.0%}'} |")
+    best, ar = report["best"], report["ours_ar_over_llama_ar"]
+    identity = report["greedy_identity"]
+    lines += ["", f"Fastest exact row of the project over llama.cpp's fastest speculative configuration: "
+              f"**{best.get('ratio_of_medians', 0):.2f}x** ({best.get('ours')} / {best.get('theirs')}; median per-prompt "
+              f"ratio {best.get('median_per_prompt_ratio', 0):.2f}x).",
+              f"The project's AR over llama.cpp's AR: {ar.get('ratio_of_medians', 0):.2f}x.",
+              f"Greedy rows equal to the project's AR (first repeat): " + ", ".join(
+                  f"{name} {count}/{identity['prompts']}" for name, count in identity["rows_equal_to_ar"].items()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", default="assets/prompts/heldout.jsonl")
+    parser.add_argument("--limit", type=int, default=12, help="the first N prompts (0 = all)")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--n-max", type=lambda text: [int(n) for n in text.split(",")], default=[8, 12, 16],
+                        dest="n_max", help="llama.cpp's --spec-draft-n-max values (comma separated)")
+    parser.add_argument("--gamma", type=int, default=None, help="the project's fixed length (default: the page's)")
+    parser.add_argument("--target", default="embedded")
+    parser.add_argument("--draft", default="gguf")
+    parser.add_argument("--target-engine", default=None, dest="target_engine")
+    parser.add_argument("--target-gguf", default=None, help="llama.cpp's F32 target (default: llama-quantize's)")
+    parser.add_argument("--draft-gguf", default=None, help="llama.cpp's draft (default: the embedded Q4_1 file)")
+    parser.add_argument("--bin", default=None, help="a folder holding the three tools (default: build them)")
+    parser.add_argument("--work", default="work/llamacpp-peer", help="where the tools are built (git-ignored)")
+    parser.add_argument("--out", default="benchmarks/results/llamacpp-peer")
+    parser.add_argument("--build-only", action="store_true", help="build (or find) the tools and stop")
+    parser.add_argument("--link-installed", action="store_true", dest="link_installed",
+                        help="link the tools to llama-cpp-python's installed libllama/libggml (the library the project "
+                        "runs) instead of compiling the library: ~60 files to compile instead of ~250")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.build_only:
+            print(build_tools(Path(args.work), link_installed=args.link_installed))
+            return 0
+        report = measure(args)
+    except (PeerError, subprocess.TimeoutExpired) as failure:
+        print(f"error: {failure}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "report.md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""The target's engine: torch (the model's own forward: ``kvcache.CachedModel``) or llama.cpp running a float32
+GGUF of the very same weights (``LlamaTarget``). Both speak ``CachedModel``'s interface (forward with ``keep``,
+crop, reorder, feed_sequence, length, calls), so every decoder runs on either unchanged.
+
+Why llama.cpp: on a 2-core CPU its float32 step over the embedded target costs ~27 ms against ~45-65 ms for
+torch's packed float32 path (docs/measurements.md, "The target run by llama.cpp"). The embedded target IS the
+float32 dequantization of ``SmolLM2-135M-Instruct.Q4_1.gguf``; requantizing that file to F32 with llama.cpp's
+``llama_model_quantize`` (``allow_requantize``) writes exactly those weights, cached once under $PACER_CACHE.
+
+Exactness: greedy SD returns AR's tokens only if a position's logits do not depend on how many positions share
+its forward pass. llama.cpp's CPU kernels (ggml-cpu, as vendored in llama-cpp-python 0.3.36) are NOT row-invariant
+as such:
+
+* a matrix product over ONE activation row runs ``ggml_vec_dot_f32`` (four 8-lane accumulators), over two or more
+  rows llamafile's tinyBLAS (one 8-lane accumulator per output): the same sums, rounded differently;
+* flash attention with one query row over >= 512 KV cells splits the cells across threads and merges partial
+  softmaxes; with >= 64 query rows it runs a tiled kernel;
+* the output layer sees only the rows whose logits are wanted, so a feed that wants one row multiplies one row.
+
+So every llama_decode of the target engine holds 2..CHUNK_TOKENS tokens (CHUNK_TOKENS < 64), and when it wants
+logits, at least two output rows: a feed of one token (AR's step), or one wanting a single row, gets a companion
+token in a sequence of its own (dropped right after, so the cache's cells keep following the positions), and long
+feeds are cut into balanced chunks. Within those limits a row's result does not depend on the rows beside it:
+``tests/test_target_engine.py`` checks it bit for bit against one-token steps, and the greedy-identity tests are
+the referee. AR runs on the same engine as the verify passes (``drafters.target_cache``).
+
+The torch engine stays for GPU targets, other dtypes, targets without a GGUF, and drafters that read the target's
+hidden states (the feature head): llama.cpp's are not read."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from . import embedded
+from .drafters.gguf_drafter import (MAX_ROWS, ContextPool, GGUFCache, GGUFModel, GGUFUnavailable, check_gguf_file,
+                                    default_threads, llama_cpp_available, llama_cpp_module, target_token_strings,
+                                    vocabulary_mismatch)
+
+ENGINE_ENV = "PACER_TARGET_ENGINE"
+ENGINES = ("auto", "torch", "llama.cpp")
+ENGINE_ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "llama.cpp", "gguf": "llama.cpp"}
+CHUNK_TOKENS = 48                     # tokens per llama_decode at most: below flash attention's 64-row tile
+COMPANION_SEQUENCE = 2 * MAX_ROWS     # the companion token's sequence (0..2*MAX_ROWS-1: rows and reorder's scratch)
+F32_FILE_NAME = "smollm2-135m-instruct-f32.gguf"
+LLAMA_FTYPE_ALL_F32 = 0
+# The context the target engine decodes in; chosen by benchmarks/target_engine.py (see its results file):
+# flash attention off, keys and values stored in float32 like the torch target's cache.
+CONTEXT_OPTIONS = {"flash_attn_type": 0, "type_k": 0, "type_v": 0}
+
+
+def parse_engine(text) -> str:
+    """``auto``, ``torch`` or ``llama.cpp`` (a few spellings of llama.cpp accepted); ValueError otherwise."""
+    key = str(text or "auto").strip().lower()
+    key = ENGINE_ALIASES.get(key, key)
+    if key not in ENGINES:
+        raise ValueError(f"Unknown target engine '{text}': use auto, torch or llama.cpp.")
+    return key
+
+
+def balanced_chunks(count: int, limit: int) -> list[int]:
+    """Sizes of the fewest chunks of at most ``limit`` that add up to ``count``, as equal as possible (so none has
+    a single token when ``count`` >= 2 and ``limit`` >= 4). balanced_chunks(100, 48) == [34, 33, 33]."""
+    if count <= 0:
+        return []
+    pieces = -(-count // limit)
+    size, extra = divmod(count, pieces)
+    return [size + 1] * extra + [size] * (pieces - extra)
+
+
+def needs_companion(entries: int, wanted: int) -> bool:
+    """Whether a decode call needs the companion token: one token alone, or one output row alone, would run the
+    one-row kernels (module docstring)."""
+    return entries < 2 or wanted == 1
+
+
+def engine_unavailable(is_embedded_target: bool, device_type: str, dtype_name: str) -> str | None:
+    """Why the llama.cpp engine cannot run this target (None: it can)."""
+    if device_type != "cpu":
+        return f"llama.cpp runs the target on the CPU; this target is on {device_type}"
+    if dtype_name != "float32":
+        return f"the llama.cpp engine runs the target in float32 (asked: {dtype_name})"
+    if not is_embedded_target:
+        return "only the embedded target has a GGUF of its own weights for llama.cpp to run"
+    return llama_cpp_available()
+
+
+def choose_engine(requested: str, is_embedded_target: bool, device_type: str, dtype_name: str) -> str:
+    """The engine a pair gets: ``auto`` is llama.cpp where it can run the target (the embedded target in float32 on
+    a CPU with llama-cpp-python: measured fastest there), torch otherwise. An explicit llama.cpp that cannot run
+    raises ValueError saying why."""
+    requested = parse_engine(requested)
+    if requested == "torch":
+        return "torch"
+    why_not = engine_unavailable(is_embedded_target, device_type, dtype_name)
+    if why_not is None:
+        return "llama.cpp"
+    if requested == "llama.cpp":
+        raise ValueError(f"The llama.cpp target engine is not available: {why_not}.")
+    return "torch"
+
+
+def convert_to_f32(source: Path, destination: Path, threads: int | None = None) -> Path:
+    """Write ``source`` (any GGUF llama.cpp reads) as an all-float32 GGUF at ``destination`` (atomically): each
+    quantized tensor dequantized by llama.cpp itself, the rest copied."""
+    llama_cpp = llama_cpp_module()
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    handle, staging = tempfile.mkstemp(prefix="f32-", suffix=".gguf", dir=destination.parent)
+    os.close(handle)
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.allow_requantize = LLAMA_FTYPE_ALL_F32, True
+    params.nthread = threads or default_threads()
+    try:
+        code = llama_cpp.llama_model_quantize(str(source).encode(), staging.encode(), params)
+        if code != 0:
+            raise GGUFUnavailable(f"llama.cpp could not convert '{source.name}' to float32 (code {code}).")
+        os.replace(staging, destination)
+    finally:
+        if os.path.exists(staging):
+            os.remove(staging)
+    return destination
+
+
+def embedded_f32_gguf(log=None) -> Path:
+    """The embedded target's weights as a float32 GGUF under the cache folder, converted once (~2 s) from the file
+    the target was converted from."""
+    destination = embedded.cache_root() / F32_FILE_NAME
+    if destination.exists():
+        return destination
+    source = embedded.find_gguf_file()
+    if log:
+        log(f"[pacer] writing the embedded target as float32 GGUF for llama.cpp in {destination} (once)...")
+    return convert_to_f32(source, destination)
+
+
+class LlamaTargetCache(GGUFCache):
+    """The target's KV cache in a llama.cpp context, row-invariant (module docstring): chunks of at most
+    CHUNK_TOKENS tokens, and a companion token whenever a call would run a one-row kernel."""
+
+    def _chunks(self, entries: list) -> list[list]:
+        chunks, start = [], 0
+        for size in balanced_chunks(len(entries), CHUNK_TOKENS):
+            chunks.append(entries[start: start + size])
+            start += size
+        return chunks
+
+    def _decode_once(self, entries):
+        wanted = sum(1 for entry in entries if entry[3])
+        if not needs_companion(len(entries), wanted):
+            return super()._decode_once(entries)
+        companion = (COMPANION_SEQUENCE, 0, entries[-1][2], wanted > 0)   # its own sequence: sees only itself
+        try:
+            logits = super()._decode_once(list(entries) + [companion])
+        finally:
+            self.context.kv_cache_seq_rm(COMPANION_SEQUENCE, -1, -1)
+        return logits[:wanted]
+
+
+class LlamaTarget:
+    """The target run by llama.cpp on a float32 GGUF of its weights; ``new_cache`` gives each run its KV cache
+    (contexts pooled and reused like the gguf drafter's)."""
+
+    name = "llama.cpp"
+
+    def __init__(self, model: GGUFModel, vocab_size: int):
+        self.model, self.vocab_size = model, vocab_size
+        self.pool = ContextPool(model, sequences=COMPANION_SEQUENCE + 1, options=CONTEXT_OPTIONS)
+
+    @classmethod
+    def load(cls, path, tokenizer, vocab_size: int, threads: int | None = None) -> "LlamaTarget":
+        """Load a GGUF of the target and check that it speaks the target's tokenizer (GGUFUnavailable otherwise)."""
+        path = check_gguf_file(path)
+        model = GGUFModel(path, threads or default_threads())
+        mismatch = vocabulary_mismatch(model.token_strings(), target_token_strings(tokenizer, vocab_size), vocab_size)
+        if mismatch:
+            raise GGUFUnavailable(f"The GGUF file '{path.name}' cannot run the target: {mismatch}.")
+        return cls(model, vocab_size)
+
+    @classmethod
+    def for_embedded(cls, tokenizer, vocab_size: int, log=None) -> "LlamaTarget":
+        return cls.load(embedded_f32_gguf(log), tokenizer, vocab_size)
+
+    def new_cache(self) -> LlamaTargetCache:
+        return LlamaTargetCache(self)
+
+    def describe(self) -> str:
+        return f"llama.cpp ({self.model.path.name}, {self.model.threads} threads)"
+
+
+__all__ = ["ENGINES", "ENGINE_ENV", "LlamaTarget", "LlamaTargetCache", "parse_engine", "choose_engine",
+           "balanced_chunks", "needs_companion", "embedded_f32_gguf", "convert_to_f32", "engine_unavailable"]

@@ -1,0 +1,59 @@
+"""benchmarks/llamacpp_peer.py: reading llama.cpp's tools' output and the table's arithmetic (fast, pure); the tools
+themselves are built and run by the script, outside CI."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "llamacpp_peer.py"
+spec = importlib.util.spec_from_file_location("llamacpp_peer", SCRIPT)
+peer = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(peer)
+
+COMPLETION_LOG = """
+llama_perf_sampler_print:    sampling time =       9.61 ms /   102 runs   (    0.09 ms per token, 10613.94 tokens per second)
+llama_perf_context_print:        load time =     181.84 ms
+llama_perf_context_print: prompt eval time =      97.13 ms /    38 tokens (    2.56 ms per token,   391.23 tokens per second)
+llama_perf_context_print:        eval time =    1720.40 ms /    63 runs   (   27.31 ms per token,    36.62 tokens per second)
+llama_perf_context_print:       total time =    1843.47 ms /   101 tokens
+"""
+SPECULATIVE_LOG = """
+encoded   38 tokens in    0.101 seconds, speed:  376.238 t/s
+decoded   66 tokens in    1.437 seconds, speed:   45.929 t/s
+
+n_draft   = 8
+n_predict = 66
+n_drafted = 72
+n_accept  = 61
+accept    = 84.722%
+"""
+
+
+@pytest.mark.pure
+def test_the_tools_speeds_are_read_from_their_own_summary_lines():
+    completion = peer.completion_speed(COMPLETION_LOG)
+    assert completion["tokens"] == 63 and completion["prompt_tokens"] == 38
+    assert completion["tokens_per_s"] == pytest.approx(63 / 1.7204)
+    speculative = peer.speculative_speed(SPECULATIVE_LOG)
+    assert speculative["tokens"] == 66 and speculative["tokens_per_s"] == pytest.approx(66 / 1.437)
+    assert speculative["acceptance"] == pytest.approx(0.84722)
+    with pytest.raises(peer.PeerError, match="no 'eval time' line"):
+        peer.completion_speed("llama_perf_context_print: prompt eval time = 1.0 ms / 3 tokens")
+    with pytest.raises(peer.PeerError, match="no 'decoded N tokens"):
+        peer.speculative_speed("encoded 3 tokens in 0.1 seconds")
+
+
+@pytest.mark.pure
+def test_the_table_takes_medians_per_prompt_then_over_prompts():
+    samples = {"llama.cpp ar": {"a": [30, 40, 35], "b": [20, 20, 22]},
+               "llama.cpp spec n_max=8": {"a": [50, 40, 45], "b": [30, 31, 29]},
+               "ours pacer": {"a": [60, 61, 59], "b": [40, 44, 42]}, "ours ar": {"a": [35, 35, 35], "b": [21, 21, 21]}}
+    medians = peer.per_prompt_medians(samples)
+    assert medians["llama.cpp ar"] == {"a": 35, "b": 20}
+    table = {row["row"]: row for row in peer.summary_table(medians, "llama.cpp ar")}
+    assert table["ours pacer"]["tokens_per_s"] == pytest.approx(51.0)
+    assert table["ours pacer"]["ratio_to_llama.cpp ar"] == pytest.approx((60 / 35 + 42 / 20) / 2)
+    best = peer.best_ratio(medians, ["ours ar", "ours pacer"], ["llama.cpp spec n_max=8"])
+    assert best["ours"] == "ours pacer" and best["theirs"] == "llama.cpp spec n_max=8"
+    assert best["ratio_of_medians"] == pytest.approx(51.0 / 37.5)
+    assert best["median_per_prompt_ratio"] == pytest.approx((60 / 45 + 42 / 30) / 2)

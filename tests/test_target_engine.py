@@ -1,0 +1,221 @@
+"""The llama.cpp target engine (target_engine.py): its row invariance bit for bit (the reason for the companion token
+and the chunking), greedy identity of every decoder with AR on the same engine, chi-square on sampling against the
+engine's own distribution, SMC-SD on it, the engine choice and its errors, and the embedded target's F32 file."""
+import itertools
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
+from pacer_core.decoders.smc import SMC
+from pacer_core.drafters import active_engine, drafter_swapped, engine_label, load_drafter, target_cache
+from pacer_core.drafters.gguf_drafter import GGUFCache
+from pacer_core.kvcache import CachedModel
+from pacer_core.preverifier import ConfidencePreVerifier
+from pacer_core.sampling import logits_to_probs
+from pacer_core.target_engine import (CHUNK_TOKENS, LlamaTarget, balanced_chunks, choose_engine, needs_companion,
+                                      parse_engine)
+from pacer_core.testing.enumeration import chi_square_p_value
+from pacer_core.testing.gguf_file import write_llama_gguf
+from pacer_core.testing.tiny import tiny_pair
+
+SIGNIFICANCE = 1e-3
+
+
+@pytest.mark.pure
+def test_balanced_chunks_cover_the_feed_with_no_lonely_token():
+    assert balanced_chunks(0, 48) == [] and balanced_chunks(1, 48) == [1] and balanced_chunks(48, 48) == [48]
+    assert balanced_chunks(100, 48) == [34, 33, 33] and balanced_chunks(49, 48) == [25, 24]
+    for count in range(2, 400):
+        sizes = balanced_chunks(count, CHUNK_TOKENS)
+        assert sum(sizes) == count and max(sizes) <= CHUNK_TOKENS and min(sizes) >= 2
+        assert len(sizes) == -(-count // CHUNK_TOKENS)
+
+
+@pytest.mark.pure
+def test_a_call_needs_the_companion_exactly_when_a_one_row_kernel_would_run():
+    assert needs_companion(1, 1) and needs_companion(1, 0) and needs_companion(5, 1)
+    assert not needs_companion(2, 2) and not needs_companion(5, 0) and not needs_companion(5, 3)
+
+
+@pytest.mark.pure
+def test_engine_choice_and_its_errors():
+    assert parse_engine(None) == "auto" and parse_engine("LLAMA.CPP") == "llama.cpp" and parse_engine("llamacpp") == "llama.cpp"
+    with pytest.raises(ValueError, match="Unknown target engine 'tpu': use auto, torch or llama.cpp"):
+        parse_engine("tpu")
+    assert choose_engine("torch", True, "cpu", "float32") == "torch"
+    assert choose_engine("auto", True, "cuda", "bfloat16") == "torch"
+    assert choose_engine("auto", False, "cpu", "float32") == "torch"
+    with pytest.raises(ValueError, match="only the embedded target has a GGUF"):
+        choose_engine("llama.cpp", False, "cpu", "float32")
+    with pytest.raises(ValueError, match="runs the target in float32"):
+        choose_engine("llama.cpp", True, "cpu", "bfloat16")
+
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash setup.sh builds it)")
+
+
+def engine_for(model, tokenizer, folder, vocab=64) -> LlamaTarget:
+    return LlamaTarget.load(write_llama_gguf(model, tokenizer, folder / "target.gguf"), tokenizer, vocab)
+
+
+@pytest.fixture(scope="module")
+def pair_on_llama(tmp_path_factory):
+    """A tiny pair whose target runs on llama.cpp (its F32 GGUF), a noisy copy as its draft (torch), and that
+    draft's GGUF for the gguf drafter."""
+    pair = tiny_pair(scale=6.0, eos_token_id=63)
+    folder = tmp_path_factory.mktemp("engine")
+    pair.target_engine = engine_for(pair.target, pair.tokenizer, folder)
+    pair.draft_gguf = str(write_llama_gguf(pair.draft, pair.tokenizer, folder / "draft.gguf"))
+    return pair
+
+
+def stepped_and_verified(cache_factory, prompt, continuation, verify_sizes):
+    """Logits rows after prompt + k tokens: once from one-token steps, once from verify-style feeds."""
+    stepped = cache_factory()
+    rows = [stepped.forward(prompt, keep=1)[0, -1]]
+    rows += [stepped.forward([token_id], keep=1)[0, -1] for token_id in continuation]
+    verifying, sequence = cache_factory(), list(prompt) + list(continuation)
+    pieces, position = [verifying.forward(sequence[: len(prompt) + 1], keep=2)[0]], len(prompt) + 1
+    for size in itertools.cycle(verify_sizes):
+        if position >= len(sequence):
+            break
+        size = min(size, len(sequence) - position)
+        pieces.append(verifying.forward(sequence[position: position + size], keep=size)[0])
+        position += size
+    return torch.stack(rows), torch.cat(pieces)
+
+
+def test_the_engine_is_row_invariant_bit_for_bit_and_computes_the_models_logits(pair_on_llama):
+    engine, prompt = pair_on_llama.target_engine, list(range(3, 60))          # longer than one chunk
+    continuation = [(7 * index) % 60 for index in range(40)]
+    stepped, verified = stepped_and_verified(engine.new_cache, prompt, continuation, (2, 5, 9, 3, 13))
+    assert torch.equal(stepped, verified)
+    reference = CachedModel(pair_on_llama.target, 64).forward(prompt + continuation)[0, len(prompt) - 1:]
+    assert torch.allclose(stepped, reference, atol=1e-4)
+
+
+def test_crops_and_growth_keep_the_engine_row_invariant(pair_on_llama, monkeypatch):
+    from pacer_core.drafters import gguf_drafter
+    monkeypatch.setattr(gguf_drafter, "START_CELLS", 256)
+    engine = LlamaTarget(pair_on_llama.target_engine.model, 64)
+    cache, prompt = engine.new_cache(), [index % 60 for index in range(250)]
+    cache.forward(prompt)
+    cache.forward([5, 6, 7, 8, 9, 10])
+    cache.crop(252)                                    # a rejected draft rolled back
+    grown = cache.forward(list(range(11, 19)), keep=8)[0]   # needs more cells than the first context held
+    assert cache.context.n_ctx() > 256
+    fresh = engine.new_cache()
+    fresh.forward(prompt + [5, 6], keep=1)
+    stepped = torch.stack([fresh.forward([token_id], keep=1)[0, -1] for token_id in range(11, 19)])
+    assert torch.equal(grown, stepped)
+
+
+def test_plain_llama_cpp_calls_are_not_row_invariant_which_is_why_the_engine_exists(pair_on_llama):
+    owner = pair_on_llama.target_engine
+    stepped, verified = stepped_and_verified(lambda: GGUFCache(owner), list(range(3, 20)), list(range(20, 50)), (4,))
+    assert not torch.equal(stepped, verified)
+    assert torch.allclose(stepped, verified, atol=1e-3)
+
+
+def run_ids(decoder, pair, prompt_ids, **settings):
+    *_, result = decoder.run(pair, prompt_ids, validate_settings(**settings))
+    return result
+
+
+@pytest.mark.parametrize("drafter_name", ["small", "gguf"])
+def test_greedy_fixed_and_pacer_on_the_engine_return_ars_tokens(pair_on_llama, drafter_name):
+    pair = pair_on_llama
+    drafter = load_drafter(pair, drafter_name)
+    decoders = [FixedSpeculative(gamma) for gamma in (1, 3, 6)] + [
+        Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit"), Pacer(2, 16, 0.9, ConfidencePreVerifier(), "discard")]
+    rejected = 0
+    with drafter_swapped(pair, drafter):
+        assert isinstance(target_cache(pair), GGUFCache)
+        for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(60))):
+            reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=40).token_ids
+            for decoder in decoders:
+                result = run_ids(decoder, pair, prompt, max_new_tokens=40)
+                assert result.token_ids == reference, (decoder.info(), prompt)
+                rejected += result.metrics.drafted_tokens - result.metrics.accepted_tokens
+    assert rejected > 0
+
+
+def engine_sequence_distribution(engine, prompt_ids, n_tokens, temperature, top_k=0, top_p=1.0) -> dict:
+    """P(first n_tokens = s) for every s, enumerated with the ENGINE's logits (the distribution decoders on it
+    must reproduce)."""
+    vocab, distribution = engine.vocab_size, {}
+    for suffix in itertools.product(range(vocab), repeat=n_tokens - 1):
+        logits = engine.new_cache().forward(list(prompt_ids) + list(suffix))[0, len(prompt_ids) - 1:]
+        probs = logits_to_probs(logits, temperature, top_k, top_p)
+        prefix_prob = 1.0
+        for position, token in enumerate(suffix):
+            prefix_prob *= float(probs[position, token])
+        for last in range(vocab):
+            distribution[tuple(suffix) + (last,)] = prefix_prob * float(probs[n_tokens - 1, last])
+    return distribution
+
+
+PROMPT, N_TOKENS, RUNS = [1, 2], 3, 1000
+FILTERED = {"temperature": 0.8, "top_k": 4}
+
+
+@pytest.fixture(scope="module")
+def five_token_pair_on_llama(tmp_path_factory):
+    pair = tiny_pair(vocab_size=5, scale=6.0, target_layers=1, hidden=32, draft_noise=0.5)
+    pair.target_engine = engine_for(pair.target, pair.tokenizer, tmp_path_factory.mktemp("engine5"), vocab=5)
+    return pair
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("decoder", [Autoregressive(), FixedSpeculative(2),
+                                     Pacer(1, 2, 0.5, ConfidencePreVerifier(), "submit")], ids=["ar", "fixed", "pacer"])
+def test_sampling_on_the_engine_matches_the_engines_distribution(five_token_pair_on_llama, decoder):
+    pair = five_token_pair_on_llama
+    truth = engine_sequence_distribution(pair.target_engine, PROMPT, N_TOKENS, **FILTERED)
+    counts = Counter()
+    for seed in range(RUNS):
+        counts[tuple(run_ids(decoder, pair, PROMPT, max_new_tokens=N_TOKENS, seed=seed, **FILTERED).token_ids)] += 1
+    assert chi_square_p_value(counts, truth) > SIGNIFICANCE
+
+
+def test_smc_sd_runs_on_the_engine(pair_on_llama):
+    with drafter_swapped(pair_on_llama, load_drafter(pair_on_llama, "gguf")):
+        *events, result = SMC().run(pair_on_llama, [1, 2, 3], validate_settings(
+            max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
+    assert len(result.token_ids) == 12 and events
+
+
+def test_a_drafter_that_reads_the_target_falls_back_to_torch_for_ar_and_verify(pair_on_llama):
+    head_like = SimpleNamespace(reads_target_features=True, name="head", describe=lambda: {})
+    with drafter_swapped(pair_on_llama, head_like):
+        assert active_engine(pair_on_llama) is None and isinstance(target_cache(pair_on_llama), CachedModel)
+        assert engine_label(pair_on_llama).startswith("torch (the drafter reads the target's hidden states")
+    assert engine_label(pair_on_llama).startswith("llama.cpp (target.gguf, ")
+    assert pair_on_llama.describe()["target_engine"].startswith("llama.cpp")
+
+
+def test_a_gguf_with_another_vocabulary_cannot_run_the_target(tmp_path):
+    pair = tiny_pair()
+    path = write_llama_gguf(pair.target, pair.tokenizer, tmp_path / "other.gguf", tokens=[f"u{i}" for i in range(64)])
+    with pytest.raises(RuntimeError, match="cannot run the target: 64 token ids have other strings"):
+        LlamaTarget.load(path, pair.tokenizer, 64)
+
+
+@pytest.mark.embedded
+def test_the_embedded_target_runs_on_llama_cpp_by_default_and_sd_keeps_ars_tokens():
+    from pacer_core import load_pair
+    pair = load_pair("embedded", "gguf", device="cpu")
+    assert pair.describe()["target_engine"].startswith("llama.cpp (smollm2-135m-instruct-f32.gguf")
+    prompt_ids = pair.encode_prompt("Explain how a refrigerator keeps food cold.")
+    stepped, verified = stepped_and_verified(pair.target_engine.new_cache, prompt_ids, list(range(300, 330)), (5, 9))
+    assert torch.equal(stepped, verified)
+    for prompt in ("Name three primary colours.", "Write a haiku about rain."):
+        prompt_ids = pair.encode_prompt(prompt)
+        reference = run_ids(Autoregressive(), pair, prompt_ids, max_new_tokens=32).token_ids
+        for decoder in (FixedSpeculative(10), Pacer(4, 32, 0.05, ConfidencePreVerifier(), "submit")):
+            assert run_ids(decoder, pair, prompt_ids, max_new_tokens=32).token_ids == reference
+    torch_pair = load_pair("embedded", "gguf", device="cpu", target_engine="torch")
+    assert torch_pair.target_engine is None and torch_pair.describe()["target_engine"] == "torch"
