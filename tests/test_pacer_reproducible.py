@@ -119,8 +119,12 @@ def test_the_gguf_page_settings_take_the_cost_rule_at_the_pages_temperature(tiny
     if "gguf" not in drafters:
         pytest.skip("llama-cpp-python is not installed")
     with drafter_swapped(pair, drafters["gguf"]):
-        events, _ = page_run(pair, TINY_PROMPT, SEEDS[0])
-    assert any(event.stop_reason == "cost" for event in events)
+        preverifier = default_preverifier(pair)
+        starts = starting_settings(pair, preverifier)
+        assert starts["stop_rule"] == "auto" and starts["temperature"] > 0      # auto: the cost rule when sampling
+        settings = validate_settings(**(starts | {"seed": SEEDS[0], "max_draft_len": 32}))
+        *events, _ = make_decoder("pacer", preverifier).run(pair, TINY_PROMPT, settings)
+    assert any(event.stop_reason == "cost" for event in events)   # past the page's short cap, the rule itself stops
 
 
 def test_a_seeded_page_run_repeats_after_other_runs_in_one_process(tiny):
