@@ -71,7 +71,8 @@ def test_step_through_shows_draft_then_verdict_one_pass_at_a_time(page, tmp_path
     assert page.locator("#col-pacer .step").count() == 1
     page.click("#step-button")                                   # 3: the next pass
     narration_has(page, "Step 2")
-    assert page.locator("#col-pacer .step").count() == 2
+    page.wait_for_function("document.querySelectorAll('#col-pacer .step').length === 2",   # the narration may
+                           timeout=RUN_TIMEOUT_S * 1000)                                     # render before it
     narration = page.inner_text("#narration")
     assert "PACER" in narration and "the draft proposed" in narration
     page.screenshot(path=str(tmp_path / "step.png"), full_page=True)
