@@ -294,7 +294,7 @@ def measure(args) -> dict:
     samples.update({name: {} for name in theirs})
     acceptance: dict[str, list[float]] = {name: [] for name in theirs[1:]}
     identity = {"prompts": 0, "rows_equal_to_ar": {name: 0 for name, _, _ in ours[1:]}}
-    prompt_tokens = {}
+    prompt_tokens, failures = {}, []
     with tempfile.TemporaryDirectory() as scratch:
         for repeat in range(args.repeats):
             for prompt in prompts:
@@ -308,12 +308,19 @@ def measure(args) -> dict:
                     speed, token_ids = project_run(pair, method, settings, prompt_ids, args.max_new_tokens)
                     samples[name].setdefault(prompt_id, []).append(speed)
                     outputs[name] = token_ids
-                ar_speed = llama_ar(tools, target_file, prompt_file, args.max_new_tokens, args.threads, env)
-                samples["llama.cpp ar"].setdefault(prompt_id, []).append(ar_speed["tokens_per_s"])
-                prompt_tokens[prompt_id] = {"ours": len(prompt_ids), "llama.cpp": ar_speed["prompt_tokens"]}
+                try:
+                    ar_speed = llama_ar(tools, target_file, prompt_file, args.max_new_tokens, args.threads, env)
+                    samples["llama.cpp ar"].setdefault(prompt_id, []).append(ar_speed["tokens_per_s"])
+                    prompt_tokens[prompt_id] = {"ours": len(prompt_ids), "llama.cpp": ar_speed["prompt_tokens"]}
+                except PeerError as failure:      # one failed run is recorded, the others go on
+                    failures.append({"row": "llama.cpp ar", "prompt": prompt_id, "repeat": repeat, "why": str(failure)})
                 for n_max, name in zip(args.n_max, theirs[1:]):
-                    spec = llama_speculative(tools, target_file, draft_file, prompt_file, args.max_new_tokens,
-                                             args.threads, n_max, env)
+                    try:
+                        spec = llama_speculative(tools, target_file, draft_file, prompt_file, args.max_new_tokens,
+                                                 args.threads, n_max, env)
+                    except PeerError as failure:
+                        failures.append({"row": name, "prompt": prompt_id, "repeat": repeat, "why": str(failure)})
+                        continue
                     samples[name].setdefault(prompt_id, []).append(spec["tokens_per_s"])
                     if spec["acceptance"] is not None:
                         acceptance[name].append(spec["acceptance"])
@@ -322,7 +329,8 @@ def measure(args) -> dict:
                     for name, _, _ in ours[1:]:
                         identity["rows_equal_to_ar"][name] += int(outputs[name] == outputs["ours ar"])
                 print(f"[peer] repeat {repeat + 1}/{args.repeats} {prompt_id}: " + ", ".join(
-                    f"{name} {values[prompt_id][-1]:.1f}" for name, values in samples.items()), flush=True)
+                    f"{name} {values[prompt_id][-1]:.1f}" for name, values in samples.items() if prompt_id in values),
+                    flush=True)
     medians = per_prompt_medians(samples)
     exact_rows = [name for name, _, _ in ours]
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": "python " + " ".join(map(shlex.quote, sys.argv)),
@@ -336,7 +344,7 @@ def measure(args) -> dict:
             "acceptance": {name: statistics.median(values) for name, values in acceptance.items() if values},
             "best": best_ratio(medians, exact_rows, theirs[1:]),
             "ours_ar_over_llama_ar": best_ratio(medians, ["ours ar"], ["llama.cpp ar"]),
-            "greedy_identity": identity, "prompt_tokens": prompt_tokens}
+            "greedy_identity": identity, "prompt_tokens": prompt_tokens, "failures": failures}
 
 
 def markdown(report: dict) -> str:
