@@ -109,8 +109,8 @@ def best_ratio(medians: dict[str, dict[str, float]], ours: list[str], theirs: li
 
 # ---- building or finding the tools ---------------------------------------------------------------------------
 
-def find_tools(folder: Path) -> dict[str, Path] | None:
-    paths = {tool: folder / tool for tool in TOOLS}
+def find_tools(folder: Path, needed=TOOLS) -> dict[str, Path] | None:
+    paths = {tool: folder / tool for tool in needed}
     return paths if all(path.is_file() and os.access(path, os.X_OK) for path in paths.values()) else None
 
 
@@ -193,9 +193,9 @@ def extract_vendored(archive: Path, work: Path) -> Path:
     return found[0].parent
 
 
-def run(command: list[str], timeout: float | None = None) -> str:
+def run(command: list[str], timeout: float | None = None, env: dict | None = None) -> str:
     """Run a command; its stdout and stderr together, or PeerError with its last lines."""
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     output = done.stdout + done.stderr
     if done.returncode != 0:
         tail = " | ".join(output.strip().splitlines()[-3:])
@@ -203,29 +203,39 @@ def run(command: list[str], timeout: float | None = None) -> str:
     return output
 
 
-def f32_target(tools: dict[str, Path], source: Path, work: Path) -> Path:
+def f32_target(tools: dict[str, Path], source: Path, work: Path, env=None) -> Path:
     """The target as float32 GGUF, written by llama.cpp's own llama-quantize (once)."""
     destination = work / "target-f32.gguf"
     if not destination.exists():
-        run([str(tools["llama-quantize"]), "--allow-requantize", str(source), str(destination), "F32"])
+        run([str(tools["llama-quantize"]), "--allow-requantize", str(source), str(destination), "F32"], env=env)
     return destination
 
 
 # ---- the runs ------------------------------------------------------------------------------------------------
 
-def llama_ar(tools, target: Path, prompt_file: Path, tokens: int, threads: int) -> dict:
+def tool_env(link_installed: bool) -> dict | None:
+    """The tools' environment: for tools built with --link-installed, llama-cpp-python's library folder first on the
+    loader's path; None (this process's environment) for tools that carry their own library."""
+    if not link_installed:
+        return None
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(installed_library_dir()), env.get("LD_LIBRARY_PATH")]))
+    return env
+
+
+def llama_ar(tools, target: Path, prompt_file: Path, tokens: int, threads: int, env=None) -> dict:
     log = run([str(tools["llama-completion"]), "-m", str(target), "-f", str(prompt_file), "-n", str(tokens),
                "--ignore-eos", "-no-cnv", "--temp", "0", "-t", str(threads), "-tb", str(threads), "-c", "2048",
-               "--no-warmup"], timeout=600)
+               "--no-warmup"], timeout=600, env=env)
     return completion_speed(log)
 
 
 def llama_speculative(tools, target: Path, draft: Path, prompt_file: Path, tokens: int, threads: int,
-                      n_max: int) -> dict:
+                      n_max: int, env=None) -> dict:
     log = run([str(tools["llama-speculative-simple"]), "-m", str(target), "-md", str(draft), "-f", str(prompt_file),
                "-n", str(tokens), "--ignore-eos", "--temp", "0", "-t", str(threads), "-tb", str(threads),
                "-td", str(threads), "-tbd", str(threads), "-c", "2048", "--spec-type", "draft-simple",
-               "--spec-draft-n-max", str(n_max)], timeout=600)
+               "--spec-draft-n-max", str(n_max)], timeout=600, env=env)
     return speculative_speed(log)
 
 
@@ -269,11 +279,13 @@ def measure(args) -> dict:
     from pacer_core.prompts import load_prompts
 
     work = Path(args.work)
-    tools = find_tools(Path(args.bin)) if args.bin else build_tools(work, link_installed=args.link_installed)
+    needed = TOOLS[:2] if args.target_gguf else TOOLS       # llama-quantize only writes the F32 target
+    tools = find_tools(Path(args.bin), needed) if args.bin else build_tools(work, link_installed=args.link_installed)
     if tools is None:
-        raise PeerError(f"{args.bin} does not hold {', '.join(TOOLS)}.")
+        raise PeerError(f"{args.bin} does not hold {', '.join(needed)}.")
+    env = tool_env(args.link_installed)
     draft_file = Path(args.draft_gguf) if args.draft_gguf else find_gguf_file()
-    target_file = Path(args.target_gguf) if args.target_gguf else f32_target(tools, draft_file, work)
+    target_file = Path(args.target_gguf) if args.target_gguf else f32_target(tools, draft_file, work, env)
     pair = without_eos(load_pair(args.target, args.draft, target_engine=args.target_engine))
     prompts = load_prompts(args.prompts)[: args.limit or None]
     ours = project_rows(pair, args.gamma)
@@ -282,7 +294,7 @@ def measure(args) -> dict:
     samples.update({name: {} for name in theirs})
     acceptance: dict[str, list[float]] = {name: [] for name in theirs[1:]}
     identity = {"prompts": 0, "rows_equal_to_ar": {name: 0 for name, _, _ in ours[1:]}}
-    prompt_tokens = {}
+    prompt_tokens, failures = {}, []
     with tempfile.TemporaryDirectory() as scratch:
         for repeat in range(args.repeats):
             for prompt in prompts:
@@ -296,12 +308,19 @@ def measure(args) -> dict:
                     speed, token_ids = project_run(pair, method, settings, prompt_ids, args.max_new_tokens)
                     samples[name].setdefault(prompt_id, []).append(speed)
                     outputs[name] = token_ids
-                ar_speed = llama_ar(tools, target_file, prompt_file, args.max_new_tokens, args.threads)
-                samples["llama.cpp ar"].setdefault(prompt_id, []).append(ar_speed["tokens_per_s"])
-                prompt_tokens[prompt_id] = {"ours": len(prompt_ids), "llama.cpp": ar_speed["prompt_tokens"]}
+                try:
+                    ar_speed = llama_ar(tools, target_file, prompt_file, args.max_new_tokens, args.threads, env)
+                    samples["llama.cpp ar"].setdefault(prompt_id, []).append(ar_speed["tokens_per_s"])
+                    prompt_tokens[prompt_id] = {"ours": len(prompt_ids), "llama.cpp": ar_speed["prompt_tokens"]}
+                except PeerError as failure:      # one failed run is recorded, the others go on
+                    failures.append({"row": "llama.cpp ar", "prompt": prompt_id, "repeat": repeat, "why": str(failure)})
                 for n_max, name in zip(args.n_max, theirs[1:]):
-                    spec = llama_speculative(tools, target_file, draft_file, prompt_file, args.max_new_tokens,
-                                             args.threads, n_max)
+                    try:
+                        spec = llama_speculative(tools, target_file, draft_file, prompt_file, args.max_new_tokens,
+                                                 args.threads, n_max, env)
+                    except PeerError as failure:
+                        failures.append({"row": name, "prompt": prompt_id, "repeat": repeat, "why": str(failure)})
+                        continue
                     samples[name].setdefault(prompt_id, []).append(spec["tokens_per_s"])
                     if spec["acceptance"] is not None:
                         acceptance[name].append(spec["acceptance"])
@@ -310,18 +329,22 @@ def measure(args) -> dict:
                     for name, _, _ in ours[1:]:
                         identity["rows_equal_to_ar"][name] += int(outputs[name] == outputs["ours ar"])
                 print(f"[peer] repeat {repeat + 1}/{args.repeats} {prompt_id}: " + ", ".join(
-                    f"{name} {values[prompt_id][-1]:.1f}" for name, values in samples.items()), flush=True)
+                    f"{name} {values[prompt_id][-1]:.1f}" for name, values in samples.items() if prompt_id in values),
+                    flush=True)
     medians = per_prompt_medians(samples)
     exact_rows = [name for name, _, _ in ours]
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": "python " + " ".join(map(shlex.quote, sys.argv)),
             "pair": pair.describe(), "threads": args.threads, "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats, "prompts": [prompt["id"] for prompt in prompts], "target_gguf": str(target_file),
+            "tools": {name: str(path) for name, path in tools.items()},
+            "tools_library": ("llama-cpp-python's installed libllama/libggml (--link-installed): the library the "
+                              "project runs" if args.link_installed else "llama.cpp built from the sdist's sources"),
             "draft_gguf": str(draft_file), "samples": samples, "per_prompt_medians": medians,
             "table": summary_table(medians, "llama.cpp ar"),
             "acceptance": {name: statistics.median(values) for name, values in acceptance.items() if values},
             "best": best_ratio(medians, exact_rows, theirs[1:]),
             "ours_ar_over_llama_ar": best_ratio(medians, ["ours ar"], ["llama.cpp ar"]),
-            "greedy_identity": identity, "prompt_tokens": prompt_tokens}
+            "greedy_identity": identity, "prompt_tokens": prompt_tokens, "failures": failures}
 
 
 def markdown(report: dict) -> str:
@@ -331,7 +354,7 @@ def markdown(report: dict) -> str:
              f"{len(report['prompts'])} prompts interleaved, {report['repeats']} repeats; tok/s = median over prompts "
              "of each prompt's median; ratio = median over prompts of the per-prompt ratio to llama.cpp's AR.", "",
              f"Target engine: {report['pair'].get('target_engine', '?')}; target file {Path(report['target_gguf']).name},"
-             f" draft file {Path(report['draft_gguf']).name}.", "",
+             f" draft file {Path(report['draft_gguf']).name}; llama.cpp's tools run {report['tools_library']}.", "",
              "| row | tok/s | x llama.cpp AR | acceptance |", "|---|---:|---:|---:|"]
     for row in report["table"]:
         ratio = row.get("ratio_to_llama.cpp ar")
