@@ -431,3 +431,17 @@ def test_the_shipped_smc_measurements_are_quoted_for_the_embedded_pair():
     pair = {"target": run["machine"]["target"], "draft": run["machine"]["draft"]}
     note = measured.smc_error_note(pair, 4, 4, run["settings"]["temperature"])
     assert "lower than AR's (-2." in note and "for N=4, K=4" in note
+
+
+def test_the_smc_note_quotes_the_gguf_run_for_the_gguf_drafter():
+    from pacer_core.ui import measured
+
+    run = measured.load_run(str(measured.MEASURED_RUNS[-1]))
+    assert run is not None, "benchmarks/results/gguf-heldout-t0.7-smc/results.json is missing"
+    row = next(row for row in run["methods"] if row["method"] == "smc:2:4@gguf")
+    gguf_pair = {"target": run["machine"]["target"], "draft": "the target's GGUF", "drafter": {"kind": "gguf"}}
+    note = measured.smc_error_note(gguf_pair, 2, 4, 0.7)
+    assert f"95% interval of the gap {row['loglik_gap_ci95']} %) for N=2, K=4" in note
+    assert "12 held-out prompts x 4 runs" in note
+    small_pair = {"target": run["machine"]["target"], "draft": run["machine"]["draft"], "drafter": {"kind": "independent"}}
+    assert f"{row['loglik_gap_ci95']}" not in measured.smc_error_note(small_pair, 2, 4, 0.7)
