@@ -440,3 +440,17 @@ def test_pair_status_says_which_engine_runs_the_target():
     assert "oneDNN packed" not in on_llama      # torch's kernels do not run the target then
     on_torch = page.pair_status_html(info | {"target_engine": "torch"}, "heuristic")
     assert "oneDNN packed" in on_torch and "Target engine" in on_torch
+
+
+def test_the_smc_note_quotes_the_gguf_run_for_the_gguf_drafter():
+    from pacer_core.ui import measured
+
+    run = measured.load_run(str(measured.MEASURED_RUNS[-1]))
+    assert run is not None, "benchmarks/results/gguf-heldout-t0.7-smc/results.json is missing"
+    row = next(row for row in run["methods"] if row["method"] == "smc:2:4@gguf")
+    gguf_pair = {"target": run["machine"]["target"], "draft": "the target's GGUF", "drafter": {"kind": "gguf"}}
+    note = measured.smc_error_note(gguf_pair, 2, 4, 0.7)
+    assert f"95% interval of the gap {row['loglik_gap_ci95']} %) for N=2, K=4" in note
+    assert "12 held-out prompts x 4 runs" in note
+    small_pair = {"target": run["machine"]["target"], "draft": run["machine"]["draft"], "drafter": {"kind": "independent"}}
+    assert f"{row['loglik_gap_ci95']}" not in measured.smc_error_note(small_pair, 2, 4, 0.7)
