@@ -59,8 +59,8 @@ def last_positions(states: torch.Tensor, keep: int | None) -> torch.Tensor:
 
 
 class FeedsSequence:
-    """The one ``feed_sequence`` every cache shares: crop to what ``sequence`` shares with the cache, then feed
-    the rest of ``sequence`` plus ``extra``. Returns row 0's logits of the fed positions, [T, V] (the last
+    """The one ``feed_sequence`` every cache shares: crop to ``sequence``'s length (the cache holds a prefix of
+    it: the invariant above; the caller crops what it rejected), then feed the rest of ``sequence`` plus ``extra``. Returns row 0's logits of the fed positions, [T, V] (the last
     ``keep`` only, when given), and its hidden states [T, H] when asked. At least one token is always fed: a
     cache that already holds all of ``sequence`` (and no ``extra`` is given) re-feeds its last token, whose
     logits are the next token's distribution."""
