@@ -82,7 +82,8 @@ def engine_unavailable(is_embedded_target: bool, device_type: str, dtype_name: s
         return f"the llama.cpp engine runs the target in float32 (asked: {dtype_name})"
     if not is_embedded_target:
         return "only the embedded target has a GGUF of its own weights for llama.cpp to run"
-    return llama_cpp_available()
+    from .drafters.builders import embedded_gguf_unavailable   # the native build's proof (drafters/native_proof.py)
+    return embedded_gguf_unavailable()
 
 
 def choose_engine(requested: str, is_embedded_target: bool, device_type: str, dtype_name: str) -> str:

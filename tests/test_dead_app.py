@@ -69,7 +69,8 @@ def test_a_crashing_gguf_build_leaves_the_page_serving_without_it(tmp_path, chro
         page.wait_for_selector("#run-button")
         left_out = page.inner_text("#drafters-left-out")
         assert "gguf" in left_out and f"llama.cpp died with {hook}" in left_out, left_out
-        assert "llama.cpp" not in page.inner_text("#pair-status")       # the next drafter by the rule: small
+        status = page.inner_text("#pair-status")
+        assert "a separate small model" in status and "llama.cpp" not in status   # small draft, torch target
         page.click("#drafter input")
         page.wait_for_selector("[role=option]")
         listed = page.eval_on_selector_all("[role=option]", "els => els.map(e => e.innerText.trim())")
