@@ -122,14 +122,18 @@ def start_particles(pair, prompt_ids: list[int], n_particles: int) -> ParticleSt
     target, draft = new_caches(pair, full_support=True)   # the target runs first below: a head sees its states
     device = target.device
     expand = torch.zeros(n_particles, dtype=torch.long, device=device)
-    seconds = {}
+    seconds = {"target": 0.0, "draft": 0.0}
     if len(prompt_ids) > 1:
         prefix = torch.tensor([list(prompt_ids[:-1])], dtype=torch.long, device=device)   # [1, P-1]
-        for name, model in (("target", target), ("draft", draft)):
+        models = (("target", target), ("draft", draft))
+        for name, model in models:   # both at batch 1 first: a head drafter reads the target's recorded features
             started = time.perf_counter()
             model.forward(prefix, **last_rows(model, 1))       # the logits are not used: compute one row
+            seconds[name] += time.perf_counter() - started
+        for name, model in models:
+            started = time.perf_counter()
             model.reorder(expand)                                           # [1, ...] → [N, ...]
-            seconds[name] = time.perf_counter() - started
+            seconds[name] += time.perf_counter() - started
     histories = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device).expand(n_particles, -1).clone()
     return ParticleState(prompt_len=len(prompt_ids), histories=histories,
                          lengths=torch.zeros(n_particles, dtype=torch.long, device=device),
@@ -137,7 +141,7 @@ def start_particles(pair, prompt_ids: list[int], n_particles: int) -> ParticleSt
                          ended_with_eos=torch.zeros(n_particles, dtype=torch.bool, device=device),
                          log_weights=torch.zeros(n_particles, dtype=torch.float64, device=device),
                          target=target, draft=draft,
-                         prefill_seconds=(seconds.get("draft", 0.0), seconds.get("target", 0.0)))
+                         prefill_seconds=(seconds["draft"], seconds["target"]))
 
 
 def new_token_records(pair, token_ids: list[int], n_draft: int) -> list[TokenRecord]:
