@@ -14,10 +14,9 @@ from pacer_core.drafters import active_engine, drafter_swapped, engine_label, lo
 from pacer_core.drafters.gguf_drafter import GGUFCache
 from pacer_core.kvcache import CachedModel
 from pacer_core.preverifier import ConfidencePreVerifier
-from pacer_core.sampling import logits_to_probs
 from pacer_core.target_engine import (CHUNK_TOKENS, LlamaTarget, balanced_chunks, choose_engine, needs_companion,
                                       parse_engine)
-from pacer_core.testing.enumeration import chi_square_p_value
+from pacer_core.testing.enumeration import chi_square_p_value, sequence_distribution
 from pacer_core.testing.gguf_file import write_llama_gguf
 from pacer_core.testing.tiny import tiny_pair
 
@@ -146,16 +145,8 @@ def test_greedy_fixed_and_pacer_on_the_engine_return_ars_tokens(pair_on_llama, d
 def engine_sequence_distribution(engine, prompt_ids, n_tokens, temperature, top_k=0, top_p=1.0) -> dict:
     """P(first n_tokens = s) for every s, enumerated with the ENGINE's logits (the distribution decoders on it
     must reproduce)."""
-    vocab, distribution = engine.vocab_size, {}
-    for suffix in itertools.product(range(vocab), repeat=n_tokens - 1):
-        logits = engine.new_cache().forward(list(prompt_ids) + list(suffix))[0, len(prompt_ids) - 1:]
-        probs = logits_to_probs(logits, temperature, top_k, top_p)
-        prefix_prob = 1.0
-        for position, token in enumerate(suffix):
-            prefix_prob *= float(probs[position, token])
-        for last in range(vocab):
-            distribution[tuple(suffix) + (last,)] = prefix_prob * float(probs[n_tokens - 1, last])
-    return distribution
+    return sequence_distribution(lambda ids: engine.new_cache().forward(ids)[0], engine.vocab_size, prompt_ids,
+                                 n_tokens, temperature, top_k, top_p)
 
 
 PROMPT, N_TOKENS, RUNS = [1, 2], 3, 1000

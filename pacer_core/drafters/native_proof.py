@@ -100,11 +100,9 @@ def proof_key(gguf_file: Path) -> str:
 # ---- the cache -------------------------------------------------------------------------------------------------
 
 def cache_dir() -> Path:
-    """$PACER_CACHE/gguf-proof (the same root as embedded.cache_root, read here without importing it)."""
-    explicit = os.environ.get("PACER_CACHE")
-    base = Path(explicit).expanduser() if explicit else Path(os.environ.get("XDG_CACHE_HOME") or
-                                                              Path.home() / ".cache") / "pacer-lab"
-    return base / "gguf-proof"
+    """$PACER_CACHE/gguf-proof (imported here, in the parent: the child never reads the cache)."""
+    from ..embedded import cache_root
+    return cache_root() / "gguf-proof"
 
 
 def read_cached(key: str) -> Verdict | None:

@@ -10,14 +10,13 @@ from ..sampling import logits_to_probs
 
 
 @torch.inference_mode()
-def target_sequence_distribution(model, prompt_ids, n_tokens: int, temperature: float,
-                                 top_k: int = 0, top_p: float = 1.0) -> dict[tuple, float]:
-    """P(first n_tokens generated = s) for every s in V^n, by enumeration (small V and n only)."""
-    vocab = model.config.vocab_size
+def sequence_distribution(logits_of, vocab: int, prompt_ids, n_tokens: int, temperature: float,
+                          top_k: int = 0, top_p: float = 1.0) -> dict[tuple, float]:
+    """P(first n_tokens generated = s) for every s in V^n, by enumeration (small V and n only). ``logits_of(ids)``
+    gives the logits [len(ids), V] of a sequence of ids: whatever engine the decoders under test run on."""
     distribution = {}
     for suffix in itertools.product(range(vocab), repeat=n_tokens - 1):
-        ids = torch.tensor([list(prompt_ids) + list(suffix)])
-        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1:]
+        logits = logits_of(list(prompt_ids) + list(suffix))[len(prompt_ids) - 1:]
         probs = logits_to_probs(logits, temperature, top_k, top_p)  # [n_tokens, V]
         prefix_prob = 1.0
         for position, token in enumerate(suffix):
@@ -25,6 +24,13 @@ def target_sequence_distribution(model, prompt_ids, n_tokens: int, temperature: 
         for last in range(vocab):
             distribution[tuple(suffix) + (last,)] = prefix_prob * float(probs[n_tokens - 1, last])
     return distribution
+
+
+def target_sequence_distribution(model, prompt_ids, n_tokens: int, temperature: float,
+                                 top_k: int = 0, top_p: float = 1.0) -> dict[tuple, float]:
+    """``sequence_distribution`` with a transformers causal LM's own forward."""
+    return sequence_distribution(lambda ids: model(input_ids=torch.tensor([ids])).logits[0], model.config.vocab_size,
+                                 prompt_ids, n_tokens, temperature, top_k, top_p)
 
 
 def chi_square_p_value(counts: dict[tuple, int], expected_probs: dict[tuple, float]) -> float:
