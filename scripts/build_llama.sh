@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds llama-cpp-python 0.3.36 into .venv for the gguf drafter and proves the build in a child process.
 #   bash scripts/build_llama.sh            build if missing, then prove (setup.sh runs this)
-#   bash scripts/build_llama.sh --rebuild  build again (pip's wheel cache does not key on CMAKE_ARGS, so
-#                                          --no-cache-dir --force-reinstall), then prove
+#   bash scripts/build_llama.sh --rebuild  build again (the kept wheel for these flags is dropped), then prove
+# Built wheels are kept per version and flags under $PACER_CACHE/llama-wheels (pip's cache ignores the flags).
 # Flags: scripts/llama_cpu_flags.sh (the CPU's own features, never GGML_NATIVE, never AMX); $CMAKE_ARGS
 # overrides them. When the proof's child dies, one rebuild with the plain AVX2 set; when that dies too the
 # gguf drafter is left out (the app proves the build again itself and says why under the drafter list).
@@ -11,11 +11,25 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 VERSION=0.3.36
 have_llama() { $PY -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llama_cpp') is None)"; }
-build() {   # $1: cmake flags; $2: extra pip options
-  echo "[setup] building llama-cpp-python $VERSION from source for the gguf drafter (5-9 min the first time)..."
-  echo "[setup]   CMAKE_ARGS=$1"
-  CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}" CMAKE_ARGS="$1" \
-    $PY -m pip install -q $2 llama-cpp-python==$VERSION
+WHEELS="${PACER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pacer-lab}/llama-wheels"
+build() {   # $1: cmake flags; $2: "fresh" to build again even if a wheel with these flags is kept
+  # pip's own wheel cache does not key on CMAKE_ARGS (it hands back a wheel built with other flags, such as an
+  # old GGML_NATIVE=ON one that dies on this CPU), so wheels are kept in a folder per version and flags instead.
+  local dir wheel
+  dir="$WHEELS/$(printf '%s %s' "$VERSION" "$1" | sha256sum | cut -c1-16)"
+  [ "${2:-}" = fresh ] && rm -rf "$dir"
+  if ! ls "$dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    echo "[setup] building llama-cpp-python $VERSION from source for the gguf drafter (5-9 min the first time)..."
+    echo "[setup]   CMAKE_ARGS=$1"
+    mkdir -p "$dir"
+    CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}" CMAKE_ARGS="$1" \
+      $PY -m pip wheel -q --no-cache-dir --no-deps llama-cpp-python==$VERSION -w "$dir" || { rm -rf "$dir"; return 1; }
+  else
+    echo "[setup] llama-cpp-python $VERSION with these flags was built before: $dir"
+  fi
+  wheel=$(ls "$dir"/llama_cpp_python-*.whl | head -1)
+  # --force-reinstall: the same version built with other flags counts as installed to pip; then its dependencies
+  $PY -m pip install -q --force-reinstall --no-deps "$wheel" && $PY -m pip install -q "$wheel"
 }
 prove() { $PY -W ignore::RuntimeWarning -m pacer_core.drafters.native_proof --again; }
 
@@ -23,15 +37,13 @@ if ! command -v cmake >/dev/null 2>&1 || ! { command -v c++ >/dev/null 2>&1 || c
   have_llama || { echo "[setup] gguf drafter left out: no C++ compiler or cmake to build llama-cpp-python"; exit 0; }
 fi
 if [ "${1:-}" = "--rebuild" ]; then
-  build "${CMAKE_ARGS:-$(bash scripts/llama_cpu_flags.sh)}" "--no-cache-dir --force-reinstall --no-deps" \
-    || echo "[setup] llama-cpp-python did not build"
+  build "${CMAKE_ARGS:-$(bash scripts/llama_cpu_flags.sh)}" fresh || echo "[setup] llama-cpp-python did not build"
 elif ! have_llama; then
-  build "${CMAKE_ARGS:-$(bash scripts/llama_cpu_flags.sh)}" "" || echo "[setup] llama-cpp-python did not build"
+  build "${CMAKE_ARGS:-$(bash scripts/llama_cpu_flags.sh)}" || echo "[setup] llama-cpp-python did not build"
 fi
 have_llama || { echo "[setup] gguf drafter left out: llama-cpp-python is not installed (the build failed)"; exit 0; }
 if prove; then exit 0; fi
 echo "[setup] the build failed its proof: rebuilding once with the plain AVX2 set"
-build "$(bash scripts/llama_cpu_flags.sh avx2)" "--no-cache-dir --force-reinstall --no-deps" \
-  || echo "[setup] llama-cpp-python did not build with the AVX2 set"
+build "$(bash scripts/llama_cpu_flags.sh avx2)" fresh || echo "[setup] llama-cpp-python did not build with the AVX2 set"
 prove || true
 exit 0
