@@ -60,6 +60,7 @@ def narration_has(page, text: str) -> None:
 
 def test_step_through_shows_draft_then_verdict_one_pass_at_a_time(page, tmp_path):
     page.fill("#prompt textarea", "Count from 1 to 10.")
+    set_max_new_tokens(page, 48)     # the page keeps the last test's 8 tokens: one PACER pass of 8 + 1 would end it
     page.click("#step-button")                                   # 1: the draft's proposal, grey
     narration_has(page, "Step 1: the draft proposed")
     assert page.locator("#col-pacer .step").count() == 1
