@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -146,9 +147,28 @@ def installed_library_dir() -> Path:
     return Path(llama_cpp.__file__).parent / "lib"
 
 
-def build_tools(work: Path, log=print, link_installed: bool = False) -> dict[str, Path]:
-    """The tools in ``work``/sdist/*/vendor/llama.cpp/build/bin, built once from the sdist llama-cpp-python vendors."""
-    build = "build-installed" if link_installed else "build"
+def linked_library(args) -> Path | None:
+    """The library folder the tools link to: --link-library, --link-installed's, or None (compile the library)."""
+    if args.link_library:
+        return Path(args.link_library)
+    return installed_library_dir() if args.link_installed else None
+
+
+def tools_library_words(args) -> str:
+    if args.link_library:
+        return f"the libllama/libggml in {args.link_library} (--link-library)"
+    if args.link_installed:
+        return ("llama-cpp-python's installed libllama/libggml (--link-installed): the library the project runs, "
+                "with setup.sh's one-row patch (scripts/patch_llama_source.py)")
+    return "llama.cpp built from the sdist's sources, unpatched"
+
+
+def build_tools(work: Path, log=print, link_library: Path | None = None) -> dict[str, Path]:
+    """The tools in ``work``/sdist/*/vendor/llama.cpp/build*/bin, built once from the sdist llama-cpp-python vendors:
+    with the library compiled from those (unpatched) sources, or linked to the libllama/libggml in ``link_library``."""
+    build = "build"
+    if link_library:
+        build = "build-linked-" + hashlib.sha256(str(Path(link_library).resolve()).encode()).hexdigest()[:8]
     found = next((tools for tools in map(find_tools, work.glob(f"sdist/*/vendor/llama.cpp/{build}/bin")) if tools), None)
     if found:
         return found
@@ -164,9 +184,9 @@ def build_tools(work: Path, log=print, link_installed: bool = False) -> dict[str
     source = extract_vendored(archives[-1], work)
     binaries = source / build / "bin"
     extra = []
-    if link_installed:
+    if link_library:
         patch_for_installed_libraries(source)
-        extra = [f"-DPEER_INSTALLED_LIB_DIR={installed_library_dir()}"]
+        extra = [f"-DPEER_INSTALLED_LIB_DIR={Path(link_library).resolve()}"]
     flags = subprocess.run(["bash", str(ROOT / "scripts" / "llama_cpu_flags.sh")], capture_output=True, text=True,
                            check=True).stdout.split()
     log(f"[peer] configuring llama.cpp with {' '.join(flags)} {BUILD_FLAGS}")
@@ -213,13 +233,14 @@ def f32_target(tools: dict[str, Path], source: Path, work: Path, env=None) -> Pa
 
 # ---- the runs ------------------------------------------------------------------------------------------------
 
-def tool_env(link_installed: bool) -> dict | None:
+def tool_env(link_library: Path | None) -> dict | None:
     """The tools' environment: for tools built with --link-installed, llama-cpp-python's library folder first on the
     loader's path; None (this process's environment) for tools that carry their own library."""
-    if not link_installed:
+    if not link_library:
         return None
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(installed_library_dir()), env.get("LD_LIBRARY_PATH")]))
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(Path(link_library).resolve()),
+                                                           env.get("LD_LIBRARY_PATH")]))
     return env
 
 
@@ -280,10 +301,10 @@ def measure(args) -> dict:
 
     work = Path(args.work)
     needed = TOOLS[:2] if args.target_gguf else TOOLS       # llama-quantize only writes the F32 target
-    tools = find_tools(Path(args.bin), needed) if args.bin else build_tools(work, link_installed=args.link_installed)
+    tools = find_tools(Path(args.bin), needed) if args.bin else build_tools(work, link_library=linked_library(args))
     if tools is None:
         raise PeerError(f"{args.bin} does not hold {', '.join(needed)}.")
-    env = tool_env(args.link_installed)
+    env = tool_env(linked_library(args))
     draft_file = Path(args.draft_gguf) if args.draft_gguf else find_gguf_file()
     target_file = Path(args.target_gguf) if args.target_gguf else f32_target(tools, draft_file, work, env)
     pair = without_eos(load_pair(args.target, args.draft, target_engine=args.target_engine))
@@ -337,8 +358,7 @@ def measure(args) -> dict:
             "pair": pair.describe(), "threads": args.threads, "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats, "prompts": [prompt["id"] for prompt in prompts], "target_gguf": str(target_file),
             "tools": {name: str(path) for name, path in tools.items()},
-            "tools_library": ("llama-cpp-python's installed libllama/libggml (--link-installed): the library the "
-                              "project runs" if args.link_installed else "llama.cpp built from the sdist's sources"),
+            "tools_library": tools_library_words(args),
             "draft_gguf": str(draft_file), "samples": samples, "per_prompt_medians": medians,
             "table": summary_table(medians, "llama.cpp ar"),
             "acceptance": {name: statistics.median(values) for name, values in acceptance.items() if values},
@@ -393,7 +413,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--build-only", action="store_true", help="build (or find) the tools and stop")
     parser.add_argument("--link-installed", action="store_true", dest="link_installed",
                         help="link the tools to llama-cpp-python's installed libllama/libggml (the library the project "
-                        "runs) instead of compiling the library: ~60 files to compile instead of ~250")
+                        "runs, with setup.sh's one-row patch) instead of compiling the library: ~60 files to "
+                        "compile instead of ~250")
+    parser.add_argument("--link-library", default=None, dest="link_library",
+                        help="link the tools to the libllama/libggml in this folder instead (for example a stock "
+                        "llama-cpp-python's llama_cpp/lib, so llama.cpp runs unpatched at the compile cost of "
+                        "--link-installed)")
     return parser
 
 
@@ -401,7 +426,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.build_only:
-            print(build_tools(Path(args.work), link_installed=args.link_installed))
+            print(build_tools(Path(args.work), link_library=linked_library(args)))
             return 0
         report = measure(args)
     except (PeerError, subprocess.TimeoutExpired) as failure:

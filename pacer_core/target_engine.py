@@ -9,7 +9,7 @@ float32 dequantization of ``SmolLM2-135M-Instruct.Q4_1.gguf``; requantizing that
 
 Exactness: greedy SD returns AR's tokens only if a position's logits do not depend on how many positions share
 its forward pass. llama.cpp's CPU kernels (ggml-cpu, as vendored in llama-cpp-python 0.3.36) are NOT row-invariant
-as such:
+as shipped:
 
 * a matrix product over ONE activation row runs ``ggml_vec_dot_f32`` (four 8-lane accumulators), over two or more
   rows llamafile's tinyBLAS (one 8-lane accumulator per output): the same sums, rounded differently;
@@ -17,12 +17,15 @@ as such:
   softmaxes; with >= 64 query rows it runs a tiled kernel;
 * the output layer sees only the rows whose logits are wanted, so a feed that wants one row multiplies one row.
 
-So every llama_decode of the target engine holds 2..CHUNK_TOKENS tokens (CHUNK_TOKENS < 64), and when it wants
-logits, at least two output rows: a feed of one token (AR's step), or one wanting a single row, gets a companion
-token in a sequence of its own (dropped right after, so the cache's cells keep following the positions), and long
-feeds are cut into balanced chunks. Within those limits a row's result does not depend on the rows beside it:
-``tests/test_target_engine.py`` checks it bit for bit against one-token steps, and the greedy-identity tests are
-the referee. AR runs on the same engine as the verify passes (``drafters.target_cache``).
+``setup.sh`` builds the library with one line changed (scripts/patch_llama_source.py): a contiguous float32 row
+goes through tinyBLAS too. At load the engine PROVES which library it has (``one_row_is_invariant``: a row fed
+alone against the same row fed beside another, bit for bit). With the patched library every call runs as it is;
+with a stock one, every llama_decode that would run a one-row kernel (a feed of one token, AR's step, or one that
+wants a single row) gets a companion token in a sequence of its own (dropped right after, so the cache's cells
+keep following the positions), which costs a second row on every AR step. Either way flash attention is off and
+long feeds are cut into balanced chunks below its 64-row tile. ``tests/test_target_engine.py`` checks the result
+bit for bit against one-token steps in both modes, and the greedy-identity tests are the referee. AR runs on the
+same engine as the verify passes (``drafters.target_cache``).
 
 The torch engine stays for GPU targets, other dtypes, targets without a GGUF, and drafters that read the target's
 hidden states (the feature head): llama.cpp's are not read."""
@@ -31,6 +34,8 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+
+import torch
 
 from . import embedded
 from .drafters.gguf_drafter import (MAX_ROWS, ContextPool, GGUFCache, GGUFModel, GGUFUnavailable, check_gguf_file,
@@ -72,6 +77,18 @@ def needs_companion(entries: int, wanted: int) -> bool:
     """Whether a decode call needs the companion token: one token alone, or one output row alone, would run the
     one-row kernels (module docstring)."""
     return entries < 2 or wanted == 1
+
+
+def one_row_is_invariant(engine) -> bool:
+    """Whether the loaded library gives a row the same bits alone as beside other rows: seven probe tokens fed as
+    six (one output row) then one, against all seven at once (two output rows). True with the library setup.sh
+    builds (scripts/patch_llama_source.py), False with a stock llama-cpp-python."""
+    probe = [(7 * index + 3) % engine.vocab_size for index in range(7)]
+    alone, together = GGUFCache(engine), GGUFCache(engine)
+    first = alone.forward(probe[:6], keep=1)[0, -1]
+    second = alone.forward(probe[6:], keep=1)[0, -1]
+    both = together.forward(probe, keep=2)[0]
+    return bool(torch.equal(first, both[0]) and torch.equal(second, both[1]))
 
 
 def engine_unavailable(is_embedded_target: bool, device_type: str, dtype_name: str) -> str | None:
@@ -136,7 +153,8 @@ def embedded_f32_gguf(log=None) -> Path:
 
 class LlamaTargetCache(GGUFCache):
     """The target's KV cache in a llama.cpp context, row-invariant (module docstring): chunks of at most
-    CHUNK_TOKENS tokens, and a companion token whenever a call would run a one-row kernel."""
+    CHUNK_TOKENS tokens, and, on a library that is not one-row invariant, a companion token whenever a call would
+    run a one-row kernel."""
 
     def _chunks(self, entries: list) -> list[list]:
         chunks, start = [], 0
@@ -147,7 +165,7 @@ class LlamaTargetCache(GGUFCache):
 
     def _decode_once(self, entries):
         wanted = sum(1 for entry in entries if entry[3])
-        if not needs_companion(len(entries), wanted):
+        if self.owner.one_row_invariant or not needs_companion(len(entries), wanted):
             return super()._decode_once(entries)
         companion = (COMPANION_SEQUENCE, 0, entries[-1][2], wanted > 0)   # its own sequence: sees only itself
         try:
@@ -166,6 +184,7 @@ class LlamaTarget:
     def __init__(self, model: GGUFModel, vocab_size: int):
         self.model, self.vocab_size = model, vocab_size
         self.pool = ContextPool(model, sequences=COMPANION_SEQUENCE + 1, options=CONTEXT_OPTIONS)
+        self.one_row_invariant = one_row_is_invariant(self)     # else every one-row call takes a companion
 
     @classmethod
     def load(cls, path, tokenizer, vocab_size: int, threads: int | None = None) -> "LlamaTarget":
@@ -185,8 +204,9 @@ class LlamaTarget:
         return LlamaTargetCache(self)
 
     def describe(self) -> str:
-        return f"llama.cpp ({self.model.path.name}, {self.model.threads} threads)"
+        rows = "one-row invariant" if self.one_row_invariant else "one-row calls with a companion token"
+        return f"llama.cpp ({self.model.path.name}, {self.model.threads} threads, {rows})"
 
 
 __all__ = ["ENGINES", "ENGINE_ENV", "LlamaTarget", "LlamaTargetCache", "parse_engine", "choose_engine",
-           "balanced_chunks", "needs_companion", "embedded_f32_gguf", "convert_to_f32", "engine_unavailable"]
+           "balanced_chunks", "needs_companion", "one_row_is_invariant", "embedded_f32_gguf", "convert_to_f32", "engine_unavailable"]

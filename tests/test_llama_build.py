@@ -45,3 +45,29 @@ def test_an_avx2_cpu_gets_no_avx512_and_the_fallback_is_plain_avx2(tmp_path):
     fallback = flags_for(SAPPHIRE_RAPIDS, tmp_path, "avx2")
     assert fallback["GGML_NATIVE"] == "OFF" and fallback["GGML_AVX2"] == "ON" and "GGML_AVX512" not in fallback
     assert fallback["GGML_AMX_INT8"] == "OFF"
+
+
+def run_patch(source_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["python3", str(ROOT / "scripts" / "patch_llama_source.py"), str(source_dir)],
+                          capture_output=True, text=True)
+
+
+def test_the_source_patch_changes_the_one_row_line_once_and_refuses_another_source(tmp_path):
+    """scripts/patch_llama_source.py on a tree holding sgemm.cpp's lines as llama-cpp-python 0.3.36 ships them:
+    patched once, a second run leaves it alone, and a source without that exact line fails with a message."""
+    sgemm = tmp_path / "src" / "vendor/llama.cpp/ggml/src/ggml-cpu/llamafile/sgemm.cpp"
+    sgemm.parent.mkdir(parents=True)
+    shipped = ("bool llamafile_sgemm(...) {\n    // only enable sgemm for prompt processing\n#if !defined(__MMA__)\n"
+               "    if (n < 2)\n        return false;\n#endif\n\n    if (Ctype != GGML_TYPE_F32)\n")
+    sgemm.write_text(shipped)
+    first = run_patch(tmp_path / "src")
+    assert first.returncode == 0, first.stderr
+    patched = sgemm.read_text()
+    assert "if (n < 2 && (Atype != GGML_TYPE_F32 || ldb != k))" in patched and "    if (n < 2)\n" not in patched
+    assert patched.endswith("#endif\n\n    if (Ctype != GGML_TYPE_F32)\n")
+    again = run_patch(tmp_path / "src")
+    assert again.returncode == 0 and "already patched" in again.stdout and sgemm.read_text() == patched
+    sgemm.write_text(shipped.replace("n < 2", "n < 4"))
+    other = run_patch(tmp_path / "src")
+    assert other.returncode != 0 and "was not found" in other.stderr
+    assert run_patch(tmp_path / "nothing").returncode != 0

@@ -2,6 +2,7 @@
 and the chunking), greedy identity of every decoder with AR on the same engine, chi-square on sampling against the
 engine's own distribution, SMC-SD on it, the engine choice and its errors, and the embedded target's F32 file."""
 import itertools
+import os
 from collections import Counter
 from types import SimpleNamespace
 
@@ -87,8 +88,18 @@ def stepped_and_verified(cache_factory, prompt, continuation, verify_sizes):
     return torch.stack(rows), torch.cat(pieces)
 
 
-def test_the_engine_is_row_invariant_bit_for_bit_and_computes_the_models_logits(pair_on_llama):
-    engine, prompt = pair_on_llama.target_engine, list(range(3, 60))          # longer than one chunk
+@pytest.fixture(params=["as loaded", "companion"])
+def engine_mode(request, pair_on_llama, monkeypatch):
+    """The engine as its library makes it (one-row invariant where setup.sh patched the library), and forced to
+    the companion token a stock library needs: both must be row-invariant."""
+    engine = pair_on_llama.target_engine
+    if request.param == "companion":
+        monkeypatch.setattr(engine, "one_row_invariant", False)
+    return engine
+
+
+def test_the_engine_is_row_invariant_bit_for_bit_and_computes_the_models_logits(pair_on_llama, engine_mode):
+    engine, prompt = engine_mode, list(range(3, 60))                           # longer than one chunk
     continuation = [(7 * index) % 60 for index in range(40)]
     stepped, verified = stepped_and_verified(engine.new_cache, prompt, continuation, (2, 5, 9, 3, 13))
     assert torch.equal(stepped, verified)
@@ -96,10 +107,11 @@ def test_the_engine_is_row_invariant_bit_for_bit_and_computes_the_models_logits(
     assert torch.allclose(stepped, reference, atol=1e-4)
 
 
-def test_crops_and_growth_keep_the_engine_row_invariant(pair_on_llama, monkeypatch):
+def test_crops_and_growth_keep_the_engine_row_invariant(pair_on_llama, engine_mode, monkeypatch):
     from pacer_core.drafters import gguf_drafter
     monkeypatch.setattr(gguf_drafter, "START_CELLS", 256)
     engine = LlamaTarget(pair_on_llama.target_engine.model, 64)
+    engine.one_row_invariant = engine_mode.one_row_invariant
     cache, prompt = engine.new_cache(), [index % 60 for index in range(250)]
     cache.forward(prompt)
     cache.forward([5, 6, 7, 8, 9, 10])
@@ -112,11 +124,22 @@ def test_crops_and_growth_keep_the_engine_row_invariant(pair_on_llama, monkeypat
     assert torch.equal(grown, stepped)
 
 
-def test_plain_llama_cpp_calls_are_not_row_invariant_which_is_why_the_engine_exists(pair_on_llama):
+def test_plain_calls_are_row_invariant_exactly_when_the_engine_proved_it(pair_on_llama):
+    """Plain llama.cpp calls (no chunks, no companion) give one-token steps the bits of a verify feed only on the
+    library setup.sh builds (scripts/patch_llama_source.py); the engine's probe at load says which it has."""
     owner = pair_on_llama.target_engine
     stepped, verified = stepped_and_verified(lambda: GGUFCache(owner), list(range(3, 20)), list(range(20, 50)), (4,))
-    assert not torch.equal(stepped, verified)
+    assert torch.equal(stepped, verified) == owner.one_row_invariant
     assert torch.allclose(stepped, verified, atol=1e-3)
+
+
+def test_the_library_setup_builds_is_one_row_invariant(pair_on_llama):
+    """setup.sh builds llama-cpp-python with scripts/patch_llama_source.py; a stock wheel would leave the engine
+    on the slower companion path (PACER_STOCK_LLAMA=1 says that is expected, e.g. a prebuilt library)."""
+    if os.environ.get("PACER_STOCK_LLAMA") == "1":
+        pytest.skip("PACER_STOCK_LLAMA=1: a stock llama-cpp-python is expected here")
+    assert pair_on_llama.target_engine.one_row_invariant, (
+        "llama-cpp-python is not the patched build: bash scripts/build_llama.sh --rebuild")
 
 
 def run_ids(decoder, pair, prompt_ids, **settings):
