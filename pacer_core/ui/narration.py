@@ -143,12 +143,13 @@ def summarize_run(result: Result, events: list) -> str:
 
 
 DRAFTER_LESSONS = {
-    "small": "cheap guesses (about a tenth of a target step each) that the target often rejects",
+    "small": "cheap guesses (a tenth of a torch target step each, a third of a llama.cpp one) that the target "
+             "often rejects",
     "head": "cheap guesses read off the target's own hidden state, still often rejected",
     "self-int8": "the target's own weights in 8 bits: guesses almost always accepted, but each costs about half "
-                 "a target step on a CPU",
-    "self-int4": "the target's own weights in 4 bits: guesses usually accepted, each costing about half a target "
-                 "step on a CPU",
+                 "a torch target step on a CPU, and more than a step of the target run by llama.cpp",
+    "self-int4": "the target's own weights in 4 bits: guesses usually accepted, each costing about half a torch "
+                 "target step on a CPU, and more than a step of the target run by llama.cpp",
     "gguf": "the target's own 4-bit GGUF run by llama.cpp, an engine made for CPUs: guesses almost always "
             "accepted and each costs only a fraction of a target step, so long drafts pay",
 }

@@ -1,0 +1,53 @@
+"""Each drafter's draft call against the target's one-token step on the pair's default engine (on a CPU with the
+embedded target: llama.cpp), after a 100-token prompt, medians of 25, in two rounds. Prints c = draft call /
+target step per drafter: the figure measured_defaults.json keeps as each drafter's cost on the CPU.
+
+    .venv/bin/python benchmarks/drafter_step_costs.py [--drafters gguf,small,self-int8,self-int4]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pacer_core import load_pair  # noqa: E402
+from pacer_core.drafters import load_drafter  # noqa: E402
+from pacer_core.drafters.builders import new_caches, target_cache  # noqa: E402
+
+PROMPT_IDS = [(index * 37) % 40000 + 100 for index in range(100)]
+
+
+def one_token_ms(cache, repeats: int = 25) -> float:
+    """Median milliseconds of one one-token feed after the prompt (cropped back after each)."""
+    cache.forward(PROMPT_IDS, keep=1)
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        cache.forward([1234], keep=1)
+        seconds.append(time.perf_counter() - started)
+        cache.crop(len(PROMPT_IDS))
+    return statistics.median(seconds) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--drafters", default="gguf,small,self-int8,self-int4")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    pair = load_pair("embedded", "gguf", device="cpu", dtype="float32")
+    for round_index in range(args.rounds):
+        target_ms = one_token_ms(target_cache(pair))
+        for name in args.drafters.split(","):
+            view = pair.with_drafter(load_drafter(pair, name))
+            _, draft_cache = new_caches(view)
+            draft_ms = one_token_ms(draft_cache)
+            print(f"round {round_index + 1}: {name}: draft call {draft_ms:.1f} ms, target step {target_ms:.1f} ms, "
+                  f"c = {draft_ms / target_ms:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
