@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.target_engine import timed_pass  # noqa: E402
 from pacer_core import load_pair  # noqa: E402
 from pacer_core.drafters import load_drafter  # noqa: E402
 from pacer_core.drafters.builders import new_caches, target_cache  # noqa: E402
@@ -24,13 +24,7 @@ PROMPT_IDS = [(index * 37) % 40000 + 100 for index in range(100)]
 def one_token_ms(cache, repeats: int = 25) -> float:
     """Median milliseconds of one one-token feed after the prompt (cropped back after each)."""
     cache.forward(PROMPT_IDS, keep=1)
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        cache.forward([1234], keep=1)
-        seconds.append(time.perf_counter() - started)
-        cache.crop(len(PROMPT_IDS))
-    return statistics.median(seconds) * 1000
+    return 1000 * statistics.median([timed_pass(cache, len(PROMPT_IDS), [1234]) for _ in range(repeats)])
 
 
 def main() -> None:

@@ -234,8 +234,8 @@ def f32_target(tools: dict[str, Path], source: Path, work: Path, env=None) -> Pa
 # ---- the runs ------------------------------------------------------------------------------------------------
 
 def tool_env(link_library: Path | None) -> dict | None:
-    """The tools' environment: for tools built with --link-installed, llama-cpp-python's library folder first on the
-    loader's path; None (this process's environment) for tools that carry their own library."""
+    """The tools' environment: for tools linked to a library folder (--link-installed, --link-library), that folder
+    first on the loader's path; None (this process's environment) for tools that carry their own library."""
     if not link_library:
         return None
     env = dict(os.environ)
@@ -301,10 +301,11 @@ def measure(args) -> dict:
 
     work = Path(args.work)
     needed = TOOLS[:2] if args.target_gguf else TOOLS       # llama-quantize only writes the F32 target
-    tools = find_tools(Path(args.bin), needed) if args.bin else build_tools(work, link_library=linked_library(args))
+    library = linked_library(args)
+    tools = find_tools(Path(args.bin), needed) if args.bin else build_tools(work, link_library=library)
     if tools is None:
         raise PeerError(f"{args.bin} does not hold {', '.join(needed)}.")
-    env = tool_env(linked_library(args))
+    env = tool_env(library)
     draft_file = Path(args.draft_gguf) if args.draft_gguf else find_gguf_file()
     target_file = Path(args.target_gguf) if args.target_gguf else f32_target(tools, draft_file, work, env)
     pair = without_eos(load_pair(args.target, args.draft, target_engine=args.target_engine))

@@ -18,7 +18,7 @@ MARKER=.venv/pacer-llama-build   # the key of the build setup last installed (a 
 build_key() { printf '%s %s %s' "$VERSION" "$1" "$(sha256sum < scripts/patch_llama_source.py)" | sha256sum | cut -c1-16; }
 build() {   # $1: cmake flags; $2: "fresh" to build again even if a wheel with these flags is kept
   # pip's own wheel cache does not key on CMAKE_ARGS (it hands back a wheel built with other flags, such as an
-  # old GGML_NATIVE=ON one that dies on this CPU), so wheels are kept in a folder per version and flags instead.
+  # old GGML_NATIVE=ON one that dies on this CPU), so wheels are kept in a folder per version, flags and patch.
   local dir wheel source
   dir="$WHEELS/$(build_key "$1")"
   [ "${2:-}" = fresh ] && rm -rf "$dir"
