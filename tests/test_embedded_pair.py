@@ -31,10 +31,15 @@ def test_the_default_cpu_pair_runs_packed_linear_layers_and_drafts_from_every_id
 
 
 def test_the_apps_fixed_length_starts_at_the_measured_cpu_gamma(embedded_pair):
-    """The shipped draft folder records the fixed length the benchmark measured fastest on a CPU."""
+    """The shipped draft folder records the fixed length the benchmark measured fastest on a CPU: one token beside
+    the target run by llama.cpp (a draft call of the small model costs 0.29 of its step), two beside torch (0.12)."""
+    from dataclasses import replace
+
     from pacer_core.drafters import measured_gamma
 
-    assert measured_gamma(embedded_pair) == 2
+    assert measured_gamma(replace(embedded_pair, target_engine=None)) == 2
+    if embedded_pair.target_engine is not None:
+        assert measured_gamma(embedded_pair) == 1
 
 
 def test_greedy_fixed_and_pacer_are_token_identical_to_ar(embedded_pair):
@@ -106,11 +111,15 @@ def test_embedded_drafters_load_by_name():
 
 def test_the_targets_own_weights_draft_ars_tokens_and_agree_far_more_than_the_small_draft(embedded_pair):
     """self-int8 on the real target: greedy fixed SD and PACER return AR's tokens, nearly every drafted token
-    is accepted, and the app's fixed length starts at the one measured for it."""
+    is accepted, and the app's fixed length starts at the one measured for it beside the target's engine (one
+    token beside llama.cpp, where a self-int8 guess costs more than a target step; three beside torch)."""
+    from dataclasses import replace
+
     from pacer_core.drafters import load_drafter, measured_gamma
 
     drafting = embedded_pair.with_drafter(load_drafter(embedded_pair, "self-int8"))
-    assert measured_gamma(drafting) == 3
+    assert measured_gamma(replace(drafting, target_engine=None)) == 3
+    assert measured_gamma(drafting) == (3 if drafting.target_engine is None else 1)
     reference = generate(drafting, "ar", PROMPTS[1], max_new_tokens=24)
     fixed = generate(drafting, "fixed", PROMPTS[1], max_new_tokens=24, gamma=3)
     pacer = generate(drafting, "pacer", PROMPTS[1], max_new_tokens=24)

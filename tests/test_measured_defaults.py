@@ -92,3 +92,27 @@ def test_the_pages_drafter_starts_follow_the_measured_pacer_and_smc_settings(tmp
     assert (starts["gamma"], starts["block_size"], starts["max_draft_len"], starts["phrase_len"]) == (10, 4, 32, 0)
     assert starts["threshold"] == 0.05 and not starts["own_threshold"]
     assert (starts["n_particles"], starts["draft_len"]) == (2, 4)
+
+
+def test_figures_measured_beside_the_torch_target_apply_only_where_the_target_verifies_on_torch(tmp_path):
+    from pacer_core.drafters import load_drafter, measured_drafter, measured_settings
+    (tmp_path / "measured_defaults.json").write_text(json.dumps({"drafters": {
+        "self-int8": {"gamma": {"cpu": 1}, "cost": {"cpu": 1.1}, "agreement": 0.96,
+                      "settings": {"pacer": {"stop_rule": "cost"}, "smc": {"n_particles": 2}},
+                      "cpu_torch_target": {"gamma": {"cpu": 3}, "cost": {"cpu": 0.6},
+                                           "settings": {"pacer": {"block_size": 1}}}},
+        "head": {"gamma": {"cpu": 2}, "cpu_torch_target": {"gamma": {"cpu": 5}}}}}))
+    pair = pair_from_folder(tmp_path)
+    on_torch = pair.with_drafter(load_drafter(pair, "self-int8"))
+    assert measured_gamma(on_torch) == 3 and measured_drafter(on_torch, "self-int8")["cost"] == {"cpu": 0.6}
+    assert measured_settings(on_torch, "self-int8", "pacer") == {"block_size": 1}
+    assert measured_settings(on_torch, "self-int8", "smc") == {"n_particles": 2}
+    assert "cpu_torch_target" not in measured_drafter(on_torch, "self-int8")
+    on_llama = pair.with_drafter(load_drafter(pair, "self-int8"))
+    on_llama.target_engine = object()          # the target verifies on llama.cpp: the entry's own figures
+    assert measured_gamma(on_llama) == 1 and measured_drafter(on_llama, "self-int8")["agreement"] == 0.96
+    assert measured_settings(on_llama, "self-int8", "pacer") == {"stop_rule": "cost"}
+    reading_features = pair.with_drafter(random_head_drafter(pair.target, pair.vocab_size))
+    reading_features.target_engine = object()  # a drafter that reads hidden states keeps the torch target
+    assert measured_drafter(reading_features, "head")["gamma"] == {"cpu": 5}
+    assert measured_drafter(reading_features, "self-int8")["gamma"] == {"cpu": 1}

@@ -266,3 +266,23 @@ def test_display_prob_is_the_softmax_entry_without_the_row():
         assert display_prob(logits, token_id) == pytest.approx(float(display_probs(logits)[token_id]), rel=1e-6, abs=1e-12)
     row = one_hot(3, logits)
     assert row.dtype == torch.float32 and row.tolist() == [0.0, 0.0, 0.0, 1.0, 0.0]
+
+
+def test_sampled_ids_follow_the_distribution_and_never_take_a_zero_mass_id():
+    from scipy.stats import chisquare
+
+    from pacer_core.sampling import sample_rows, sample_token
+    probs = torch.tensor([0.0, 0.5, 0.0, 0.2, 0.3, 0.0])
+    generator = torch.Generator().manual_seed(0)
+    draws = sample_rows(probs.expand(20000, -1), generator)
+    counts = torch.bincount(draws, minlength=6)
+    assert counts[[0, 2, 5]].sum() == 0
+    assert chisquare(counts[[1, 3, 4]].numpy(), (probs[[1, 3, 4]] * 20000).numpy()).pvalue > 1e-3
+    assert sample_token(probs, torch.Generator().manual_seed(3)) in (1, 3, 4)
+
+
+def test_a_draw_at_the_very_top_of_the_uniform_range_takes_the_last_id_with_mass(monkeypatch):
+    from pacer_core import sampling
+    monkeypatch.setattr(sampling.torch, "rand", lambda *shape, **kw: torch.ones(*shape, dtype=torch.float64))
+    rows = torch.tensor([[0.25, 0.75, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0]])
+    assert sampling.sample_rows(rows, None).tolist() == [1, 3]

@@ -59,6 +59,7 @@ from ..drafters import new_caches
 from ..events import Metrics, Result, SMCCycleEvent, TokenRecord, TokenState
 from ..kvcache import CachedModel, DraftCache
 from ..particles import effective_sample_size, normalize_log_weights, systematic_resample
+from .. import sampling
 from ..sampling import token_log_probs
 from ..settings import DecodeSettings, SettingsError
 from .base import new_generator, pinned_values, with_pinned
@@ -66,7 +67,7 @@ from .base import new_generator, pinned_values, with_pinned
 
 def sample_rows(log_probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One id per row of a [N, V] log-distribution → [N] long."""
-    return torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+    return sampling.sample_rows(log_probs.exp(), generator)
 
 
 @dataclass

@@ -5,7 +5,13 @@ unless a setting is chosen; without the file (or an entry) every reader returns 
 
 The file: {"gamma": {"cpu": 2}, "drafters": {"self-int8": {"gamma": {"cpu": 5}, "cost": {"cpu": 0.55},
 "agreement": 0.97, "settings": {"pacer": {"block_size": 1}}}}, "source": ...}; entries are keyed by drafter key
-(``kinds``), the top-level ``gamma`` is the independent draft's (``small``)."""
+(``kinds``), the top-level ``gamma`` is the independent draft's (``small``) unless its entry has one.
+
+An entry's figures are those of the pair's default engine on that kind of device (on a CPU with the embedded
+target: the target run by llama.cpp, where a target step is cheap). Its ``cpu_torch_target`` part holds what
+differs when the target verifies on torch on a CPU (no llama-cpp-python, ``--target-engine torch``, a hub
+target, or a drafter that reads the target's hidden states): a step costs ~2.5x more there, so each drafter's cost
+per step, fastest length and PACER settings differ. ``measured_drafter`` lays it over the entry, figure by figure."""
 from __future__ import annotations
 
 import json
@@ -17,6 +23,7 @@ from .builders import draft_folder
 from .kinds import drafter_key
 
 MEASURED_DEFAULTS_FILE = "measured_defaults.json"
+TORCH_TARGET_PART = "cpu_torch_target"   # an entry's figures for a target verifying on torch on a CPU
 
 
 def measured_defaults(pair) -> dict:
@@ -37,9 +44,35 @@ def measured_drafter(pair, key: str) -> dict:
     draft's fixed length is also the file's top-level ``gamma``."""
     record = measured_defaults(pair)
     entry = (record.get("drafters") or {}).get(key) or {}
-    if key == "small" and "gamma" in record:
+    if not isinstance(entry, dict):
+        return {}
+    if key == "small" and "gamma" in record and "gamma" not in entry:
         entry = {**entry, "gamma": record["gamma"]}
-    return entry if isinstance(entry, dict) else {}
+    overlay = entry.get(TORCH_TARGET_PART)
+    if isinstance(overlay, dict) and target_verifies_on_torch_cpu(pair, key):
+        entry = laid_over(entry, overlay)
+    return {name: value for name, value in entry.items() if name != TORCH_TARGET_PART}
+
+
+def laid_over(entry: dict, overlay: dict) -> dict:
+    """``entry`` with ``overlay``'s figures over its own: keyed figures (by device kind, by method) key by key."""
+    merged = dict(entry)
+    for name, figure in overlay.items():
+        base = merged.get(name)
+        merged[name] = {**base, **figure} if isinstance(base, dict) and isinstance(figure, dict) else figure
+    return merged
+
+
+def target_verifies_on_torch_cpu(pair, key: str) -> bool:
+    """Whether drafter ``key``'s runs verify with the target on torch on a CPU: the pair has no llama.cpp engine
+    (``pair.target_engine``), or ``key`` is the pair's drafter and it reads the target's hidden states
+    (``builders.active_engine``)."""
+    if torch.device(pair.device).type != "cpu":
+        return False
+    if getattr(pair, "target_engine", None) is None:
+        return True
+    drafter = getattr(pair, "drafter", None)
+    return drafter is not None and drafter_key(drafter) == key and bool(getattr(drafter, "reads_target_features", False))
 
 
 def measured_settings(pair, key: str, method: str) -> dict:

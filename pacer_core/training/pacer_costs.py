@@ -34,6 +34,7 @@ import torch
 from ..decoders.autoregressive import Autoregressive
 from ..decoders.fixed import FixedSpeculative
 from ..drafters import MEASURED_DEFAULTS_FILE, draft_folder, drafter_key, drafter_swapped, load_drafter
+from ..drafters.measured import TORCH_TARGET_PART, target_verifies_on_torch_cpu
 from ..models import load_pair
 from ..prompts import load_prompts
 from ..request import encode_prompt
@@ -142,9 +143,13 @@ def cost_rule_length(model: PacerCostModel, block: int, limit: int):
 
 
 def write_model(pair, key: str, device: str, model: PacerCostModel, source: str) -> Path:
+    """Store the model in the drafter's entry, or in its ``cpu_torch_target`` part when the target verified on
+    torch on a CPU (``drafters.measured``)."""
     path = Path(draft_folder(pair)) / MEASURED_DEFAULTS_FILE
     record = json.loads(path.read_text()) if path.exists() else {}
     entry = record.setdefault("drafters", {}).setdefault(key, {})
+    if target_verifies_on_torch_cpu(pair, key):
+        entry = entry.setdefault(TORCH_TARGET_PART, {})
     entry.setdefault("pacer_costs", {})[device] = model.to_record() | {"source": source}
     path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     return path
@@ -180,7 +185,7 @@ def main(argv=None) -> int:
     source = (f"python -m pacer_core.training.pacer_costs --drafter {args.drafter} on {len(prompt_ids)} prompts of "
               f"{args.prompts}, T = {args.temperature}, {args.max_new_tokens} tokens, fixed SD at {gammas}, "
               f"{date.today().isoformat()}; AR step {observed.ar_seconds / observed.ar_tokens * 1000:.1f} ms; "
-              f"target {pair.describe().get('linear_kernels', '')} {pair.describe().get('dtype', '')}")
+              f"target on {pair.describe().get('target_engine', 'torch')}")
     model = observed.model(source)
     report = {"model": model.to_record(), "source": source,
               "simulated_rate": {f"fixed:{g}": simulated_rate(model, observed.paths, lambda path, g=g: min(g, len(path)))
