@@ -59,8 +59,11 @@ def narration_has(page, text: str) -> None:
 
 
 def test_step_through_shows_draft_then_verdict_one_pass_at_a_time(page, tmp_path):
-    page.fill("#prompt textarea", "Count from 1 to 10.")
-    set_max_new_tokens(page, 48)     # the page keeps the last test's 8 tokens: one PACER pass of 8 + 1 would end it
+    # A prompt whose sampled answers run long (at the page's T = 0.7, seeds 0-2 took PACER 5-6 passes of 48 tokens;
+    # "Count from 1 to 10." drew "Every single day." at seed 0, one pass), and 48 tokens: the page keeps the last
+    # test's 8, and one PACER pass of 8 + 1 would end that.
+    page.fill("#prompt textarea", "List the numbers from 1 to 30, separated by commas.")
+    set_max_new_tokens(page, 48)
     page.click("#step-button")                                   # 1: the draft's proposal, grey
     narration_has(page, "Step 1: the draft proposed")
     assert page.locator("#col-pacer .step").count() == 1
