@@ -28,15 +28,18 @@ import functools
 import json
 import pickle
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
 
-from pacer_core import load_pair
-from pacer_core.preverifier import default_preverifier
-from pacer_core.ui import handlers
-from pacer_core.ui.handlers import AppContext, PageInputs
-from pacer_core.ui.session import RunSession
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from any folder
+
+from pacer_core import load_pair  # noqa: E402
+from pacer_core.preverifier import default_preverifier  # noqa: E402
+from pacer_core.ui import handlers  # noqa: E402
+from pacer_core.ui.handlers import AppContext, PageInputs  # noqa: E402
+from pacer_core.ui.session import RunSession  # noqa: E402
 
 PROMPT = "Write a Python function that checks whether a string is a palindrome."
 
