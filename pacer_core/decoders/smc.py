@@ -59,15 +59,9 @@ from ..drafters import new_caches
 from ..events import Metrics, Result, SMCCycleEvent, TokenRecord, TokenState
 from ..kvcache import CachedModel, DraftCache
 from ..particles import effective_sample_size, normalize_log_weights, systematic_resample
-from .. import sampling
-from ..sampling import token_log_probs
+from ..sampling import sample_rows, token_log_probs
 from ..settings import DecodeSettings, SettingsError
 from .base import new_generator, pinned_values, with_pinned
-
-
-def sample_rows(log_probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One id per row of a [N, V] log-distribution → [N] long."""
-    return sampling.sample_rows(log_probs.exp(), generator)
 
 
 @dataclass
@@ -217,7 +211,7 @@ class SMC:
         for k in range(n_draft):
             draft_logits = state.draft.forward(pending, keep=1)[:, -1].to(device)  # [N, V]
             draft_log_dist = token_log_probs(draft_logits, draft_temperature, settings.top_k, settings.top_p)
-            drafted_ids[:, k] = sample_rows(draft_log_dist, generator)
+            drafted_ids[:, k] = sample_rows(draft_log_dist.exp(), generator)
             draft_log_probs[:, k] = draft_log_dist.gather(-1, drafted_ids[:, k: k + 1]).squeeze(-1)
             pending = drafted_ids[:, k: k + 1]
         draft_seconds = time.perf_counter() - started + state.prefill_seconds[0]   # the first cycle: with the prompt's
@@ -229,7 +223,7 @@ class SMC:
         target_logits = state.target.forward(target_input, keep=n_draft + 1)[:, -(n_draft + 1):].to(device)  # [N, K+1, V]
         target_log_dist = token_log_probs(target_logits, temperature, settings.top_k, settings.top_p)
         target_log_probs = target_log_dist[:, :n_draft].gather(-1, drafted_ids.unsqueeze(-1)).squeeze(-1)  # [N, K]
-        bonus_ids = sample_rows(target_log_dist[:, n_draft], generator)             # [N]
+        bonus_ids = sample_rows(target_log_dist[:, n_draft].exp(), generator)       # [N]
         verify_seconds = time.perf_counter() - started + state.prefill_seconds[1]
         state.prefill_seconds = (0.0, 0.0)
 

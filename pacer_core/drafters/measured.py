@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .builders import draft_folder
+from .builders import active_engine, draft_folder
 from .kinds import drafter_key
 
 MEASURED_DEFAULTS_FILE = "measured_defaults.json"
@@ -64,15 +64,14 @@ def laid_over(entry: dict, overlay: dict) -> dict:
 
 
 def target_verifies_on_torch_cpu(pair, key: str) -> bool:
-    """Whether drafter ``key``'s runs verify with the target on torch on a CPU: the pair has no llama.cpp engine
-    (``pair.target_engine``), or ``key`` is the pair's drafter and it reads the target's hidden states
-    (``builders.active_engine``)."""
+    """Whether drafter ``key``'s runs verify with the target on torch on a CPU: for the pair's own drafter, where
+    ``builders.active_engine`` runs them; for another key, whether the pair has a llama.cpp engine at all."""
     if torch.device(pair.device).type != "cpu":
         return False
-    if getattr(pair, "target_engine", None) is None:
-        return True
     drafter = getattr(pair, "drafter", None)
-    return drafter is not None and drafter_key(drafter) == key and bool(getattr(drafter, "reads_target_features", False))
+    if drafter is not None and drafter_key(drafter) == key:
+        return active_engine(pair) is None
+    return getattr(pair, "target_engine", None) is None
 
 
 def measured_settings(pair, key: str, method: str) -> dict:
