@@ -213,12 +213,3 @@ def test_narration_counts_one_token_in_the_singular():
     one = step("fixed", 0, ["rejected", "corrected"], 0.1, 0.1, 1)
     assert "proposed 1 token." in narration.explain_step(one)
     assert "proposed 1 token " in narration.explain_draft(one) or "proposed 1 token (" in narration.explain_draft(one)
-
-
-def test_plots_redraw_at_most_their_budget_of_the_run():
-    assert handlers.plots_due(2.1, 0.05)                       # cheap figures: every PLOT_INTERVAL_S
-    assert not handlers.plots_due(1.9, 0.05)
-    slow = 0.3                                                 # a loaded CPU: wait cost / budget
-    assert not handlers.plots_due(slow / handlers.PLOT_BUDGET - 0.1, slow)
-    assert handlers.plots_due(slow / handlers.PLOT_BUDGET + 0.1, slow)
-    assert handlers.plots_due(0.01, 0.0, interval_s=0.0)

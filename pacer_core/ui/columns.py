@@ -172,10 +172,12 @@ TRACE_LABELS = {"smc": "Trace · a bar per cycle, then every particle",
 
 
 def column_html(method: str, events: list, result: Result | None = None, error: str | None = None,
-                running: bool = False, note: str | None = None, pending: bool = False) -> str:
+                running: bool = False, note: str | None = None, pending: bool = False,
+                placeholder: str | None = None) -> str:
     """The whole live column for one method: header and counters, the clean answer, the step trace
     (coloured tokens), notes. ``pending``: step-through's draft phase, the newest step shown as drafted
-    but not yet verified (SMC: the newest cycle is not shown yet)."""
+    but not yet verified (SMC: the newest cycle is not shown yet). ``placeholder``: plain text shown
+    instead of the trace while the column has no events to show (Run's timing phase)."""
     if pending and method == "smc" and events:
         events, pending = events[:-1], False
     title = escape_text(METHOD_LABELS.get(method, method))
@@ -186,7 +188,8 @@ def column_html(method: str, events: list, result: Result | None = None, error: 
     sticky = (f'<div class="pacer-col" data-method="{escape_attr(method)}"><div class="col-sticky">{head}{counters}'
               "</div>")
     if not events:
-        return f'{sticky}<div class="tokens">{PLACEHOLDER}</div>{extra}</div>'
+        empty = f'<span class="placeholder">{escape_text(placeholder)}</span>' if placeholder else PLACEHOLDER
+        return f'{sticky}<div class="tokens">{empty}</div>{extra}</div>'
     if method == "smc":
         body = smc_body_html(events, result)
     else:

@@ -2,10 +2,12 @@
 No Gradio here: ``layout`` maps each ViewUpdate onto its components, the tests and
 benchmarks/ui_overhead.py call these functions directly.
 
-Run streams one ViewUpdate per step of the three interleaved decoders (each running column in parts from
-kept state, ``live_columns_view``, so an update costs and sends only the new step; the timeline, two more plots
-in turn and the narration at most every ``PLOT_INTERVAL_S``, within ``PLOT_BUDGET``), then finishes: the AR
-baseline if asked, the oracle γ*, the target log-likelihoods, the metrics table and the downloads. Step is
+Run has two phases (``ui/race.py``). First it times each method alone, one after another, the AR baseline
+last (``time_each_alone``): nothing is drawn while a method's steps run, only a progress line at most once a
+second, so each method's seconds are its decoder's own. Then it replays the columns side by side at the pace
+each ran (``replay_race``: each running column in parts from kept state, ``live_columns_view``, so a frame costs
+and sends only the new steps; the timeline at most every ``PLOT_INTERVAL_S``), while the oracle γ* and the
+target log-likelihoods are computed beside it; then the finished page: metrics table and downloads. Step is
 a two-click state machine per target pass (``RunSession.pending_verdict``): first what each draft proposed
 (grey), then the target's verdict. Bad settings give a ViewUpdate with an error line and a warning, never
 an exception."""
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -22,13 +25,12 @@ from typing import Iterator
 
 from ..models import ModelLoadError
 from ..settings import Limits, SettingsError
-from . import METHOD_LABELS, columns, measured, narration, page, plots, tables
+from . import METHOD_LABELS, columns, measured, narration, page, plots, race, tables
 from .live import LiveColumns
 from ..drafters import drafter_key
 from .session import RunSession, user_message
 
-PLOT_INTERVAL_S = 2.0          # redraw plots at most this often while streaming (~10-40 ms per figure)
-PLOT_BUDGET = 0.03             # ... and so that drawing them takes at most this share of the run's wall time
+PLOT_INTERVAL_S = 2.0          # redraw the timeline at most this often during the replay (~10-40 ms a figure)
 
 
 @dataclass(frozen=True)
@@ -137,10 +139,6 @@ def events_by_method(session: RunSession) -> dict[str, list]:
     return events | {method: run.events for method, run in session.runs.items()}
 
 
-# While streaming, each redraw shows the timeline and two more plots in turn (all nine at the end).
-LIVE_ROTATION = (("speedup", "histogram"), ("lengths", "accept"), ("blocks", "weights"), ("ess", "genealogy"))
-
-
 def plots_view(session: RunSession, names=None) -> dict[str, object]:
     """The plots by name (all nine, or only ``names``)."""
     events = events_by_method(session)
@@ -179,12 +177,6 @@ def export_files(session: RunSession, folder: Path | None = None) -> tuple[str, 
     return str(trace_path), str(csv_path)
 
 
-def latest_lines(session: RunSession) -> dict[str, str]:
-    """The narration of each method's most recent step (what the columns just did)."""
-    return {method: run.error or narration.explain_step(run.events[-1])
-            for method, run in session.runs.items() if run.error or run.events}
-
-
 def summary_lines(session: RunSession) -> dict[str, str]:
     drafter = drafter_label(session)
     return {method: run.error or narration.summarize_run(run.result, run.events)
@@ -196,13 +188,6 @@ def error_update(message: str) -> ViewUpdate:
     return ViewUpdate(status=page.run_status_html(message, "error"), warning=message)
 
 
-def plots_due(since_last_s: float, last_cost_s: float, interval_s: float = PLOT_INTERVAL_S) -> bool:
-    """Redraw the plots while streaming? Once ``interval_s`` has passed and at least last_cost_s / PLOT_BUDGET
-    since the last redraw, so the live figures cost at most PLOT_BUDGET of the run however slow the machine
-    (benchmarks/ui_overhead.py): 0.12 s of figures on a loaded CPU are redrawn every 4 s, 40 ms every 2 s."""
-    return since_last_s > max(interval_s, last_cost_s / PLOT_BUDGET)
-
-
 def steps_so_far(session: RunSession) -> int:
     return max((len(run.events) for run in session.runs.values()), default=0)
 
@@ -210,10 +195,13 @@ def steps_so_far(session: RunSession) -> int:
 # ---------------------------------------------------------------- finishing a run
 
 def final_status(session: RunSession, started: float | None, now: float) -> str:
-    """The status line once every column is done: time taken or stopped, failures, notes."""
-    message = f"Done in {now - started:.1f} s." if started is not None else "All methods finished (step-through)."
-    if session.cancel.is_set():
+    """The status line once every column is done: time taken or stopped, how it was timed, failures, notes."""
+    message = f"Done in {now - started:.1f} s. {race.HOW_TIMED}" if started is not None else \
+        "All methods finished (step-through: each method's own passes, timed between your clicks)."
+    if session.stopped:
         message = "Stopped."
+    elif session.cancel.is_set():
+        message = f"Done in {now - started:.1f} s (replay skipped). {race.HOW_TIMED}"
     failed = {method: run.error for method, run in session.runs.items() if run.error}
     for method, error in failed.items():      # one column's failure must not read as a clean "Done"
         message += f" {METHOD_LABELS.get(method, method)} did not finish: {error}"
@@ -223,28 +211,111 @@ def final_status(session: RunSession, started: float | None, now: float) -> str:
 
 def finish_run(context: AppContext, session: RunSession, measure_ar: bool,
                started: float | None) -> Iterator[ViewUpdate]:
-    """After the three columns: the AR baseline (if asked), the oracle, likelihoods, table and exports."""
+    """After the three columns: the AR baseline (if asked and not yet run), the oracle, likelihoods, table and
+    exports."""
     if measure_ar and not session.cancel.is_set() and not (session.ar and session.ar.done):
         yield ViewUpdate(status=page.run_status_html("Finishing the AR baseline (target alone)…", "busy"),
                          table=table_view(session))
         for _ in session.ar_steps():
             pass
-    if not session.cancel.is_set():
+    if not session.stopped and not session.analysed:
         if session.settings["temperature"] > 0:
             yield ViewUpdate(status=page.run_status_html("Scoring each output under the target (log-likelihood "
                                                          "per token, for SMC-SD's error)…", "busy"))
-        session.compute_oracle()
-        session.compute_likelihoods()
+        session.analyse()
     yield ViewUpdate(columns=columns_view(context, session, running=False), plots=plots_view(session),
                      status=final_status(session, started, time.perf_counter()),
                      narration=narration.narration_html(summary_lines(session)), table=table_view(session),
                      downloads=export_files(session), session=session)
 
 
+# ---------------------------------------------------------------- Run's two phases
+
+def timing_columns(context: AppContext, session: RunSession, current) -> dict[str, str]:
+    """The columns while the methods are timed: each its progress, its time alone, or its turn to come."""
+    return {method: columns.column_html(method, [], None, run.error if not run.skipped else None,
+                                        running=run is current, note=None,
+                                        placeholder=None if run.error else race.waiting_text(run, run is current))
+            for method, run in session.runs.items()}
+
+
+def timing_update(context: AppContext, session: RunSession, current, position: int, count: int) -> ViewUpdate:
+    tokens = current.events[-1].total_new_tokens if current.events else 0
+    line = race.timing_line(current.method, position, count, tokens, current.busy_seconds)
+    return ViewUpdate(columns=timing_columns(context, session, current), status=page.run_status_html(line, "busy"))
+
+
+def time_each_alone(context: AppContext, session: RunSession, clock=time.perf_counter,
+                    progress_interval_s: float = race.PROGRESS_INTERVAL_S) -> Iterator[ViewUpdate]:
+    """Run's first phase: each method decodes alone, one after another (``RunSession.timing_queue``); between
+    its steps only a progress line, at most every ``progress_interval_s``. Stop ends the current method and
+    skips the rest."""
+    queue = session.timing_queue()
+    for position, current in enumerate(queue, 1):
+        yield timing_update(context, session, current, position, len(queue))
+        shown = clock()
+        while not current.done:
+            session.advance_one(current)
+            if not current.done and clock() - shown >= progress_interval_s:
+                yield timing_update(context, session, current, position, len(queue))
+                shown = clock()
+        if session.cancel.is_set():
+            session.skip_unstarted()
+            return
+
+
+def race_events(session: RunSession, lanes: list, elapsed: float) -> dict[str, list]:
+    """Every method's events as far as the replay has reached after ``elapsed`` seconds."""
+    runs = {method: run for method, run in session.runs.items()} | ({"ar": session.ar} if session.ar else {})
+    return {lane.method: runs[lane.method].events[:race.shown(lane, elapsed)] for lane in lanes}
+
+
+def race_columns(context: AppContext, session: RunSession, lanes: list, live: LiveColumns,
+                 elapsed: float) -> dict[str, object]:
+    """The columns ``elapsed`` seconds into the replay: a lane that has finished shows its result."""
+    by_method = {lane.method: lane for lane in lanes}
+    view = {}
+    for method, run in session.runs.items():
+        lane = by_method.get(method)
+        done = lane is None or race.finished(lane, elapsed)
+        events = run.events if done else run.events[:race.shown(lane, elapsed)]
+        view[method] = live.value(method, events, run.result if done else None, run.error if done else None,
+                                  note=lambda method=method: column_note(context, session, method))
+    return view
+
+
+def replay_race(context: AppContext, session: RunSession, frame_s: float = race.RACE_FRAME_S,
+                plot_interval_s: float = PLOT_INTERVAL_S, clock=time.perf_counter,
+                sleep=time.sleep) -> Iterator[ViewUpdate]:
+    """Run's second phase: the columns side by side at the pace each method ran alone, a frame at most every
+    ``frame_s``, the timeline at most every ``plot_interval_s``; the oracle and log-likelihoods are computed
+    meanwhile (nothing is timed now). Stop skips to the end."""
+    lanes = race.lanes_of(session)
+    analysis = threading.Thread(target=session.analyse, name="pacer-analysis", daemon=True)
+    analysis.start()
+    live, start, last_plot = LiveColumns(), clock(), clock()
+    while True:
+        frame_start = clock()
+        elapsed = frame_start - start
+        update = ViewUpdate(columns=race_columns(context, session, lanes, live, elapsed),
+                            status=page.run_status_html(race.race_line(lanes, elapsed), "busy"))
+        if frame_start - last_plot >= plot_interval_s:
+            update.plots = {"timeline": plots.timeline_figure(race_events(session, lanes, elapsed))}
+            last_plot = frame_start
+        yield update
+        if elapsed >= race.duration(lanes) or session.cancel.is_set():
+            break
+        sleep(max(0.0, frame_s - (clock() - frame_start)))
+    if analysis.is_alive():
+        yield ViewUpdate(status=page.run_status_html("Scoring each output under the target…", "busy"))
+    analysis.join()
+
+
 # ---------------------------------------------------------------- the three buttons
 
-def run(context: AppContext, inputs: PageInputs, plot_interval_s: float = PLOT_INTERVAL_S) -> Iterator[ViewUpdate]:
-    """Run all three methods interleaved, one ViewUpdate per step, then the finished page."""
+def run(context: AppContext, inputs: PageInputs, plot_interval_s: float = PLOT_INTERVAL_S,
+        frame_s: float = race.RACE_FRAME_S) -> Iterator[ViewUpdate]:
+    """Time each method alone, replay the columns side by side at the pace each ran, then the finished page."""
     context, refused = contexts_for(context, inputs)
     if refused is not None:
         yield refused
@@ -255,21 +326,12 @@ def run(context: AppContext, inputs: PageInputs, plot_interval_s: float = PLOT_I
         yield error_update(user_message(error))
         return
     started = time.perf_counter()
-    yield ViewUpdate(columns=columns_view(context, session, running=True),
-                     status=page.run_status_html("Running…", "busy"),
+    yield ViewUpdate(columns=timing_columns(context, session, None),
+                     status=page.run_status_html("Running… each method is timed alone, then replayed.", "busy"),
                      narration=narration.narration_html({}), table=table_view(session), session=session)
-    last_plot, plot_cost, redraws, live = 0.0, 0.0, 0, LiveColumns()
-    while not session.finished:
-        session.advance()
-        update = ViewUpdate(columns=live_columns_view(context, session, live),
-                            status=page.run_status_html(f"Running… step {steps_so_far(session)}", "busy"))
-        if plots_due(time.perf_counter() - last_plot, plot_cost, plot_interval_s):
-            drawing = time.perf_counter()
-            names = ("timeline",) + LIVE_ROTATION[redraws % len(LIVE_ROTATION)]
-            update.plots, update.narration = plots_view(session, names), narration.narration_html(latest_lines(session))
-            last_plot, redraws = time.perf_counter(), redraws + 1
-            plot_cost = last_plot - drawing
-        yield update
+    yield from time_each_alone(context, session)
+    if not session.cancel.is_set():
+        yield from replay_race(context, session, frame_s, plot_interval_s)
     yield from finish_run(context, session, inputs.measure_ar, started)
 
 

@@ -369,8 +369,9 @@ def _segment_hover(segment: timeline.Segment) -> str:
 
 def timeline_figure(events_by_method: dict) -> go.Figure:
     """One lane per method; each target pass a block of draft time (kept, then wasted, hatched) and verify
-    time, on one axis of seconds. Each lane lays the method's own passes end to end (they ran interleaved)."""
-    title = "Timeline: each target pass, draft → verify"
+    time, on one axis of seconds. Each lane lays the method's own passes end to end: Run times each method
+    alone, one after another (Step: between clicks), so a lane is its decoder's own time."""
+    title = "Timeline: each target pass, draft → verify · each method timed alone, one after another"
     segments = timeline.timeline_segments({m: e for m, e in events_by_method.items() if e}, MAX_STEPS_SHOWN)
     if not segments:
         return empty_figure(title, "Run to see each method's target passes on one time axis.")
@@ -394,9 +395,9 @@ def timeline_figure(events_by_method: dict) -> go.Figure:
     fig.add_trace(go.Scatter(
         x=list(ends.values()), y=[SHORT_LABELS.get(m, m) for m in ends], mode="text", showlegend=False,
         text=[f"  {ends[m]:.2f} s" for m in ends], textposition="middle right", hoverinfo="text",
-        hovertext=[f"{SHORT_LABELS.get(m, m)}: {ends[m]:.2f} s of its own passes. The methods ran interleaved, one "
-                   "pass each in turn; each lane lays its own passes end to end." for m in ends]))
-    return _layout(fig, title, "seconds of each method's own passes, end to end", "", height=250 + 18 * len(lanes),
+        hovertext=[f"{SHORT_LABELS.get(m, m)}: {ends[m]:.2f} s of its own passes. Each method ran alone, one "
+                   "after another, with nothing drawn while it decoded." for m in ends]))
+    return _layout(fig, title, "seconds of each method's own passes, timed alone", "", height=250 + 18 * len(lanes),
                    layout={"barmode": "overlay", "bargap": 0.3, "xaxis": {"range": [0, max(ends.values()) * 1.12]},
                            "yaxis": {"categoryorder": "array", "categoryarray": list(reversed(lanes))}})
 

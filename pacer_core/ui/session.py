@@ -1,6 +1,11 @@
-"""Per-browser-session run state: the three decoders' generators advanced one step in turn
-(interleaved, so they progress together on the same prompt, seed and temperature), the events
-they yielded, their Results, and each method's own busy time.
+"""Per-browser-session run state: the three decoders' generators on the same prompt, seed and temperature,
+the events they yielded (each with the method's own busy time when it arrived), their Results, and each
+method's own busy time.
+
+Run times each method alone, one after another (``timing_queue`` and ``advance_one``; the handler draws
+nothing while a method's steps run), so a method's seconds are its decoder's own, as if it ran by itself; the
+page then replays the columns side by side at the pace recorded in ``MethodRun.event_seconds``
+(``ui/race.py``). Step advances every method by one event in turn (``advance_until_event``).
 
 One ``RunSession`` lives in a ``gr.State`` per browser session (never a global). It holds no
 HTML: the renderers turn its events into what is shown."""
@@ -53,6 +58,8 @@ class MethodRun:
     result: Result | None = None
     error: str | None = None
     busy_seconds: float = 0.0
+    event_seconds: list = field(default_factory=list)   # busy_seconds when each event arrived (the race's clock)
+    skipped: bool = False               # Stop came before this method's turn
 
     @property
     def done(self) -> bool:
@@ -85,8 +92,8 @@ class RunSession:
         self.encoded = encode_prompt(pair, self.prompt, chat, self.limits)
         self.prompt_ids, self.prompt_note = list(self.encoded.ids), self.encoded.note
         self.runs = {method: self.new_run(method) for method in methods}
-        # The AR baseline joins the rotation as a hidden fourth method, so it is timed under the same
-        # machine load as the columns (this CPU is shared); it finishes alone after them.
+        # The AR baseline is a hidden fourth method: timed alone after the columns' methods (Run), or advanced
+        # one step per click beside them (Step) and finished alone at the end.
         self.ar: MethodRun | None = self.new_run("ar") if measure_ar else None
         self.oracle: list | None = None
         self.oracle_steps: list | None = None
@@ -95,6 +102,7 @@ class RunSession:
         self.logliks: dict[str, float] = {}        # sampling runs: target log-prob per output token, by method
         self.proposal_kl: float | None = None      # sampling runs: KL(p_T || q_Td) per token along SMC-SD's output
         self.pending_verdict: dict | None = None   # step-through: events drafted but not yet shown verified
+        self.analysed = False
         self.created = time.time()
 
     def new_run(self, method: str) -> MethodRun:
@@ -137,6 +145,7 @@ class RunSession:
             run.generator = None          # frees the decoder's KV caches now, not when the session ends
         else:
             run.events.append(item)
+            run.event_seconds.append(run.busy_seconds)
         return True
 
     def advance(self) -> list[str]:
@@ -162,6 +171,33 @@ class RunSession:
         if self.ar is not None:
             self.advance_one(self.ar)
         return new
+
+    def timing_queue(self) -> list[MethodRun]:
+        """Run's order of timing: the columns' unfinished methods in column order, then the AR baseline."""
+        queue = [run for run in self.runs.values() if not run.done]
+        return queue + ([self.ar] if self.ar is not None and not self.ar.done else [])
+
+    def skip_unstarted(self) -> None:
+        """After Stop: the methods whose turn never came end with a note instead of a result (the AR
+        baseline stays unfinished, so the table shows it waiting)."""
+        for run in self.runs.values():
+            if not run.done:
+                run.error, run.skipped = "Stopped before its turn (Run times the methods one after another).", True
+
+    @property
+    def stopped(self) -> bool:
+        """Did Stop end or skip any decoding (rather than only the replay after it)?"""
+        runs = list(self.runs.values()) + ([self.ar] if self.ar is not None else [])
+        return self.cancel.is_set() and any(run.skipped or not run.done or run.result is not None
+                                            and run.result.finish_reason == "cancelled" for run in runs)
+
+    def analyse(self) -> None:
+        """After the decoding: oracle γ* and the target log-likelihoods, once (Run starts it during the replay)."""
+        if self.analysed:
+            return
+        self.compute_oracle()
+        self.compute_likelihoods()
+        self.analysed = True
 
     @property
     def finished(self) -> bool:
@@ -267,10 +303,10 @@ class RunSession:
             "prompt_tokens": len(self.prompt_ids), "prompt_note": self.prompt_note,
             "stopped": self.cancel.is_set(), "logliks": self.logliks, "proposal_kl": self.proposal_kl,
             "oracle_note": self.oracle_note, "busy_seconds": self.busy_seconds(),
-            "timing_note": ("The methods ran interleaved (one step each in turn). busy_seconds is the time spent in "
+            "timing_note": ("Run times each method alone, one after another, with nothing drawn while it decodes "
+                            "(Step: one step of each in turn, between clicks). busy_seconds is the time spent in "
                             "each method's own steps and is what the metrics table's seconds, tokens_per_s and "
-                            "speedup use; metrics.seconds inside each result is wall-clock from its start, "
-                            "which includes the other methods' steps."),
+                            "speedup use."),
             "oracle_lengths": self.oracle, "oracle_steps": self.oracle_steps,
             "errors": {m: r.error for m, r in self.runs.items() if r.error},
             "results": {method: result.to_dict() for method, result in results.items()},

@@ -1,8 +1,8 @@
 """Pure metrics table: Results (plus each method's own busy time) in, a pandas DataFrame out.
 
-Names follow docs/algorithms.md#metrics. The three columns run interleaved, so a decoder's own
-wall-clock (``Metrics.seconds``) would include its neighbours' steps; the session therefore times
-each method's own steps and passes that in as ``seconds``. ``speedup`` is the ratio of tokens per
+Names follow docs/algorithms.md#metrics. ``seconds`` is each method's own busy time from the session:
+Run times each method alone, one after another, drawing nothing while it decodes (ui/race.py), so it is
+the decoder's own time, as if it ran by itself; under Step it is the method's own passes between clicks. ``speedup`` is the ratio of tokens per
 second to AR's, measured in the same session on the same prompt and settings. ``same_as_ar`` (greedy
 runs only) says whether a method emitted exactly AR's tokens: fixed SD and PACER must. ``target_loglik``
 (sampling runs only) is the target's mean log-probability per token of the method's output: exact

@@ -2,8 +2,8 @@
 the expected speedup as a function of per-token acceptance, and the accepted-tokens-per-step histogram.
 
 Timeline. Every event (a StepEvent of AR, fixed SD or PACER, an SMCCycleEvent of SMC-SD) is one target
-pass and carries its own ``draft_seconds`` and ``verify_seconds``. The methods run interleaved, so each
-lane lays ITS OWN passes end to end from 0: draft, then verify. The draft time of a step is split in
+pass and carries its own ``draft_seconds`` and ``verify_seconds``. Each lane lays ITS OWN passes end to
+end from 0: draft, then verify (Run times the methods alone, one after another; Step between clicks). The draft time of a step is split in
 proportion to its drafted tokens into the part that drafted tokens the target kept and the part that
 drafted tokens it rejected (or that PACER's pre-verifier discarded): that part was wasted.
 

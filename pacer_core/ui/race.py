@@ -1,0 +1,92 @@
+"""The race: how Run shows speed honestly. Pure: no Gradio, no clock (the handler passes elapsed seconds).
+
+A page that decodes three or four methods interleaved while it draws them measures its own load: the
+browser, Gradio's per-update work and the methods' caches taking turns share the cores the decoders use, so
+each column took 1.2-2.5x its decoder's own time and the printed speedups moved with the machine (issue 41;
+docs/measurements.md, "What the page shows"). So Run times each method alone, one after another, drawing
+nothing while its steps run (a progress line at most once a second), recording when each event arrived on
+the method's own clock (``MethodRun.event_seconds``). Then the columns are replayed side by side at the pace
+each ran: a race whose finishing order and gaps are the measured ones, AR included as a lane.
+
+``Lane`` is one method's recorded clock; ``shown`` says how many of its events the replay shows after
+``elapsed`` seconds; ``race_line`` and ``timing_line`` are the status lines of the two phases."""
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from . import METHOD_LABELS
+
+RACE_FRAME_S = 0.15          # one replay frame at most this often
+PROGRESS_INTERVAL_S = 1.0    # while a method is timed, the progress line at most this often
+SHORT_NAMES = {"ar": "AR", "fixed": "fixed SD", "pacer": "PACER", "smc": "SMC-SD"}
+HOW_TIMED = ("Each method was timed alone, one after another, with nothing drawn while it ran; the columns "
+             "then replay side by side at the pace each ran.")
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One method's run on its own clock: when each event arrived, the running token count, the end."""
+    method: str
+    event_seconds: tuple[float, ...]
+    tokens: tuple[int, ...]
+    total_seconds: float
+
+
+def lane_of(run) -> Lane:
+    """The lane of a ``MethodRun`` that has been timed alone."""
+    return Lane(run.method, tuple(run.event_seconds), tuple(event.total_new_tokens for event in run.events),
+                float(run.busy_seconds))
+
+
+def lanes_of(session) -> list[Lane]:
+    """Every method that decoded, in the columns' order, the AR baseline last."""
+    runs = list(session.runs.values()) + ([session.ar] if session.ar is not None else [])
+    return [lane_of(run) for run in runs if run.events or run.result is not None]
+
+
+def shown(lane: Lane, elapsed: float) -> int:
+    """How many of the lane's events had arrived ``elapsed`` seconds into its run."""
+    return bisect_right(lane.event_seconds, elapsed)
+
+
+def finished(lane: Lane, elapsed: float) -> bool:
+    return elapsed >= lane.total_seconds
+
+
+def duration(lanes: list[Lane]) -> float:
+    """The race lasts as long as its slowest lane."""
+    return max((lane.total_seconds for lane in lanes), default=0.0)
+
+
+def lane_word(lane: Lane, elapsed: float) -> str:
+    name = SHORT_NAMES.get(lane.method, lane.method)
+    if finished(lane, elapsed):
+        return f"{name} ✓ {lane.total_seconds:.2f} s"
+    count = shown(lane, elapsed)
+    return f"{name} {lane.tokens[count - 1] if count else 0} tokens"
+
+
+def race_line(lanes: list[Lane], elapsed: float) -> str:
+    """The replay's status: the clock and every lane's progress or finishing time."""
+    clock = min(elapsed, duration(lanes))
+    return (f"Replay at the pace each method ran alone: {clock:.1f} s · "
+            + " · ".join(lane_word(lane, elapsed) for lane in lanes))
+
+
+def timing_line(method: str, position: int, count: int, tokens: int, seconds: float) -> str:
+    """The timing phase's status: which method runs alone now and how far it has got."""
+    name = METHOD_LABELS.get(method, method)
+    return (f"Timing each method alone, one after another ({position} of {count}: {name}, {tokens} tokens in "
+            f"{seconds:.1f} s); nothing is drawn while it decodes. Then the columns replay side by side at the "
+            "pace each ran.")
+
+
+def waiting_text(run, current: bool) -> str:
+    """What a column shows while the methods are timed: its own progress, its time, or its turn to come."""
+    tokens = run.events[-1].total_new_tokens if run.events else 0
+    if current:
+        return f"⏱ Timing alone now: {tokens} tokens in {run.busy_seconds:.1f} s…"
+    if run.done:
+        return f"Timed alone: {tokens} tokens in {run.busy_seconds:.2f} s. The replay shows it next."
+    return "Waits its turn: the methods are timed one after another."

@@ -1,0 +1,110 @@
+"""Run times each method alone, then replays the columns at the pace each ran (ui/race.py): the pure lane
+arithmetic, and the Run handler's two phases on a tiny random pair."""
+from __future__ import annotations
+
+import pytest
+
+from pacer_core.testing.tiny import tiny_pair
+from pacer_core.ui import COLUMN_METHODS, handlers, race
+from pacer_core.ui.handlers import AppContext, PageInputs
+
+@pytest.fixture(scope="module")
+def context():
+    return AppContext(tiny_pair())
+
+
+def inputs(measure_ar=True, **settings) -> PageInputs:
+    return PageInputs("t1 t2", {"max_new_tokens": 12, "temperature": 0.8, "seed": 3} | settings, chat=False,
+                      measure_ar=measure_ar)
+
+
+def lane(method="fixed", seconds=(0.1, 0.3, 0.6), tokens=(2, 5, 8), total=0.7) -> race.Lane:
+    return race.Lane(method, tuple(seconds), tuple(tokens), total)
+
+
+def test_a_lane_shows_the_events_that_had_arrived_by_then():
+    fixed = lane()
+    assert [race.shown(fixed, t) for t in (0.0, 0.1, 0.29, 0.3, 0.65, 5.0)] == [0, 1, 1, 2, 3, 3]
+    assert not race.finished(fixed, 0.69) and race.finished(fixed, 0.7)
+
+
+def test_the_race_lasts_as_long_as_its_slowest_lane_and_says_who_finished():
+    fast, slow = lane("pacer", total=0.5), lane("ar", (0.2, 0.4, 0.9), (1, 2, 3), 1.0)
+    assert race.duration([fast, slow]) == 1.0 and race.duration([]) == 0.0
+    line = race.race_line([fast, slow], 0.45)
+    assert "PACER 5 tokens" in line and "AR 2 tokens" in line
+    line = race.race_line([fast, slow], 0.8)
+    assert "PACER ✓ 0.50 s" in line and "AR 2 tokens" in line
+    assert "1.0 s" in race.race_line([fast, slow], 3.0)          # the clock stops at the end
+
+
+def test_run_times_each_method_alone_one_after_another(context, monkeypatch):
+    order = []
+    advance_one = handlers.RunSession.advance_one
+
+    def recording(session, run):
+        order.append(run.method)
+        return advance_one(session, run)
+
+    monkeypatch.setattr(handlers.RunSession, "advance_one", recording)
+    updates = list(handlers.run(context, inputs(), frame_s=0.0))
+    runs = [method for index, method in enumerate(order) if index == 0 or order[index - 1] != method]
+    assert runs == ["fixed", "pacer", "smc", "ar"]               # no interleaving: one block of steps each
+    session = updates[-1].session
+    for run in list(session.runs.values()) + [session.ar]:
+        assert run.event_seconds == sorted(run.event_seconds) and len(run.event_seconds) == len(run.events)
+        assert run.event_seconds[-1] <= run.busy_seconds
+    table = updates[-1].table.set_index("method")
+    assert table.loc["Autoregressive (AR)", "seconds"] == round(session.ar.busy_seconds, 3)
+
+
+def test_nothing_is_drawn_between_a_methods_steps_but_a_progress_line(context):
+    ticks = iter(range(0, 10_000))
+
+    def clock():                                                  # 0.3 s per call: a progress line every 4th
+        return next(ticks) * 0.3
+
+    session = handlers.new_session(context, inputs())
+    updates = list(handlers.time_each_alone(context, session, clock=clock, progress_interval_s=1.0))
+    steps = sum(len(run.events) for run in session.runs.values()) + len(session.ar.events)
+    assert len(updates) < 4 + steps / 2                          # far fewer updates than steps
+    assert all(update.plots is None and update.narration is None for update in updates)
+    assert all("Timing each method alone" in update.status for update in updates)
+    first = updates[0].columns
+    assert "Timing alone now" in first["fixed"] and "Waits its turn" in first["smc"]
+
+
+def test_the_replay_ends_with_every_column_finished_at_its_own_time(context):
+    updates = list(handlers.run(context, inputs(), frame_s=0.0))
+    replay = [update for update in updates if update.status and "Replay at the pace" in update.status]
+    assert replay, "the columns were never replayed"
+    assert all(set(update.columns) == set(COLUMN_METHODS) for update in replay)
+    assert "✓" in replay[-1].status and "AR" in replay[-1].status
+    final = updates[-1]
+    assert "run-done" in final.status and "timed alone, one after another" in final.status
+    assert all("badge-done" in final.columns[method] for method in COLUMN_METHODS)
+
+
+def test_stop_during_the_replay_skips_to_the_end_and_keeps_every_result(context):
+    run = handlers.run(context, inputs(), frame_s=10.0)         # a frame every 10 s: Stop must not wait for it
+    session = next(run).session
+    update = next(run)
+    while "Replay at the pace" not in (update.status or ""):
+        update = next(run)
+    handlers.stop(session)
+    *_, final = run
+    assert "replay skipped" in final.status and "Stopped." not in final.status
+    assert all(run.result is not None and run.result.finish_reason != "cancelled" for run in session.runs.values())
+    assert session.ar.result is not None
+
+
+def test_stop_while_timing_skips_the_methods_whose_turn_never_came(context):
+    run = handlers.run(context, inputs(max_new_tokens=40))
+    session = next(run).session
+    next(run)                                                    # the first method's turn begins
+    handlers.stop(session)
+    *_, final = run
+    assert "Stopped." in final.status
+    assert session.runs["fixed"].result.finish_reason == "cancelled"
+    assert all("before its turn" in session.runs[method].error for method in ("pacer", "smc"))
+    assert "before its turn" in final.columns["pacer"]
