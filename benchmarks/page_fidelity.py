@@ -1,0 +1,249 @@
+"""Does the page show each decoder's own speed? The real page against the same decoders alone (issue 41).
+
+app.py is started on its default pair (the embedded target, its default drafter) and driven in headless
+Chromium: an example's prompt typed, Run clicked, the finished table awaited (the click-to-table wall time is
+recorded), the run's JSON trace downloaded. Then, in this process, the same four decoders run alone through
+the library (``pacer_core.generate``) with exactly the settings the page ran (read from that trace), one after
+another, on a pair loaded the way app.py loads it (``pair_from_env``). Both sides are on this machine in the
+same hour, interleaved round by round, so what differs is only how the page measures.
+
+Per example and method (medians over rounds): page seconds / alone seconds, and page speedup / alone speedup
+(speedup = tokens/s ÷ AR's tokens/s on the same side); per example: click to finished table ÷ the four
+decoders' alone seconds added up. Seeded runs decode the same tokens on both sides (``same_tokens`` checks).
+
+    .venv/bin/python benchmarks/page_fidelity.py --out benchmarks/results/page-fidelity [--rounds 3]
+
+Writes results.json and report.md. tests/test_page_fidelity_browser.py runs ``page_round`` and ``alone_round``
+once on the default example."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pacer_core.testing.app_runner import running_app  # noqa: E402
+
+EXAMPLES_PATH = ROOT / "assets" / "examples.json"
+DEFAULT_EXAMPLES = (0, 4, 3)        # the default (a Python function), why the sky is blue, capital cities
+METHODS = ("ar", "fixed", "pacer", "smc")
+CHROMIUM = os.environ.get("PACER_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+RUN_TIMEOUT_S = 600
+
+
+def examples(indices) -> list[dict]:
+    items = json.loads(EXAMPLES_PATH.read_text(encoding="utf-8"))
+    return [items[index] for index in indices]
+
+
+# ---------------------------------------------------------------- the page
+
+def page_round(page, prompt: str, downloads: Path) -> dict:
+    """One Run of ``prompt`` on the page with its default settings: click-to-table seconds and the run's trace."""
+    page.fill("#prompt textarea", prompt)
+    page.wait_for_function("document.querySelector('#run-status .run-busy') === null", timeout=RUN_TIMEOUT_S * 1000)
+    started = time.perf_counter()
+    page.click("#run-button")
+    page.wait_for_selector("#run-status .run-busy", timeout=RUN_TIMEOUT_S * 1000)
+    page.wait_for_selector("#run-status .run-done", timeout=RUN_TIMEOUT_S * 1000)
+    click_to_table = time.perf_counter() - started
+    with page.expect_download(timeout=60_000) as download:
+        page.click("#download-json")
+    path = downloads / f"trace-{time.time_ns()}.json"
+    download.value.save_as(str(path))
+    trace = json.loads(path.read_text(encoding="utf-8"))
+    return {"click_to_table_s": click_to_table, "status": page.inner_text("#run-status"), "trace": trace}
+
+
+def page_methods(trace: dict) -> dict:
+    """{method: {seconds, tokens, token_ids}} as the page measured them (busy_seconds: the table's seconds)."""
+    busy = trace.get("busy_seconds", {})
+    return {method: {"seconds": busy[method], "tokens": result["metrics"]["new_tokens"],
+                     "token_ids": result["token_ids"]}
+            for method, result in trace.get("results", {}).items() if method in busy}
+
+
+# ---------------------------------------------------------------- the same decoders alone
+
+def alone_round(pair, trace: dict) -> dict:
+    """The page's four decoders alone, one after another, with the settings the page ran."""
+    from pacer_core import generate
+
+    settings = {name: value for name, value in trace["settings"].items() if value is not None}
+    out = {}
+    for method in METHODS:
+        if method not in trace.get("results", {}):
+            continue
+        started = time.perf_counter()
+        result = generate(pair, method, trace["prompt"], chat=trace.get("chat_template"), **settings)
+        out[method] = {"seconds": time.perf_counter() - started, "tokens": result.metrics.new_tokens,
+                       "token_ids": list(result.token_ids)}
+    return out
+
+
+def speedups(methods: dict) -> dict:
+    """tokens/s ÷ AR's tokens/s on one side."""
+    ar = methods.get("ar")
+    if not ar:
+        return {}
+    ar_rate = ar["tokens"] / ar["seconds"]
+    return {method: (row["tokens"] / row["seconds"]) / ar_rate for method, row in methods.items()}
+
+
+def compare(page: dict, alone: dict) -> dict:
+    """Per method: page seconds ÷ alone seconds, page speedup ÷ alone speedup, whether the tokens match."""
+    page_speed, alone_speed = speedups(page), speedups(alone)
+    return {method: {"page_s": page[method]["seconds"], "alone_s": alone[method]["seconds"],
+                     "seconds_ratio": page[method]["seconds"] / alone[method]["seconds"],
+                     "page_speedup": page_speed.get(method), "alone_speedup": alone_speed.get(method),
+                     "speedup_ratio": (page_speed[method] / alone_speed[method]
+                                       if method in page_speed and method in alone_speed else None),
+                     "same_tokens": page[method]["token_ids"] == alone[method]["token_ids"]}
+            for method in METHODS if method in page and method in alone}
+
+
+# ---------------------------------------------------------------- rounds, summary, report
+
+def median_of(rounds: list[dict], method: str, key: str):
+    values = [row[method][key] for row in rounds if method in row and row[method][key] is not None]
+    return statistics.median(values) if values else None
+
+
+def summarize(example_rounds: list[dict]) -> dict:
+    """Medians over an example's rounds, per method, and its click-to-table ratio."""
+    compared = [entry["compare"] for entry in example_rounds]
+    methods = {}
+    for method in METHODS:
+        if not any(method in row for row in compared):
+            continue
+        methods[method] = {key: median_of(compared, method, key)
+                           for key in ("page_s", "alone_s", "seconds_ratio", "page_speedup", "alone_speedup",
+                                       "speedup_ratio")}
+        methods[method]["same_tokens"] = all(row[method]["same_tokens"] for row in compared if method in row)
+    whole = [entry["click_to_table_s"] / sum(row["seconds"] for row in entry["alone"].values())
+             for entry in example_rounds]
+    return {"methods": methods, "click_to_table_s": statistics.median(e["click_to_table_s"] for e in example_rounds),
+            "alone_sum_s": statistics.median(sum(r["seconds"] for r in e["alone"].values()) for e in example_rounds),
+            "click_to_table_over_alone_sum": statistics.median(whole)}
+
+
+def verdicts(summary: dict) -> dict:
+    """The issue's figures: speedups within 10%, seconds within 1.15x, a whole Run within 1.5x the sum."""
+    methods = summary["methods"].values()
+    return {"speedups_within_10pct": all(row["speedup_ratio"] is None or abs(row["speedup_ratio"] - 1) <= 0.10
+                                         for row in methods),
+            "seconds_within_1.15x": all(row["seconds_ratio"] <= 1.15 for row in methods),
+            "run_within_1.5x_of_alone_sum": summary["click_to_table_over_alone_sum"] <= 1.5}
+
+
+def fmt(value, digits=2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def report(results: dict) -> str:
+    lines = [f"# The page against the decoders alone ({results['date']})", "",
+             f"{results['machine']['cpus']} CPUs, {results['machine']['processor']}; pair: "
+             f"{results['pair']['target']} on {results['pair']['target_engine']}, drafter "
+             f"{results['pair']['drafter']}; {results['rounds']} rounds per example, medians; page settings as "
+             f"the page starts (each run's settings in results.json).", "",
+             "| example | method | page s | alone s | page/alone s | page speedup | alone speedup | "
+             "page/alone speedup | same tokens |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for example in results["examples"]:
+        summary = example["summary"]
+        for method, row in summary["methods"].items():
+            lines.append(f"| {example['label']} | {method} | {fmt(row['page_s'])} | {fmt(row['alone_s'])} | "
+                         f"{fmt(row['seconds_ratio'])} | {fmt(row['page_speedup'])} | {fmt(row['alone_speedup'])} | "
+                         f"{fmt(row['speedup_ratio'])} | {'yes' if row['same_tokens'] else 'no'} |")
+    lines += ["", "| example | click to finished table s | four decoders alone, added s | ratio | verdicts |",
+              "| --- | --- | --- | --- | --- |"]
+    for example in results["examples"]:
+        summary = example["summary"]
+        passed = ", ".join(f"{name} {'yes' if ok else 'NO'}" for name, ok in example["verdicts"].items())
+        lines.append(f"| {example['label']} | {fmt(summary['click_to_table_s'])} | {fmt(summary['alone_sum_s'])} | "
+                     f"{fmt(summary['click_to_table_over_alone_sum'])} | {passed} |")
+    return "\n".join(lines) + "\n"
+
+
+def browser_page(playwright, url: str):
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    context = browser.new_context(viewport={"width": 1600, "height": 1000}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(RUN_TIMEOUT_S * 1000)
+    page.goto(url)
+    page.wait_for_selector("#run-button")
+    return browser, page
+
+
+def measure(args) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    from pacer_core.models import pair_from_env
+
+    pair = pair_from_env()
+    chosen = examples(args.examples)
+    rounds = {item["label"]: [] for item in chosen}
+    downloads = Path(tempfile.mkdtemp(prefix="page-fidelity-"))
+    with running_app(downloads / "app.log") as url, sync_playwright() as playwright:
+        browser, page = browser_page(playwright, url)
+        for round_index in range(args.rounds):
+            for item in chosen:
+                on_page = page_round(page, item["prompt"], downloads)
+                alone = alone_round(pair, on_page["trace"])
+                entry = {"round": round_index, "click_to_table_s": on_page["click_to_table_s"],
+                         "status": on_page["status"], "settings": on_page["trace"]["settings"],
+                         "drafter": on_page["trace"].get("drafter"), "page": page_methods(on_page["trace"]),
+                         "alone": alone}
+                entry["compare"] = compare(entry["page"], alone)
+                rounds[item["label"]].append(entry)
+                print(f"[page-fidelity] round {round_index + 1} {item['label']}: click to table "
+                      f"{entry['click_to_table_s']:.2f} s; " + ", ".join(
+                          f"{m} {c['seconds_ratio']:.2f}x s, speedup {fmt(c['speedup_ratio'])}x"
+                          for m, c in entry["compare"].items()), flush=True)
+        browser.close()
+    for entries in rounds.values():
+        for entry in entries:
+            for side in ("page", "alone"):
+                for row in entry[side].values():
+                    row.pop("token_ids", None)
+    results = {"date": datetime.date.today().isoformat(), "rounds": args.rounds,
+               "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
+               "pair": pair.describe() | {"drafter": chosen and rounds[chosen[0]["label"]][0]["drafter"]},
+               "examples": []}
+    for item in chosen:
+        summary = summarize(rounds[item["label"]])
+        results["examples"].append({"label": item["label"], "prompt": item["prompt"], "summary": summary,
+                                    "verdicts": verdicts(summary), "rounds": rounds[item["label"]]})
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="results folder (results.json, report.md)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--examples", type=lambda text: [int(part) for part in text.split(",")],
+                        default=list(DEFAULT_EXAMPLES), help="indices into assets/examples.json (default 0,4,3)")
+    args = parser.parse_args(argv)
+    if not Path(CHROMIUM).exists():
+        print(f"page_fidelity: chromium not found at {CHROMIUM} (apt-get install -y chromium)", file=sys.stderr)
+        return 2
+    results = measure(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+    (args.out / "report.md").write_text(report(results), encoding="utf-8")
+    print(report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
