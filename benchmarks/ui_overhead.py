@@ -9,6 +9,9 @@ On a shared machine the wall times of two separate runs differ by more than the 
 UI run also times its own model work (``RunSession.advance_one``, ``compute_oracle``, ``compute_likelihoods``,
 wrapped while it runs): ``render_s`` = its wall time minus that, and ``render_overhead`` = median render_s
 ÷ median headless time. Both runs share the same load at the same moment, so this figure is the robust one.
+Since Run times each method alone and then replays the columns at the pace each ran (ui/race.py),
+``render_s`` includes that replay (as long as the slowest method's own time): time the page adds, not time
+any decoder is charged with.
 
     python benchmarks/ui_overhead.py --repeats 3 --max-new-tokens 48
 

@@ -209,10 +209,17 @@ def final_status(session: RunSession, started: float | None, now: float) -> str:
     return page.run_status_html(message, "error" if len(failed) == len(session.runs) else "done")
 
 
-def finish_run(context: AppContext, session: RunSession, measure_ar: bool,
-               started: float | None) -> Iterator[ViewUpdate]:
+def finished_view(context: AppContext, session: RunSession) -> ViewUpdate:
+    """The finished page but its status line: columns, the nine plots, summary, table and downloads."""
+    return ViewUpdate(columns=columns_view(context, session, running=False), plots=plots_view(session),
+                      narration=narration.narration_html(summary_lines(session)), table=table_view(session),
+                      downloads=export_files(session), session=session)
+
+
+def finish_run(context: AppContext, session: RunSession, measure_ar: bool, started: float | None,
+               prepared: ViewUpdate | None = None) -> Iterator[ViewUpdate]:
     """After the three columns: the AR baseline (if asked and not yet run), the oracle, likelihoods, table and
-    exports."""
+    exports (``prepared``: that view already built during the replay)."""
     if measure_ar and not session.cancel.is_set() and not (session.ar and session.ar.done):
         yield ViewUpdate(status=page.run_status_html("Finishing the AR baseline (target alone)…", "busy"),
                          table=table_view(session))
@@ -223,10 +230,9 @@ def finish_run(context: AppContext, session: RunSession, measure_ar: bool,
             yield ViewUpdate(status=page.run_status_html("Scoring each output under the target (log-likelihood "
                                                          "per token, for SMC-SD's error)…", "busy"))
         session.analyse()
-    yield ViewUpdate(columns=columns_view(context, session, running=False), plots=plots_view(session),
-                     status=final_status(session, started, time.perf_counter()),
-                     narration=narration.narration_html(summary_lines(session)), table=table_view(session),
-                     downloads=export_files(session), session=session)
+    update = prepared if prepared is not None else finished_view(context, session)
+    update.status = final_status(session, started, time.perf_counter())
+    yield update
 
 
 # ---------------------------------------------------------------- Run's two phases
@@ -288,11 +294,13 @@ def replay_race(context: AppContext, session: RunSession, frame_s: float = race.
                 plot_interval_s: float = PLOT_INTERVAL_S, clock=time.perf_counter,
                 sleep=time.sleep) -> Iterator[ViewUpdate]:
     """Run's second phase: the columns side by side at the pace each method ran alone, a frame at most every
-    ``frame_s``, the timeline at most every ``plot_interval_s``; the oracle and log-likelihoods are computed
-    meanwhile (nothing is timed now). Stop skips to the end."""
-    lanes = race.lanes_of(session)
-    analysis = threading.Thread(target=session.analyse, name="pacer-analysis", daemon=True)
-    analysis.start()
+    ``frame_s``, the timeline at most every ``plot_interval_s``. Meanwhile (nothing is timed now) a thread
+    computes the oracle and log-likelihoods and builds the finished view, which this generator returns.
+    Stop skips to the end."""
+    lanes, prepared = race.lanes_of(session), []
+    worker = threading.Thread(target=lambda: (session.analyse(), prepared.append(finished_view(context, session))),
+                              name="pacer-finish", daemon=True)
+    worker.start()
     live, start, last_plot = LiveColumns(), clock(), clock()
     while True:
         frame_start = clock()
@@ -306,9 +314,10 @@ def replay_race(context: AppContext, session: RunSession, frame_s: float = race.
         if elapsed >= race.duration(lanes) or session.cancel.is_set():
             break
         sleep(max(0.0, frame_s - (clock() - frame_start)))
-    if analysis.is_alive():
+    if worker.is_alive():
         yield ViewUpdate(status=page.run_status_html("Scoring each output under the target…", "busy"))
-    analysis.join()
+    worker.join()
+    return prepared[0] if prepared else None
 
 
 # ---------------------------------------------------------------- the three buttons
@@ -330,9 +339,10 @@ def run(context: AppContext, inputs: PageInputs, plot_interval_s: float = PLOT_I
                      status=page.run_status_html("Running… each method is timed alone, then replayed.", "busy"),
                      narration=narration.narration_html({}), table=table_view(session), session=session)
     yield from time_each_alone(context, session)
+    prepared = None
     if not session.cancel.is_set():
-        yield from replay_race(context, session, frame_s, plot_interval_s)
-    yield from finish_run(context, session, inputs.measure_ar, started)
+        prepared = yield from replay_race(context, session, frame_s, plot_interval_s)
+    yield from finish_run(context, session, inputs.measure_ar, started, prepared)
 
 
 def session_for_step(context: AppContext, inputs: PageInputs, session: RunSession | None) -> RunSession:
