@@ -16,7 +16,7 @@ import sys
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="PACER Lab: fixed-length SD, PACER and SMC-SD side by side, live.")
     parser.add_argument("--target", default=None, help="target model: hub id, local dir or 'embedded' "
-                        "(default: $PACER_TARGET or embedded)")
+                        "(default: $PACER_TARGET, else embedded; on a GPU a hub pair chosen for its memory)")
     parser.add_argument("--draft", default=None, help="drafter: hub id or local dir of a draft model, a folder "
                         "with a trained feature head, 'self-int8' or 'self-int4' (the target's own weights quantized "
                         "at load time, any target), 'gguf' (a GGUF file of the target run by llama.cpp on the CPU: "
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     from pacer_core.ui.drafter_menu import DrafterMenu
     for key, why in DrafterMenu(pair).left_out().items():
         print(f"[pacer] drafter {key} not offered: {why}", file=sys.stderr, flush=True)
-    demo = build_ui(pair)
+    demo = build_ui(pair, pair_note=pair.load_note or None)   # e.g. why a GPU default fell back
     serve(demo, host=args.host, port=args.port, concurrency=args.concurrency)
     return 0
 

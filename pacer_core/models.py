@@ -51,6 +51,7 @@ class ModelPair:
     draft_model_id: str = ""  # name of the independent draft model (kept when a head drafts instead)
     draft_gguf: str = ""      # a GGUF file for the ``gguf`` drafter (the embedded target's own file without one)
     target_engine: object = None   # target_engine.LlamaTarget when llama.cpp runs the target; None: torch
+    load_note: str = ""       # one line for the page about how this pair was chosen (e.g. a GPU default that fell back)
 
     def __post_init__(self):
         self.draft_model_id = self.draft_model_id or self.draft_id
@@ -364,9 +365,10 @@ def _parameter_count(model) -> int:
 
 def pair_from_env(**overrides) -> ModelPair:
     """load_pair with PACER_TARGET / PACER_DRAFT / PACER_DEVICE / PACER_DTYPE / PACER_DRAFT_DTYPE /
-    PACER_DRAFT_VOCAB / PACER_DRAFT_GGUF / PACER_TARGET_ENGINE as defaults."""
-    settings = {"target": os.environ.get("PACER_TARGET", "embedded"),
-                "draft": os.environ.get("PACER_DRAFT", "embedded"),
+    PACER_DRAFT_VOCAB / PACER_DRAFT_GGUF / PACER_TARGET_ENGINE as defaults. With no target configured the pair is
+    the embedded one, except on a GPU: there the hub pair chosen for its memory (``load_gpu_default``)."""
+    settings = {"target": os.environ.get("PACER_TARGET") or None,
+                "draft": os.environ.get("PACER_DRAFT") or None,
                 "device": os.environ.get("PACER_DEVICE") or None,
                 "dtype": os.environ.get("PACER_DTYPE") or None,
                 "draft_dtype": os.environ.get("PACER_DRAFT_DTYPE") or None,
@@ -374,4 +376,60 @@ def pair_from_env(**overrides) -> ModelPair:
                 "draft_gguf": os.environ.get("PACER_DRAFT_GGUF") or None,
                 "target_engine": os.environ.get("PACER_TARGET_ENGINE") or None}
     settings.update({k: v for k, v in overrides.items() if v is not None})
+    if settings["target"] is None:
+        device = torch.device(settings["device"]) if settings["device"] else default_device()
+        if device.type == "cuda" and not settings.get("device_map"):
+            return load_gpu_default(settings, device)
+    settings["target"] = settings["target"] or embedded.EMBEDDED
+    settings["draft"] = settings["draft"] or embedded.EMBEDDED
     return load_pair(**settings)
+
+
+@dataclass(frozen=True)
+class HubPair:
+    """A target and drafter from the hub that pay on a GPU with at least ``min_gb`` of memory."""
+    min_gb: float
+    target: str
+    draft: str
+    download_gb: float     # both in bfloat16, what the first start downloads
+
+
+# Checked from the largest: SmolLM2-1.7B with its 135M (~3.7 GB) below ~22 GB (T4 16 GB); Qwen2.5-7B with its 0.5B
+# (~16 GB) from a 24 GB card (L4, A10G: 24.1e9 bytes) up, with room for the KV caches (README, "Hardware").
+GPU_DEFAULT_PAIRS = (HubPair(22.0, "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", 16.2),
+                     HubPair(0.0, "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", 3.7))
+
+
+def gpu_default_pair(memory_gb: float) -> HubPair:
+    """The largest default pair the GPU's memory (decimal GB) holds."""
+    return next(pair for pair in GPU_DEFAULT_PAIRS if memory_gb >= pair.min_gb)
+
+
+def gpu_memory_gb(device: torch.device) -> float:
+    """Total memory of the CUDA device in decimal GB; 0 when it cannot be read (the smallest pair then)."""
+    try:
+        return torch.cuda.get_device_properties(device.index or 0).total_memory / 1e9
+    except (RuntimeError, AssertionError, AttributeError) as failure:
+        print(f"[pacer] could not read the GPU's memory ({failure}); choosing the smallest GPU pair",
+              file=sys.stderr, flush=True)
+        return 0.0
+
+
+def load_gpu_default(settings: dict, device: torch.device) -> ModelPair:
+    """The hub pair for this GPU's memory (a configured drafter is kept); when it cannot load (the hub out of
+    reach, say), the embedded pair on the same device with a one-line ``load_note`` saying why."""
+    memory = gpu_memory_gb(device)
+    chosen = gpu_default_pair(memory)
+    draft = settings["draft"] if settings["draft"] not in (None, embedded.EMBEDDED) else chosen.draft
+    print(f"[pacer] GPU with {memory:.1f} GB and no target set: loading {chosen.target} with {draft} as drafter "
+          f"from the hub (~{chosen.download_gb:.1f} GB to download the first time; progress below)",
+          file=sys.stderr, flush=True)
+    try:
+        return load_pair(**(settings | {"target": chosen.target, "draft": draft, "device": device}))
+    except (ModelLoadError, torch.cuda.OutOfMemoryError) as failure:
+        reason = str(failure).strip().splitlines()[0] if str(failure).strip() else type(failure).__name__
+        note = f"The GPU default pair ({chosen.target} with {draft}) could not load: {reason}. Serving the embedded pair."
+        print(f"[pacer] {note}", file=sys.stderr, flush=True)
+    pair = load_pair(**(settings | {"target": embedded.EMBEDDED, "draft": embedded.EMBEDDED, "device": device}))
+    pair.load_note = note
+    return pair
