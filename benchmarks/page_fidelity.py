@@ -40,6 +40,7 @@ CHROMIUM = os.environ.get("PACER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 RUN_TIMEOUT_S = 600
+WARM_UP_PROMPT = "Say hello."
 
 
 def examples(indices) -> list[dict]:
@@ -196,6 +197,8 @@ def measure(args) -> dict:
     downloads = Path(tempfile.mkdtemp(prefix="page-fidelity-"))
     with running_app(downloads / "app.log") as url, sync_playwright() as playwright:
         browser, page = browser_page(playwright, url)
+        warm = page_round(page, WARM_UP_PROMPT, downloads)        # lazy builds and first-call costs, both sides
+        alone_round(pair, warm["trace"])
         for round_index in range(args.rounds):
             for item in chosen:
                 on_page = page_round(page, item["prompt"], downloads)
