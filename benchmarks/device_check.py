@@ -1,7 +1,7 @@
 """Device check, part 2 (issue 17): where a decoding step's time goes on models of real shapes.
 
-A SmolLM2-1.7B-shaped target (hidden 2048, 24 layers, 32 heads, 32 KV heads, MLP 8192, vocabulary 49152)
-and a SmolLM2-135M-shaped draft (hidden 576, 30 layers, 9 heads, 3 KV heads, MLP 1536), both with RANDOM
+The pair the app loads on this GPU with no target set (models.gpu_default_pair, by the GPU's memory: SmolLM2-1.7B
+with its 135M draft below 22 GB, Qwen2.5-7B with its 0.5B draft from a 24 GB card), at their real shapes, with RANDOM
 weights in bf16, decode the same random prompt with AR, fixed SD (γ = 4), PACER and SMC-SD (N = 8, K = 4).
 Each step's wall time is split into draft, verify and everything else; overhead = everything else / step.
 
@@ -46,11 +46,18 @@ from pacer_core.models import ModelPair  # noqa: E402
 from pacer_core.request import EncodedPrompt, RunRequest, chosen_names, request_for  # noqa: E402
 from pacer_core.settings import Limits, validate_settings  # noqa: E402
 
-TARGET_SHAPE = {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 32,
-                "num_key_value_heads": 32, "intermediate_size": 8192}
-DRAFT_SHAPE = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
-               "num_key_value_heads": 3, "intermediate_size": 1536}
-VOCAB_SIZE = 49152
+# Real shapes of the pairs the app loads on a GPU with no target set (models.GPU_DEFAULT_PAIRS, chosen by memory).
+REAL_SHAPES = {
+    "HuggingFaceTB/SmolLM2-1.7B-Instruct": ("llama", 49152, {"hidden_size": 2048, "num_hidden_layers": 24,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 8192}),
+    "HuggingFaceTB/SmolLM2-135M-Instruct": ("llama", 49152, {"hidden_size": 576, "num_hidden_layers": 30,
+        "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536}),
+    "Qwen/Qwen2.5-7B-Instruct": ("qwen2", 152064, {"hidden_size": 3584, "num_hidden_layers": 28,
+        "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944,
+        "tie_word_embeddings": False}),
+    "Qwen/Qwen2.5-0.5B-Instruct": ("qwen2", 151936, {"hidden_size": 896, "num_hidden_layers": 24,
+        "num_attention_heads": 14, "num_key_value_heads": 2, "intermediate_size": 4864}),
+}
 DRY_TARGET_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                     "num_key_value_heads": 2, "intermediate_size": 128}
 DRY_DRAFT_SHAPE = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
@@ -96,25 +103,43 @@ class NumberTokenizer:
         return self.vocab_size
 
 
-def random_llama(shape: dict, vocab_size: int, device: torch.device, dtype: torch.dtype, seed: int):
-    """A Llama of the given shape with transformers' random initialisation, built directly on ``device``."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def random_model(model_type: str, shape: dict, vocab_size: int, device: torch.device, dtype: torch.dtype,
+                 seed: int):
+    """A Llama or Qwen2 of the given shape with transformers' random initialisation, built directly on ``device``."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    config = LlamaConfig(vocab_size=vocab_size, max_position_embeddings=8192, tie_word_embeddings=True,
-                         bos_token_id=None, eos_token_id=None, pad_token_id=None, **shape)
+    config_class, model_class = (Qwen2Config, Qwen2ForCausalLM) if model_type == "qwen2" else \
+        (LlamaConfig, LlamaForCausalLM)
+    config = config_class(vocab_size=vocab_size, max_position_embeddings=8192, bos_token_id=None, eos_token_id=None,
+                          pad_token_id=None, **({"tie_word_embeddings": True} | shape))
     torch.manual_seed(seed)
     with torch.device(device):
-        model = LlamaForCausalLM(config)
+        model = model_class(config)
     return model.to(dtype).eval()
 
 
+def default_gpu_pair_ids(device: torch.device) -> tuple[str, str]:
+    """The hub ids of the pair the app loads on this GPU with no target set (by its memory)."""
+    from pacer_core.models import gpu_default_pair, gpu_memory_gb
+
+    chosen = gpu_default_pair(gpu_memory_gb(device))
+    return chosen.target, chosen.draft
+
+
 def random_pair(dry_run: bool, device: torch.device, dtype: torch.dtype) -> ModelPair:
-    vocab_size = DRY_VOCAB_SIZE if dry_run else VOCAB_SIZE
-    target = random_llama(DRY_TARGET_SHAPE if dry_run else TARGET_SHAPE, vocab_size, device, dtype, seed=0)
-    draft = random_llama(DRY_DRAFT_SHAPE if dry_run else DRAFT_SHAPE, vocab_size, device, dtype, seed=1)
-    names = ("tiny random target", "tiny random draft") if dry_run else (
-        "random SmolLM2-1.7B-shaped target", "random SmolLM2-135M-shaped draft")
-    return ModelPair.from_models(target, draft, NumberTokenizer(vocab_size), *names, use_chat_template=False)
+    if dry_run:
+        target = random_model("llama", DRY_TARGET_SHAPE, DRY_VOCAB_SIZE, device, dtype, seed=0)
+        draft = random_model("llama", DRY_DRAFT_SHAPE, DRY_VOCAB_SIZE, device, dtype, seed=1)
+        return ModelPair.from_models(target, draft, NumberTokenizer(DRY_VOCAB_SIZE), "tiny random target",
+                                     "tiny random draft", use_chat_template=False)
+    target_id, draft_id = default_gpu_pair_ids(device)
+    (target_type, target_vocab, target_shape), (draft_type, draft_vocab, draft_shape) = \
+        REAL_SHAPES[target_id], REAL_SHAPES[draft_id]
+    target = random_model(target_type, target_shape, target_vocab, device, dtype, seed=0)
+    draft = random_model(draft_type, draft_shape, draft_vocab, device, dtype, seed=1)
+    return ModelPair.from_models(target, draft, NumberTokenizer(min(target_vocab, draft_vocab)),
+                                 f"random {target_id.split('/')[-1]}-shaped target",
+                                 f"random {draft_id.split('/')[-1]}-shaped draft", use_chat_template=False)
 
 
 def synchronize(device: torch.device) -> None:

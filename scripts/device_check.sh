@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-shot device check (issue 17): the device test tier, then the per-step benchmark, then a summary.
 #
-#   scripts/device_check.sh             # a GPU machine: CUDA tier + real-shape benchmark (bf16); < 8 min on an H200
+#   scripts/device_check.sh             # a GPU machine: CUDA tier + the benchmark at the real shapes of the pair the
+#                                       # app loads on that GPU (models.gpu_default_pair: Qwen2.5-7B/0.5B on an H200), bf16
 #   scripts/device_check.sh --dry-run   # any machine: the same two steps on the CPU with tiny shapes; < 1 min
 #
 # Environment: PYTHON (default: .venv/bin/python when present, else python3); DEVICE_CHECK_OUT (where the
