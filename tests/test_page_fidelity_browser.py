@@ -30,6 +30,8 @@ def default_pair():
 
 def test_page_speedups_are_the_decoders_own(page, default_pair, tmp_path):
     prompt = page_fidelity.examples([0])[0]["prompt"]
+    warm = page_fidelity.page_round(page, page_fidelity.WARM_UP_PROMPT, tmp_path)   # first-call costs, both sides
+    page_fidelity.alone_round(default_pair, warm["trace"])
     on_page = page_fidelity.page_round(page, prompt, tmp_path)
     assert "timed alone, one after another" in on_page["status"]
     trace = on_page["trace"]

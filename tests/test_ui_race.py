@@ -108,3 +108,18 @@ def test_stop_while_timing_skips_the_methods_whose_turn_never_came(context):
     assert session.runs["fixed"].result.finish_reason == "cancelled"
     assert all("before its turn" in session.runs[method].error for method in ("pacer", "smc"))
     assert "before its turn" in final.columns["pacer"]
+
+
+def test_a_second_run_waits_while_another_is_timing_its_methods(context):
+    handlers.TIMING_TURN.acquire()                                # another visitor's run is timing
+    try:
+        run = handlers.run(context, inputs())
+        session = next(run).session
+        assert "Waiting for another run" in next(run).status
+        assert not any(r.events for r in session.runs.values())  # nothing decoded meanwhile
+        handlers.stop(session)
+        *_, final = run
+    finally:
+        handlers.TIMING_TURN.release()
+    assert "Stopped." in final.status
+    assert all("before its turn" in r.error for r in session.runs.values())

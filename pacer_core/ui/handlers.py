@@ -270,6 +270,25 @@ def time_each_alone(context: AppContext, session: RunSession, clock=time.perf_co
             return
 
 
+TIMING_TURN = threading.Lock()     # one Run's timing phase at a time in this process (PACER_CONCURRENCY > 1)
+
+
+def timed_alone(context: AppContext, session: RunSession, wait_s: float = 0.5) -> Iterator[ViewUpdate]:
+    """``time_each_alone`` once no other Run of this app is timing its methods: with more than one run at a time
+    (PACER_CONCURRENCY) two decoders would share the cores and each would be timed slower than it is. Stop
+    while waiting skips the timing."""
+    while not TIMING_TURN.acquire(timeout=wait_s):
+        if session.cancel.is_set():
+            session.skip_unstarted()
+            return
+        yield ViewUpdate(status=page.run_status_html("Waiting for another run on this server to finish timing its "
+                                                     "methods: one decodes at a time, so each is timed alone…", "busy"))
+    try:
+        yield from time_each_alone(context, session)
+    finally:
+        TIMING_TURN.release()
+
+
 def race_events(session: RunSession, lanes: list, elapsed: float) -> dict[str, list]:
     """Every method's events as far as the replay has reached after ``elapsed`` seconds."""
     runs = {method: run for method, run in session.runs.items()} | ({"ar": session.ar} if session.ar else {})
@@ -338,7 +357,7 @@ def run(context: AppContext, inputs: PageInputs, plot_interval_s: float = PLOT_I
     yield ViewUpdate(columns=timing_columns(context, session, None),
                      status=page.run_status_html("Running… each method is timed alone, then replayed.", "busy"),
                      narration=narration.narration_html({}), table=table_view(session), session=session)
-    yield from time_each_alone(context, session)
+    yield from timed_alone(context, session)
     prepared = None
     if not session.cancel.is_set():
         prepared = yield from replay_race(context, session, frame_s, plot_interval_s)
