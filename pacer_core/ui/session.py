@@ -301,7 +301,7 @@ class RunSession:
             "pair": self.pair.describe(), "drafter": self.drafter or drafter_key(self.pair.drafter),
             "preverifier_kind": getattr(self.preverifier, "kind", None) or "heuristic",
             "prompt_tokens": len(self.prompt_ids), "prompt_note": self.prompt_note,
-            "stopped": self.cancel.is_set(), "logliks": self.logliks, "proposal_kl": self.proposal_kl,
+            "stopped": self.stopped, "logliks": self.logliks, "proposal_kl": self.proposal_kl,
             "oracle_note": self.oracle_note, "busy_seconds": self.busy_seconds(),
             "timing_note": ("Run times each method alone, one after another, with nothing drawn while it decodes "
                             "(Step: one step of each in turn, between clicks). busy_seconds is the time spent in "
