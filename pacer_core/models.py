@@ -427,8 +427,9 @@ def load_gpu_default(settings: dict, device: torch.device) -> ModelPair:
     try:
         return load_pair(**(settings | {"target": chosen.target, "draft": draft, "device": device}))
     except (ModelLoadError, torch.cuda.OutOfMemoryError) as failure:
-        reason = str(failure).strip().splitlines()[0] if str(failure).strip() else type(failure).__name__
-        note = f"The GPU default pair ({chosen.target} with {draft}) could not load: {reason}. Serving the embedded pair."
+        reason = (str(failure).strip().splitlines() or [type(failure).__name__])[0].rstrip(".")
+        note = (f"The GPU default pair ({chosen.target} with {draft}) could not load: {reason}. "
+                "Serving the embedded pair.")
         print(f"[pacer] {note}", file=sys.stderr, flush=True)
     pair = load_pair(**(settings | {"target": embedded.EMBEDDED, "draft": embedded.EMBEDDED, "device": device}))
     pair.load_note = note
