@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pacer_core.testing.tiny import tiny_pair
+from pacer_core.ui import tables
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")     # offline CI: no telemetry calls
@@ -65,7 +66,7 @@ def test_full_run_streams_three_columns_metrics_and_exports(client):
         assert 'data-state="' in out[label], label
         assert "badge-done" in out[label]
     assert "run-done" in out["Run status"]
-    table = out["Metrics (speedup = tokens/s ÷ AR tokens/s)"]
+    table = out[tables.LABEL]
     methods = [row[0] for row in table["data"]]
     assert methods == ["Autoregressive (AR)", "Fixed-length SD", "PACER", "SMC-SD (approximate)"]
     column = {header: index for index, header in enumerate(table["headers"])}

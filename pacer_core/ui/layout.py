@@ -191,7 +191,7 @@ def live_outputs(session_state: gr.State) -> tuple[PageView, gr.Checkbox, gr.Che
             for name in row:
                 label, empty = PLOTS[name]
                 plot_boxes[name] = gr.Plot(empty(), elem_id=f"plot-{name}", show_label=False, label=label)
-    table = gr.Dataframe(tables.empty_frame(), label="Metrics · each method timed alone, one after another, nothing drawn while it ran · speedup = tokens/s ÷ AR tokens/s", interactive=False,
+    table = gr.Dataframe(tables.empty_frame(), label=tables.LABEL, interactive=False,
                          elem_id="metrics-table", wrap=True)
     with gr.Row():
         download_json = gr.DownloadButton("⬇ JSON trace", value=None, elem_id="download-json")
