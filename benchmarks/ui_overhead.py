@@ -1,7 +1,7 @@
 """How much wall time the UI adds to a run: the same three interleaved decodes (fixed SD, PACER,
 SMC-SD) on the embedded pair, once headless and once through the app's own Run handler
 (``pacer_core.ui.handlers.run``: three columns of escaped HTML per step, the nine plots and narration
-every PLOT_INTERVAL_S, then the oracle, the log-likelihoods, the metrics table and the downloads).
+at the end, then the oracle, the log-likelihoods, the metrics table and the downloads).
 The headless run does the same model work (decodes, oracle, log-likelihoods) without rendering.
 No Gradio is imported. Repeats interleaved, medians reported.
 

@@ -44,7 +44,7 @@ def assert_same_view(replayed, live) -> None:
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_a_replayed_run_shows_what_the_live_page_showed(context, temperature):
-    *_, final = handlers.run(context, inputs(temperature), plot_interval_s=1e9)
+    *_, final = handlers.run(context, inputs(temperature))
     with open(final.downloads[0], "rb") as file:
         replay = open_trace(file.read())
     assert_same_view(replay_view(replay.end()), final)
@@ -67,7 +67,7 @@ def test_replayed_steps_show_what_live_step_through_showed(context, temperature)
 
 
 def test_step_start_and_end_stay_within_the_run(context):
-    *_, final = handlers.run(context, inputs(0.8, tokens=4), plot_interval_s=1e9)
+    *_, final = handlers.run(context, inputs(0.8, tokens=4))
     replay = open_trace(json.dumps(final.session.trace()))
     assert replay.start().clicks == 1 and replay.end().finished and replay.end().step().clicks == replay.last_click
     assert "pass 1 of" in replay_view(replay).status and "drafted" in replay_view(replay).status
@@ -75,7 +75,7 @@ def test_step_start_and_end_stay_within_the_run(context):
 
 
 def test_a_trace_the_renderers_cannot_draw_is_refused_in_one_line(context, monkeypatch):
-    *_, final = handlers.run(context, inputs(0.8, tokens=4), plot_interval_s=1e9)
+    *_, final = handlers.run(context, inputs(0.8, tokens=4))
     replay = open_trace(json.dumps(final.session.trace()))
     check_drawable(replay)
 
@@ -130,7 +130,7 @@ def long_trace(tokens: int = 512) -> bytes:
     pair = tiny_pair()
     for model in (pair.target, pair.draft):
         model.config.max_position_embeddings = 4 * tokens
-    *_, final = handlers.run(AppContext(pair), inputs(0.8, tokens=tokens), plot_interval_s=1e9)
+    *_, final = handlers.run(AppContext(pair), inputs(0.8, tokens=tokens))
     with open(final.downloads[0], "rb") as file:
         return file.read()
 

@@ -28,7 +28,7 @@ def last(updates) -> ViewUpdate:
 
 
 def test_run_streams_every_step_then_the_finished_page(context, tmp_path):
-    updates = list(handlers.run(context, inputs(measure_ar=True), plot_interval_s=0.0))
+    updates = list(handlers.run(context, inputs(measure_ar=True), settle_s=0.0))
     streamed = [update for update in updates if update.columns and "run-busy" in (update.status or "")]
     assert len(streamed) >= 2 and all(set(update.columns) == set(COLUMN_METHODS) for update in streamed)
     final = updates[-1]

@@ -47,7 +47,7 @@ def test_run_times_each_method_alone_one_after_another(context, monkeypatch):
         return advance_one(session, run)
 
     monkeypatch.setattr(handlers.RunSession, "advance_one", recording)
-    updates = list(handlers.run(context, inputs(), frame_s=0.0))
+    updates = list(handlers.run(context, inputs(), frame_s=0.0, settle_s=0.0))
     runs = [method for index, method in enumerate(order) if index == 0 or order[index - 1] != method]
     assert runs == ["fixed", "pacer", "smc", "ar"]               # no interleaving: one block of steps each
     session = updates[-1].session
@@ -65,7 +65,8 @@ def test_nothing_is_drawn_between_a_methods_steps_but_a_progress_line(context):
         return next(ticks) * 0.3
 
     session = handlers.new_session(context, inputs())
-    updates = list(handlers.time_each_alone(context, session, clock=clock, progress_interval_s=1.0))
+    updates = list(handlers.time_each_alone(context, session, clock=clock, sleep=lambda s: None,
+                                                   progress_interval_s=1.0))
     steps = sum(len(run.events) for run in session.runs.values()) + len(session.ar.events)
     assert len(updates) < 4 + steps / 2                          # far fewer updates than steps
     assert all(update.plots is None and update.narration is None for update in updates)
@@ -75,7 +76,7 @@ def test_nothing_is_drawn_between_a_methods_steps_but_a_progress_line(context):
 
 
 def test_the_replay_ends_with_every_column_finished_at_its_own_time(context):
-    updates = list(handlers.run(context, inputs(), frame_s=0.0))
+    updates = list(handlers.run(context, inputs(), frame_s=0.0, settle_s=0.0))
     replay = [update for update in updates if update.status and "Replay at the pace" in update.status]
     assert replay, "the columns were never replayed"
     assert all(set(update.columns) == set(COLUMN_METHODS) for update in replay)

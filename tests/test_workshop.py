@@ -87,7 +87,7 @@ def replay(context, run) -> list:
                 session = update.session
                 updates.append(update)
         else:
-            *_, final = handlers.run(context, inputs, plot_interval_s=1e9)
+            *_, final = handlers.run(context, inputs)
             updates = [final]
         assert all(update.session is not None for update in updates), updates[-1].status
         _REPLAYS[key] = updates

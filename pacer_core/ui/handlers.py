@@ -3,11 +3,11 @@ No Gradio here: ``layout`` maps each ViewUpdate onto its components, the tests a
 benchmarks/ui_overhead.py call these functions directly.
 
 Run has two phases (``ui/race.py``). First it times each method alone, one after another, the AR baseline
-last (``time_each_alone``): nothing is drawn while a method's steps run, only a progress line at most once a
-second, so each method's seconds are its decoder's own. Then it replays the columns side by side at the pace
-each ran (``replay_race``: each running column in parts from kept state, ``live_columns_view``, so a frame costs
-and sends only the new steps; the timeline at most every ``PLOT_INTERVAL_S``), while the oracle γ* and the
-target log-likelihoods are computed beside it; then the finished page: metrics table and downloads. Step is
+last (``time_each_alone``): nothing is drawn while a method's steps run, only a progress line every few
+seconds, drawn while decoding waits, so each method's seconds are its decoder's own. Then it replays the
+columns side by side at the pace each ran (``replay_race``: each running column in parts from kept state, so a
+frame costs and sends only the new steps) while a thread computes the oracle γ* and the target
+log-likelihoods and builds the finished page: plots, metrics table and downloads. Step is
 a two-click state machine per target pass (``RunSession.pending_verdict``): first what each draft proposed
 (grey), then the target's verdict. Bad settings give a ViewUpdate with an error line and a warning, never
 an exception."""
@@ -30,7 +30,6 @@ from .live import LiveColumns
 from ..drafters import drafter_key
 from .session import RunSession, user_message
 
-PLOT_INTERVAL_S = 2.0          # redraw the timeline at most this often during the replay (~10-40 ms a figure)
 
 
 @dataclass(frozen=True)
@@ -251,19 +250,23 @@ def timing_update(context: AppContext, session: RunSession, current, position: i
     return ViewUpdate(columns=timing_columns(context, session, current), status=page.run_status_html(line, "busy"))
 
 
-def time_each_alone(context: AppContext, session: RunSession, clock=time.perf_counter,
-                    progress_interval_s: float = race.PROGRESS_INTERVAL_S) -> Iterator[ViewUpdate]:
+def time_each_alone(context: AppContext, session: RunSession, clock=time.perf_counter, sleep=time.sleep,
+                    progress_interval_s: float = race.PROGRESS_INTERVAL_S,
+                    settle_s: float = race.SETTLE_S) -> Iterator[ViewUpdate]:
     """Run's first phase: each method decodes alone, one after another (``RunSession.timing_queue``); between
-    its steps only a progress line, at most every ``progress_interval_s``. Stop ends the current method and
+    its steps only a progress line, at most every ``progress_interval_s``, after which decoding waits
+    ``settle_s`` (outside any method's time) while the browser draws it. Stop ends the current method and
     skips the rest."""
     queue = session.timing_queue()
     for position, current in enumerate(queue, 1):
         yield timing_update(context, session, current, position, len(queue))
+        sleep(settle_s)
         shown = clock()
         while not current.done:
             session.advance_one(current)
             if not current.done and clock() - shown >= progress_interval_s:
                 yield timing_update(context, session, current, position, len(queue))
+                sleep(settle_s)
                 shown = clock()
         if session.cancel.is_set():
             session.skip_unstarted()
@@ -273,7 +276,8 @@ def time_each_alone(context: AppContext, session: RunSession, clock=time.perf_co
 TIMING_TURN = threading.Lock()     # one Run's timing phase at a time in this process (PACER_CONCURRENCY > 1)
 
 
-def timed_alone(context: AppContext, session: RunSession, wait_s: float = 0.5) -> Iterator[ViewUpdate]:
+def timed_alone(context: AppContext, session: RunSession, settle_s: float = race.SETTLE_S,
+                wait_s: float = 0.5) -> Iterator[ViewUpdate]:
     """``time_each_alone`` once no other Run of this app is timing its methods: with more than one run at a time
     (PACER_CONCURRENCY) two decoders would share the cores and each would be timed slower than it is. Stop
     while waiting skips the timing."""
@@ -284,15 +288,9 @@ def timed_alone(context: AppContext, session: RunSession, wait_s: float = 0.5) -
         yield ViewUpdate(status=page.run_status_html("Waiting for another run on this server to finish timing its "
                                                      "methods: one decodes at a time, so each is timed alone…", "busy"))
     try:
-        yield from time_each_alone(context, session)
+        yield from time_each_alone(context, session, settle_s=settle_s)
     finally:
         TIMING_TURN.release()
-
-
-def race_events(session: RunSession, lanes: list, elapsed: float) -> dict[str, list]:
-    """Every method's events as far as the replay has reached after ``elapsed`` seconds."""
-    runs = {method: run for method, run in session.runs.items()} | ({"ar": session.ar} if session.ar else {})
-    return {lane.method: runs[lane.method].events[:race.shown(lane, elapsed)] for lane in lanes}
 
 
 def race_columns(context: AppContext, session: RunSession, lanes: list, live: LiveColumns,
@@ -310,26 +308,21 @@ def race_columns(context: AppContext, session: RunSession, lanes: list, live: Li
 
 
 def replay_race(context: AppContext, session: RunSession, frame_s: float = race.RACE_FRAME_S,
-                plot_interval_s: float = PLOT_INTERVAL_S, clock=time.perf_counter,
-                sleep=time.sleep) -> Iterator[ViewUpdate]:
+                clock=time.perf_counter, sleep=time.sleep) -> Iterator[ViewUpdate]:
     """Run's second phase: the columns side by side at the pace each method ran alone, a frame at most every
-    ``frame_s``, the timeline at most every ``plot_interval_s``. Meanwhile (nothing is timed now) a thread
-    computes the oracle and log-likelihoods and builds the finished view, which this generator returns.
-    Stop skips to the end."""
+    ``frame_s`` (the plots come with the finished view). Meanwhile (nothing is timed now) a thread computes
+    the oracle and log-likelihoods and builds the finished view, which this generator returns. Stop skips to
+    the end."""
     lanes, prepared = race.lanes_of(session), []
     worker = threading.Thread(target=lambda: (session.analyse(), prepared.append(finished_view(context, session))),
                               name="pacer-finish", daemon=True)
     worker.start()
-    live, start, last_plot = LiveColumns(), clock(), clock()
+    live, start = LiveColumns(), clock()
     while True:
         frame_start = clock()
         elapsed = frame_start - start
-        update = ViewUpdate(columns=race_columns(context, session, lanes, live, elapsed),
-                            status=page.run_status_html(race.race_line(lanes, elapsed), "busy"))
-        if frame_start - last_plot >= plot_interval_s:
-            update.plots = {"timeline": plots.timeline_figure(race_events(session, lanes, elapsed))}
-            last_plot = frame_start
-        yield update
+        yield ViewUpdate(columns=race_columns(context, session, lanes, live, elapsed),
+                         status=page.run_status_html(race.race_line(lanes, elapsed), "busy"))
         if elapsed >= race.duration(lanes) or session.cancel.is_set():
             break
         sleep(max(0.0, frame_s - (clock() - frame_start)))
@@ -341,8 +334,8 @@ def replay_race(context: AppContext, session: RunSession, frame_s: float = race.
 
 # ---------------------------------------------------------------- the three buttons
 
-def run(context: AppContext, inputs: PageInputs, plot_interval_s: float = PLOT_INTERVAL_S,
-        frame_s: float = race.RACE_FRAME_S) -> Iterator[ViewUpdate]:
+def run(context: AppContext, inputs: PageInputs, frame_s: float = race.RACE_FRAME_S,
+        settle_s: float = race.SETTLE_S) -> Iterator[ViewUpdate]:
     """Time each method alone, replay the columns side by side at the pace each ran, then the finished page."""
     context, refused = contexts_for(context, inputs)
     if refused is not None:
@@ -357,10 +350,10 @@ def run(context: AppContext, inputs: PageInputs, plot_interval_s: float = PLOT_I
     yield ViewUpdate(columns=timing_columns(context, session, None),
                      status=page.run_status_html("Running… each method is timed alone, then replayed.", "busy"),
                      narration=narration.narration_html({}), table=table_view(session), session=session)
-    yield from timed_alone(context, session)
+    yield from timed_alone(context, session, settle_s)
     prepared = None
     if not session.cancel.is_set():
-        prepared = yield from replay_race(context, session, frame_s, plot_interval_s)
+        prepared = yield from replay_race(context, session, frame_s)
     yield from finish_run(context, session, inputs.measure_ar, started, prepared)
 
 
