@@ -50,26 +50,48 @@ def draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support: bool
     return draft.forward(ids)[0, len(prompt_ids) - 1: -1].float().cpu()
 
 
-def target_log_likelihood(pair, prompt_ids: list[int], output_ids: list[int]) -> tuple[float, int]:
+@torch.inference_mode()
+def target_output_logits(pair, prompt_ids, outputs: dict) -> dict:
+    """``target_teacher_forced_logits`` of several outputs after one prompt, {key: [len(output), V]}: the
+    prompt is fed once and each output after it (the cache cropped back to the prompt in between)."""
+    from .drafters import target_cache
+    target = target_cache(pair)
+    first = target.forward(list(prompt_ids), keep=1)[0, :, : pair.vocab_size].float().cpu()
+    logits = {}
+    for key, output_ids in outputs.items():
+        target.crop(len(prompt_ids))
+        rest = list(output_ids[:-1])
+        later = target.forward(rest, keep=len(rest))[0, :, : pair.vocab_size].float().cpu() if rest else first[:0]
+        logits[key] = torch.cat([first, later])
+    return logits
+
+
+def target_log_likelihood(pair, prompt_ids: list[int], output_ids: list[int],
+                          target_logits: torch.Tensor | None = None) -> tuple[float, int]:
     """Sum of the target's log-probabilities (temperature 1) of the generated tokens, and their count.
-    Exact samplers (AR, fixed SD, PACER) and SMC-SD can be compared by the mean of this per token."""
+    Exact samplers (AR, fixed SD, PACER) and SMC-SD can be compared by the mean of this per token.
+    ``target_logits``: the output's ``target_teacher_forced_logits``, when already computed."""
     if not output_ids:
         return 0.0, 0
-    target_log_probs = torch.log_softmax(target_teacher_forced_logits(pair, prompt_ids, output_ids), -1)
+    if target_logits is None:
+        target_logits = target_teacher_forced_logits(pair, prompt_ids, output_ids)
+    target_log_probs = torch.log_softmax(target_logits, -1)
     chosen = target_log_probs.gather(-1, torch.tensor(list(output_ids)).unsqueeze(-1))
     return float(chosen.sum()), len(output_ids)
 
 
 def proposal_divergence(pair, prompt_ids: list[int], output_ids: list[int], temperature: float,
-                        draft_temperature: float | None = None, top_k: int = 0, top_p: float = 1.0
-                        ) -> tuple[float, int]:
+                        draft_temperature: float | None = None, top_k: int = 0, top_p: float = 1.0,
+                        target_logits: torch.Tensor | None = None) -> tuple[float, int]:
     """Sum over the output's positions of KL(p_T || q_Td) in nats (the target's sampling distribution at
     ``temperature`` against the draft's at ``draft_temperature`` as SMC-SD proposes it (full support: a
     reduced-vocabulary head keeps a little mass on every id), both after top-k/top-p, each given the
-    true prefix), and the number of positions. Divided, it is SMC-SD's per-token proposal divergence."""
+    true prefix), and the number of positions. Divided, it is SMC-SD's per-token proposal divergence.
+    ``target_logits``: the output's ``target_teacher_forced_logits``, when already computed."""
     if not output_ids:
         return 0.0, 0
-    target_logits = target_teacher_forced_logits(pair, prompt_ids, output_ids)
+    if target_logits is None:
+        target_logits = target_teacher_forced_logits(pair, prompt_ids, output_ids)
     draft_logits = draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support=True)
     divergence = proposal_kl(token_log_probs(target_logits, temperature, top_k, top_p),
                              token_log_probs(draft_logits, draft_temperature or temperature, top_k, top_p))

@@ -17,7 +17,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-from ..analysis import oracle_lengths, proposal_divergence, target_log_likelihood
+from ..analysis import oracle_lengths, proposal_divergence, target_log_likelihood, target_output_logits
 from ..api import run_request
 from ..drafters import drafter_key
 from ..events import Result
@@ -239,22 +239,23 @@ class RunSession:
 
     def compute_likelihoods(self) -> None:
         """Sampling runs: the target's mean log-probability (temperature 1) per generated token of every
-        finished method's output, one target forward each. Exact samplers agree up to noise; SMC-SD's
-        distance from them is its approximation error on this prompt. Greedy runs skip it."""
+        finished method's output, the prompt fed once and each output after it. Exact samplers agree up to
+        noise; SMC-SD's distance from them is its approximation error on this prompt. Greedy runs skip it."""
         if self.settings["temperature"] == 0:
             return
-        for method, result in self.results().items():
-            if method in self.logliks or not result.token_ids:
-                continue
-            try:
-                total, count = target_log_likelihood(self.pair, self.prompt_ids, result.token_ids)
-            except Exception:  # noqa: BLE001 - the column simply stays empty
-                traceback.print_exc(file=sys.stderr)
-                continue
+        outputs = {method: list(result.token_ids) for method, result in self.results().items()
+                   if method not in self.logliks and result.token_ids}
+        try:
+            logits = target_output_logits(self.pair, self.prompt_ids, outputs) if outputs else {}
+        except Exception:  # noqa: BLE001 - the column simply stays empty
+            traceback.print_exc(file=sys.stderr)
+            return
+        for method, output_ids in outputs.items():
+            total, count = target_log_likelihood(self.pair, self.prompt_ids, output_ids, logits[method])
             self.logliks[method] = total / count
-        self.compute_proposal_divergence()
+        self.compute_proposal_divergence(logits.get("smc"))
 
-    def compute_proposal_divergence(self) -> None:
+    def compute_proposal_divergence(self, target_logits=None) -> None:
         """KL(p_T || q_Td) per token along SMC-SD's output: how far apart the distributions are that its
         importance weights must reconcile (the note under its column turns it into a particle count)."""
         smc = self.results().get("smc")
@@ -264,7 +265,7 @@ class RunSession:
         try:
             total, count = proposal_divergence(self.pair, self.prompt_ids, smc.token_ids, settings["temperature"],
                                                settings.get("draft_temperature"), settings.get("top_k", 0),
-                                               settings.get("top_p", 1.0))
+                                               settings.get("top_p", 1.0), target_logits=target_logits)
         except Exception:  # noqa: BLE001 - the note simply leaves the figure out
             traceback.print_exc(file=sys.stderr)
             return
