@@ -204,6 +204,7 @@ def measure(args) -> dict:
                 on_page = page_round(page, item["prompt"], downloads)
                 alone = alone_round(pair, on_page["trace"])
                 entry = {"round": round_index, "click_to_table_s": on_page["click_to_table_s"],
+                         "phase_seconds": on_page["trace"].get("phase_seconds"),
                          "status": on_page["status"], "settings": on_page["trace"]["settings"],
                          "drafter": on_page["trace"].get("drafter"), "page": page_methods(on_page["trace"]),
                          "alone": alone}

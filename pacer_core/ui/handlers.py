@@ -254,19 +254,20 @@ def time_each_alone(context: AppContext, session: RunSession, clock=time.perf_co
                     progress_interval_s: float = race.PROGRESS_INTERVAL_S,
                     settle_s: float = race.SETTLE_S) -> Iterator[ViewUpdate]:
     """Run's first phase: each method decodes alone, one after another (``RunSession.timing_queue``); between
-    its steps only a progress line, at most every ``progress_interval_s``, after which decoding waits
-    ``settle_s`` (outside any method's time) while the browser draws it. Stop ends the current method and
-    skips the rest."""
-    queue = session.timing_queue()
+    its steps only a progress line, at most every ``progress_interval_s``. Decoding waits (outside any
+    method's time) while the browser draws: ``settle_s`` after the first update, which redraws the whole
+    page, a sixth of that after each progress line. Stop ends the current method and skips the rest."""
+    queue, settle = session.timing_queue(), settle_s
     for position, current in enumerate(queue, 1):
         yield timing_update(context, session, current, position, len(queue))
-        sleep(settle_s)
+        sleep(settle)
+        settle = settle_s * race.SETTLE_LINE_S / race.SETTLE_S
         shown = clock()
         while not current.done:
             session.advance_one(current)
             if not current.done and clock() - shown >= progress_interval_s:
                 yield timing_update(context, session, current, position, len(queue))
-                sleep(settle_s)
+                sleep(settle)
                 shown = clock()
         if session.cancel.is_set():
             session.skip_unstarted()
@@ -351,6 +352,7 @@ def run(context: AppContext, inputs: PageInputs, frame_s: float = race.RACE_FRAM
                      status=page.run_status_html("Running… each method is timed alone, then replayed.", "busy"),
                      narration=narration.narration_html({}), table=table_view(session), session=session)
     yield from timed_alone(context, session, settle_s)
+    session.phase_seconds["timing"] = time.perf_counter() - started
     prepared = None
     if not session.cancel.is_set():
         prepared = yield from replay_race(context, session, frame_s)

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from . import METHOD_LABELS
 
 RACE_FRAME_S = 0.25          # one replay frame at most this often (the oracle and likelihoods share the cores)
-PROGRESS_INTERVAL_S = 2.0    # while a method is timed, the progress line at most this often
-SETTLE_S = 0.2               # after each progress line, decoding waits (untimed) while the browser draws it
+PROGRESS_INTERVAL_S = 3.0    # while a method is timed, the progress line at most this often
+SETTLE_S = 0.3               # after Run's first update (the whole page), decoding waits (untimed) while it is drawn
+SETTLE_LINE_S = 0.05         # ... and after each later progress line
 SHORT_NAMES = {"ar": "AR", "fixed": "fixed SD", "pacer": "PACER", "smc": "SMC-SD"}
 HOW_TIMED = ("Each method was timed alone, one after another, with nothing drawn while it ran; the columns "
              "then replay side by side at the pace each ran.")

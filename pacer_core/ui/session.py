@@ -103,6 +103,7 @@ class RunSession:
         self.proposal_kl: float | None = None      # sampling runs: KL(p_T || q_Td) per token along SMC-SD's output
         self.pending_verdict: dict | None = None   # step-through: events drafted but not yet shown verified
         self.analysed = False
+        self.phase_seconds: dict[str, float] = {}  # Run's wall time timing the methods alone ("timing")
         self.created = time.time()
 
     def new_run(self, method: str) -> MethodRun:
@@ -304,6 +305,7 @@ class RunSession:
             "prompt_tokens": len(self.prompt_ids), "prompt_note": self.prompt_note,
             "stopped": self.stopped, "logliks": self.logliks, "proposal_kl": self.proposal_kl,
             "oracle_note": self.oracle_note, "busy_seconds": self.busy_seconds(),
+            "phase_seconds": dict(getattr(self, "phase_seconds", {})),
             "timing_note": ("Run times each method alone, one after another, with nothing drawn while it decodes "
                             "(Step: one step of each in turn, between clicks). busy_seconds is the time spent in "
                             "each method's own steps and is what the metrics table's seconds, tokens_per_s and "
