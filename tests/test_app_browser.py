@@ -85,24 +85,27 @@ def test_step_through_shows_draft_then_verdict_one_pass_at_a_time(page, tmp_path
 def test_stop_ends_a_long_run_and_keeps_partial_metrics(page):
     """A run too long to finish in this test (the app's largest max new tokens, on a prompt the model does not
     end early), stopped once the page shows it running: what the page shows afterwards says stopped, whatever
-    the machine's speed. The status line is waited on by this run's own wording ("Running… step N"), not by a
-    step number a step-through left there."""
+    the machine's speed. The status line is waited on by this run's own wording ("Timing each method alone …, N
+    tokens in"), not by a step-through's. Stop comes during the first method's turn: it stops, the others never run."""
     from pacer_core.settings import Limits
 
     longest = Limits.from_env().max_new_tokens         # the app under test reads the same environment
     page.fill("#prompt textarea", "Count from 1 to 1000, separated by commas.")
     set_max_new_tokens(page, longest)
     page.click("#run-button")
-    page.wait_for_function("/Running… step [0-9]/.test(document.querySelector('#run-status').innerText)",
-                           timeout=RUN_TIMEOUT_S * 1000)
+    page.wait_for_function("/Timing each method alone.*, [1-9][0-9]* tokens in/.test("
+                           "document.querySelector('#run-status').innerText)", timeout=RUN_TIMEOUT_S * 1000)
     page.click("#stop-button")
     page.wait_for_selector("#run-status .run-done", timeout=RUN_TIMEOUT_S * 1000)
     assert page.inner_text("#run-status").startswith("Stopped."), page.inner_text("#run-status")
     badges = [page.inner_text(f"#col-{method} .badge") for method in ("fixed", "pacer", "smc")]
-    assert "stopped" in badges and all(b == "stopped" or b.startswith("finished") for b in badges), badges
+    assert "stopped" in badges, badges                  # the method decoding when Stop came; those before it
+    stopped = ("fixed", "pacer", "smc")[badges.index("stopped")]   # finished, those after it never ran
+    assert all(b.startswith("finished") for b in badges[:badges.index("stopped")]), badges
+    assert all(b == "stopped before its turn" for b in badges[badges.index("stopped") + 1:]), badges
     table = page.inner_text("#metrics-table")
     assert "(stopped)" in table
-    counts = page.eval_on_selector_all("#col-pacer .tok", "els => els.length")
+    counts = page.eval_on_selector_all(f"#col-{stopped} .tok", "els => els.length")
     assert 0 < counts < longest                          # partial output kept, far from the budget
     set_max_new_tokens(page, 8)
 

@@ -82,7 +82,7 @@ def test_the_replay_ends_with_every_column_finished_at_its_own_time(context):
     assert all(set(update.columns) == set(COLUMN_METHODS) for update in replay)
     assert "✓" in replay[-1].status and "AR" in replay[-1].status
     final = updates[-1]
-    assert "run-done" in final.status and "timed alone, one after another" in final.status
+    assert "run-done" in final.status and race.HOW_TIMED in final.status
     assert all("badge-done" in final.columns[method] for method in COLUMN_METHODS)
 
 
@@ -107,8 +107,9 @@ def test_stop_while_timing_skips_the_methods_whose_turn_never_came(context):
     *_, final = run
     assert "Stopped." in final.status
     assert session.runs["fixed"].result.finish_reason == "cancelled"
-    assert all("before its turn" in session.runs[method].error for method in ("pacer", "smc"))
-    assert "before its turn" in final.columns["pacer"]
+    assert all(session.runs[method].skipped for method in ("pacer", "smc"))
+    assert "stopped before its turn" in final.columns["pacer"] and "Not run" in final.status
+    assert "not run" in " ".join(final.table["method"])
 
 
 def test_a_second_run_waits_while_another_is_timing_its_methods(context):

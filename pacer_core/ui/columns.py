@@ -120,7 +120,9 @@ def counters_html(events: list, result: Result | None = None) -> str:
     return '<div class="counters">' + "".join(parts) + "</div>"
 
 
-def status_badge(result: Result | None, error: str | None, running: bool) -> str:
+def status_badge(result: Result | None, error: str | None, running: bool, skipped: bool = False) -> str:
+    if skipped:
+        return '<span class="badge badge-done">stopped before its turn</span>'
     if error:
         return '<span class="badge badge-error">error</span>'
     if result is not None:
@@ -173,16 +175,17 @@ TRACE_LABELS = {"smc": "Trace · a bar per cycle, then every particle",
 
 def column_html(method: str, events: list, result: Result | None = None, error: str | None = None,
                 running: bool = False, note: str | None = None, pending: bool = False,
-                placeholder: str | None = None) -> str:
+                placeholder: str | None = None, skipped: bool = False) -> str:
     """The whole live column for one method: header and counters, the clean answer, the step trace
     (coloured tokens), notes. ``pending``: step-through's draft phase, the newest step shown as drafted
     but not yet verified (SMC: the newest cycle is not shown yet). ``placeholder``: plain text shown
-    instead of the trace while the column has no events to show (Run's timing phase)."""
+    instead of the trace while the column has no events to show (Run's timing phase). ``skipped``: Stop came
+    before this method's turn (``placeholder`` then says so)."""
     if pending and method == "smc" and events:
         events, pending = events[:-1], False
     title = escape_text(METHOD_LABELS.get(method, method))
     head = (f'<div class="col-head"><span class="col-title">{title}</span>'
-            f'{status_badge(result, error, running)}</div>')
+            f'{status_badge(result, error, running, skipped)}</div>')
     extra = (f'<div class="col-note">{escape_text(note)}</div>' if note else "") + (error_html(error) if error else "")
     counters = counters_html(events[:-1] if pending else events, result)
     sticky = (f'<div class="pacer-col" data-method="{escape_attr(method)}"><div class="col-sticky">{head}{counters}'

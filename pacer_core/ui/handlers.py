@@ -118,8 +118,9 @@ def column_note(context: AppContext, session: RunSession, method: str) -> str | 
 
 def columns_view(context: AppContext, session: RunSession, running: bool, pending=frozenset()) -> dict[str, str]:
     """Every column's HTML; methods in ``pending`` show their newest step as drafted, not yet verified."""
-    return {method: columns.column_html(method, run.events, run.result, run.error, running=running and not run.done,
-                                        note=column_note(context, session, method), pending=method in pending)
+    return {method: columns.column_html(method, [], placeholder=run.error, skipped=True) if run.skipped else
+            columns.column_html(method, run.events, run.result, run.error, running=running and not run.done,
+                                note=column_note(context, session, method), pending=method in pending)
             for method, run in session.runs.items()}
 
 
@@ -201,9 +202,12 @@ def final_status(session: RunSession, started: float | None, now: float) -> str:
         message = "Stopped."
     elif session.cancel.is_set():
         message = f"Done in {now - started:.1f} s (replay skipped). {race.HOW_TIMED}"
-    failed = {method: run.error for method, run in session.runs.items() if run.error}
+    failed = {method: run.error for method, run in session.runs.items() if run.error and not run.skipped}
     for method, error in failed.items():      # one column's failure must not read as a clean "Done"
         message += f" {METHOD_LABELS.get(method, method)} did not finish: {error}"
+    skipped = [METHOD_LABELS.get(method, method) for method, run in session.runs.items() if run.skipped]
+    if skipped:
+        message += f" Not run (stopped before their turn): {', '.join(skipped)}."
     message += "".join(f" {note}" for note in (session.oracle_note, session.prompt_note) if note)
     return page.run_status_html(message, "error" if len(failed) == len(session.runs) else "done")
 

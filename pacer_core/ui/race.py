@@ -22,8 +22,7 @@ PROGRESS_INTERVAL_S = 3.0    # while a method is timed, the progress line at mos
 SETTLE_S = 0.3               # after Run's first update (the whole page), decoding waits (untimed) while it is drawn
 SETTLE_LINE_S = 0.05         # ... and after each later progress line
 SHORT_NAMES = {"ar": "AR", "fixed": "fixed SD", "pacer": "PACER", "smc": "SMC-SD"}
-HOW_TIMED = ("Each method was timed alone, one after another, with nothing drawn while it ran; the columns "
-             "then replay side by side at the pace each ran.")
+HOW_TIMED = "Each method was timed alone, then replayed at its own pace."   # the finished status line
 
 
 @dataclass(frozen=True)

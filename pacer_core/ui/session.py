@@ -287,7 +287,9 @@ class RunSession:
     def statuses(self) -> dict:
         out = {}
         for method, run in list(self.runs.items()) + ([("ar", self.ar)] if self.ar else []):
-            if run.error:
+            if run.skipped:
+                out[method] = "not run"
+            elif run.error:
                 out[method] = "error"
             elif run.result is None:
                 out[method] = "running" if run.events else "waiting"
