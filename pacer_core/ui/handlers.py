@@ -196,12 +196,12 @@ def steps_so_far(session: RunSession) -> int:
 
 def final_status(session: RunSession, started: float | None, now: float) -> str:
     """The status line once every column is done: time taken or stopped, how it was timed, failures, notes."""
-    message = f"Done in {now - started:.1f} s. {race.HOW_TIMED}" if started is not None else \
+    message = f"Done in {now - started:.1f} s, {race.HOW_TIMED}." if started is not None else \
         "All methods finished (step-through: each method's own passes, timed between your clicks)."
     if session.stopped:
         message = "Stopped."
     elif session.cancel.is_set():
-        message = f"Done in {now - started:.1f} s (replay skipped). {race.HOW_TIMED}"
+        message = f"Done in {now - started:.1f} s, {race.HOW_TIMED} (replay skipped)."
     failed = {method: run.error for method, run in session.runs.items() if run.error and not run.skipped}
     for method, error in failed.items():      # one column's failure must not read as a clean "Done"
         message += f" {METHOD_LABELS.get(method, method)} did not finish: {error}"
