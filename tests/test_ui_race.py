@@ -68,7 +68,10 @@ def test_nothing_is_drawn_between_a_methods_steps_but_a_progress_line(context):
     updates = list(handlers.time_each_alone(context, session, clock=clock, sleep=lambda s: None,
                                                    progress_interval_s=1.0))
     steps = sum(len(run.events) for run in session.runs.values()) + len(session.ar.events)
-    assert len(updates) < 4 + steps / 2                          # far fewer updates than steps
+    drawn = [update for update in updates if update.columns is not None]   # the rest repeat the status line:
+    polls = [update for update in updates if update.columns is None]      # where Gradio may end a cancelled Run
+    assert len(drawn) < 4 + steps / 2                            # far fewer drawn updates than steps
+    assert all(poll.status == previous.status for previous, poll in zip(updates, updates[1:]) if poll in polls)
     assert all(update.plots is None and update.narration is None for update in updates)
     assert all("Timing each method alone" in update.status for update in updates)
     first = updates[0].columns

@@ -260,19 +260,25 @@ def time_each_alone(context: AppContext, session: RunSession, clock=time.perf_co
     """Run's first phase: each method decodes alone, one after another (``RunSession.timing_queue``); between
     its steps only a progress line, at most every ``progress_interval_s``. Decoding waits (outside any
     method's time) while the browser draws: ``settle_s`` after the first update, which redraws the whole
-    page, a sixth of that after each progress line. Stop ends the current method and skips the rest."""
+    page, a sixth of that after each progress line. An empty update every ``race.CANCEL_POLL_S`` lets Gradio end
+    a Run whose client cancelled or left. Stop ends the current method and skips the rest."""
     queue, settle = session.timing_queue(), settle_s
     for position, current in enumerate(queue, 1):
-        yield timing_update(context, session, current, position, len(queue))
+        update = timing_update(context, session, current, position, len(queue))
+        yield update
         sleep(settle)
         settle = settle_s * race.SETTLE_LINE_S / race.SETTLE_S
-        shown = clock()
+        shown = polled = clock()
         while not current.done:
             session.advance_one(current)
             if not current.done and clock() - shown >= progress_interval_s:
-                yield timing_update(context, session, current, position, len(queue))
+                update = timing_update(context, session, current, position, len(queue))
+                yield update
                 sleep(settle)
-                shown = clock()
+                shown = polled = clock()
+            elif not current.done and clock() - polled >= race.CANCEL_POLL_S:
+                yield ViewUpdate(status=update.status)   # unchanged; lets Gradio end a Run its client cancelled or left
+                polled = clock()
         if session.cancel.is_set():
             session.skip_unstarted()
             return

@@ -21,6 +21,7 @@ RACE_FRAME_S = 0.25          # one replay frame at most this often (the oracle a
 PROGRESS_INTERVAL_S = 3.0    # while a method is timed, the progress line at most this often
 SETTLE_S = 0.3               # after Run's first update (the whole page), decoding waits (untimed) while it is drawn
 SETTLE_LINE_S = 0.05         # ... and after each later progress line
+CANCEL_POLL_S = 0.2          # an empty update at most this often: where Gradio can end a cancelled or abandoned Run
 SHORT_NAMES = {"ar": "AR", "fixed": "fixed SD", "pacer": "PACER", "smc": "SMC-SD"}
 HOW_TIMED = "each method timed alone"      # the finished status line: "Done in 12.3 s, each method timed alone."
 
