@@ -249,7 +249,7 @@ def timing_columns(context: AppContext, session: RunSession, current) -> dict[st
 
 
 def timing_update(context: AppContext, session: RunSession, current, position: int, count: int) -> ViewUpdate:
-    tokens = current.events[-1].total_new_tokens if current.events else 0
+    tokens = columns.live_numbers(current.events)["tokens"]
     line = race.timing_line(current.method, position, count, tokens, current.busy_seconds)
     return ViewUpdate(columns=timing_columns(context, session, current), status=page.run_status_html(line, "busy"))
 

@@ -16,6 +16,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from . import METHOD_LABELS
+from .columns import live_numbers
 
 RACE_FRAME_S = 0.25          # one replay frame at most this often (the oracle and likelihoods share the cores)
 PROGRESS_INTERVAL_S = 3.0    # while a method is timed, the progress line at most this often
@@ -43,8 +44,7 @@ def lane_of(run) -> Lane:
 
 def lanes_of(session) -> list[Lane]:
     """Every method that decoded, in the columns' order, the AR baseline last."""
-    runs = list(session.runs.values()) + ([session.ar] if session.ar is not None else [])
-    return [lane_of(run) for run in runs if run.events or run.result is not None]
+    return [lane_of(run) for run in session.all_runs() if run.events or run.result is not None]
 
 
 def shown(lane: Lane, elapsed: float) -> int:
@@ -86,7 +86,7 @@ def timing_line(method: str, position: int, count: int, tokens: int, seconds: fl
 
 def waiting_text(run, current: bool) -> str:
     """What a column shows while the methods are timed: its own progress, its time, or its turn to come."""
-    tokens = run.events[-1].total_new_tokens if run.events else 0
+    tokens = live_numbers(run.events)["tokens"]
     if current:
         return f"⏱ Timing alone now: {tokens} tokens in {run.busy_seconds:.1f} s…"
     if run.done:

@@ -185,12 +185,15 @@ class RunSession:
             if not run.done:
                 run.error, run.skipped = "Stopped before its turn (Run times the methods one after another).", True
 
+    def all_runs(self) -> list[MethodRun]:
+        """The columns' methods in column order, then the AR baseline when it is measured."""
+        return list(self.runs.values()) + ([self.ar] if self.ar is not None else [])
+
     @property
     def stopped(self) -> bool:
         """Did Stop end or skip any decoding (rather than only the replay after it)?"""
-        runs = list(self.runs.values()) + ([self.ar] if self.ar is not None else [])
         return self.cancel.is_set() and any(run.skipped or not run.done or run.result is not None
-                                            and run.result.finish_reason == "cancelled" for run in runs)
+                                            and run.result.finish_reason == "cancelled" for run in self.all_runs())
 
     def analyse(self) -> None:
         """After the decoding: oracle γ* and the target log-likelihoods, once (Run starts it during the replay)."""
@@ -286,7 +289,8 @@ class RunSession:
 
     def statuses(self) -> dict:
         out = {}
-        for method, run in list(self.runs.items()) + ([("ar", self.ar)] if self.ar else []):
+        for run in self.all_runs():
+            method = run.method
             if run.skipped:
                 out[method] = "not run"
             elif run.error:
