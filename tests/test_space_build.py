@@ -154,6 +154,7 @@ def cpu_has_avx2() -> bool:
     return " avx2 " in " " + Path("/proc/cpuinfo").read_text().replace("\n", " ") + " "
 
 
+@pytest.mark.timeout(3000)                # a fresh venv and a llama.cpp build from source: ~15 min here
 @pytest.mark.slow
 @pytest.mark.server
 def test_a_space_built_from_this_repository_serves_the_default_example(tmp_path):

@@ -2,11 +2,15 @@
 arithmetic, and the Run handler's two phases on a tiny random pair."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from pacer_core.testing.tiny import tiny_pair
 from pacer_core.ui import COLUMN_METHODS, handlers, race
 from pacer_core.ui.handlers import AppContext, PageInputs
+from pacer_core.ui.timing_turn import TimingTurn
+
 
 @pytest.fixture(scope="module")
 def context():
@@ -115,8 +119,16 @@ def test_stop_while_timing_skips_the_methods_whose_turn_never_came(context):
     assert "not run" in " ".join(final.table["method"])
 
 
+class Visitor:
+    """A stand-in for another visitor's RunSession: what a turn reads of its holder."""
+
+    def __init__(self):
+        self.cancel = threading.Event()
+
+
 def test_a_second_run_waits_while_another_is_timing_its_methods(context):
-    handlers.TIMING_TURN.acquire()                                # another visitor's run is timing
+    other = Visitor()
+    assert handlers.TIMING_TURN.take(other)                       # another visitor's run is timing
     try:
         run = handlers.run(context, inputs())
         session = next(run).session
@@ -125,6 +137,40 @@ def test_a_second_run_waits_while_another_is_timing_its_methods(context):
         handlers.stop(session)
         *_, final = run
     finally:
-        handlers.TIMING_TURN.release()
+        handlers.TIMING_TURN.release(other)
     assert "Stopped." in final.status
     assert all("before its turn" in r.error for r in session.runs.values())
+
+
+def test_a_run_abandoned_mid_timing_does_not_block_the_next(context):
+    """A visitor closes the tab during the timing phase: Gradio stops pulling their Run, never closing it. Once
+    that Run is stopped (or unseen for the stale time) the next Run times its methods."""
+    abandoned = handlers.run(context, inputs(max_new_tokens=40))
+    left = next(abandoned).session
+    next(abandoned)                                               # its first method's turn began; never resumed
+    assert handlers.TIMING_TURN.holder() is left
+    handlers.stop(left)
+    *_, final = handlers.run(context, inputs())
+    assert all(run.result is not None for run in final.session.runs.values())
+    abandoned.close()                                             # its late cleanup leaves the turn alone
+    assert handlers.TIMING_TURN.holder() is None
+
+
+@pytest.mark.pure
+def test_a_turn_passes_on_when_its_holder_stops_or_goes_quiet():
+    now = [0.0]
+    turn = TimingTurn(stale_s=15.0, clock=lambda: now[0])
+    first, second = Visitor(), Visitor()
+    assert turn.take(first) and not turn.take(second)
+    now[0] = 14.0
+    turn.seen(first)
+    now[0] = 28.0
+    assert not turn.take(second)                                  # seen 14 s ago: still timing
+    now[0] = 29.5
+    assert turn.take(second) and turn.holder() is second          # quiet for 15.5 s: gone
+    turn.release(first)                                           # the old holder's late release changes nothing
+    assert turn.holder() is second
+    second.cancel.set()
+    assert turn.take(first)                                       # a stopped holder gives way at once
+    turn.release(first)
+    assert turn.holder() is None

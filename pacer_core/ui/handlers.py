@@ -29,6 +29,7 @@ from . import METHOD_LABELS, columns, measured, narration, page, plots, race, ta
 from .live import LiveColumns
 from ..drafters import drafter_key
 from .session import RunSession, user_message
+from .timing_turn import TimingTurn
 
 
 
@@ -284,24 +285,28 @@ def time_each_alone(context: AppContext, session: RunSession, clock=time.perf_co
             return
 
 
-TIMING_TURN = threading.Lock()     # one Run's timing phase at a time in this process (PACER_CONCURRENCY > 1)
+TIMING_TURN = TimingTurn()     # one Run's timing phase at a time in this process (PACER_CONCURRENCY > 1)
 
 
 def timed_alone(context: AppContext, session: RunSession, settle_s: float = race.SETTLE_S,
-                wait_s: float = 0.5) -> Iterator[ViewUpdate]:
+                wait_s: float = 0.5, sleep=time.sleep) -> Iterator[ViewUpdate]:
     """``time_each_alone`` once no other Run of this app is timing its methods: with more than one run at a time
     (PACER_CONCURRENCY) two decoders would share the cores and each would be timed slower than it is. Stop
-    while waiting skips the timing."""
-    while not TIMING_TURN.acquire(timeout=wait_s):
+    while waiting skips the timing. A Run that was stopped or abandoned mid-timing (its tab closed) gives up its
+    turn (``timing_turn``)."""
+    while not TIMING_TURN.take(session):
         if session.cancel.is_set():
             session.skip_unstarted()
             return
         yield ViewUpdate(status=page.run_status_html("Waiting for another run on this server to finish timing its "
                                                      "methods: one decodes at a time, so each is timed alone…", "busy"))
+        sleep(wait_s)
     try:
-        yield from time_each_alone(context, session, settle_s=settle_s)
+        for update in time_each_alone(context, session, settle_s=settle_s):
+            TIMING_TURN.seen(session)
+            yield update
     finally:
-        TIMING_TURN.release()
+        TIMING_TURN.release(session)
 
 
 def race_columns(context: AppContext, session: RunSession, lanes: list, live: LiveColumns,
