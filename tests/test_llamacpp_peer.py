@@ -34,9 +34,11 @@ def test_the_tools_speeds_are_read_from_their_own_summary_lines():
     completion = peer.completion_speed(COMPLETION_LOG)
     assert completion["tokens"] == 63 and completion["prompt_tokens"] == 38
     assert completion["tokens_per_s"] == pytest.approx(63 / 1.7204)
+    assert completion["tokens_per_s_with_prompt"] == pytest.approx(63 / (1.7204 + 0.09713))
     speculative = peer.speculative_speed(SPECULATIVE_LOG)
     assert speculative["tokens"] == 66 and speculative["tokens_per_s"] == pytest.approx(66 / 1.437)
     assert speculative["acceptance"] == pytest.approx(0.84722)
+    assert speculative["tokens_per_s_with_prompt"] == pytest.approx(66 / (1.437 + 0.101))
     with pytest.raises(peer.PeerError, match="no 'eval time' line"):
         peer.completion_speed("llama_perf_context_print: prompt eval time = 1.0 ms / 3 tokens")
     with pytest.raises(peer.PeerError, match="no 'decoded N tokens"):
@@ -57,3 +59,15 @@ def test_the_table_takes_medians_per_prompt_then_over_prompts():
     assert best["ours"] == "ours pacer" and best["theirs"] == "llama.cpp spec n_max=8"
     assert best["ratio_of_medians"] == pytest.approx(51.0 / 37.5)
     assert best["median_per_prompt_ratio"] == pytest.approx((60 / 45 + 42 / 30) / 2)
+
+
+@pytest.mark.pure
+def test_any_prompt_id_becomes_a_file_name_in_the_scratch_folder(tmp_path):
+    ids = ["HumanEval/82", "HumanEval_82", "../../etc/passwd", "", "café: ünïcode?", "a" * 300]
+    names = [peer.prompt_file_name(position, prompt_id) for position, prompt_id in enumerate(ids)]
+    assert len(set(names)) == len(names)
+    assert names[0] == "0000-HumanEval_82.txt"
+    for name in names:
+        assert "/" not in name and not name.startswith(".") and len(name) < 100
+        (tmp_path / name).write_text("a prompt")                  # each one a file directly in the folder
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(names)
