@@ -5,8 +5,9 @@
 For each length, the prompt nearest to it (assets/prompts/code.jsonl; the shortest from heldout.jsonl) runs
 greedy, 64 new tokens, with EOS ignored: AR, then fixed SD with the gguf drafter (the target on the pair's default
 engine). Every llama_decode of either cache is timed (the decode itself and the copy of its logits out), with the
-tokens it fed, so a draft call splits into: the draft's prefill (the prompt, once), one-token draft steps,
-catch-up feeds after a verify (two tokens), and the Python and torch work between decodes. After each run the
+tokens it fed, so a draft call splits into: the draft's first feed (its prefill of the prompt, or one token where
+it adopts the target's prompt: drafters/gguf_drafter.py), one-token draft steps, catch-up feeds after a verify (two
+tokens), and the Python and torch work between decodes. After each run the
 same draft context at the same length times a one-token step alone (rolled back after each), interleaved with
 the target's one-token step alone: "alone" is that median. Repeats interleave the lengths; medians throughout."""
 from __future__ import annotations
@@ -84,13 +85,13 @@ def one_token_alone(cache, length: int, token_id: int, repeats: int) -> list[flo
 
 
 def split_calls(calls: list[tuple]) -> dict:
-    """Draft decodes by kind (prefill, one-token step, catch-up feed) and target decodes, in seconds; plus the time
+    """Draft decodes by kind (first feed, one-token step, catch-up feed) and target decodes, in seconds; plus the time
     between the end of a draft decode and the start of the next decode (Python and torch work)."""
     kinds = defaultdict(list)
     first_draft = True
     for index, (role, fed, seconds, started, ended) in enumerate(calls):
         if role == "draft":
-            kind = "draft prefill" if first_draft else ("draft step" if fed == 1 else f"draft feed {min(fed, 3)}+"
+            kind = "draft first feed" if first_draft else ("draft step" if fed == 1 else f"draft feed {min(fed, 3)}+"
                                                          if fed >= 3 else "draft catch-up (2)")
             first_draft = False
             kinds[kind].append(seconds)
@@ -155,7 +156,7 @@ def main(argv=None) -> int:
             print(json.dumps({key: report[key] for key in ("length", "prompt_tokens", "speedup", "identical",
                                                            "draft step in run / alone")}
                              | {key: report.get(key, {}).get("median_ms") for key in
-                                ("draft step", "draft step alone", "draft catch-up (2)", "draft prefill",
+                                ("draft step", "draft step alone", "draft catch-up (2)", "draft first feed",
                                  "after a draft decode", "target verify/step", "target step alone",
                                  "ar target steps")}), flush=True)
     summary = {

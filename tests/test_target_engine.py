@@ -11,8 +11,8 @@ import torch
 
 from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
 from pacer_core.decoders.smc import SMC
-from pacer_core.drafters import active_engine, drafter_swapped, engine_label, load_drafter, target_cache
-from pacer_core.drafters.gguf_drafter import GGUFCache
+from pacer_core.drafters import active_engine, drafter_swapped, engine_label, load_drafter, new_caches, target_cache
+from pacer_core.drafters.gguf_drafter import GGUFCache, GGUFDrafter
 from pacer_core.kvcache import CachedModel
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.target_engine import (CHUNK_TOKENS, LlamaTarget, balanced_chunks, choose_engine, needs_companion,
@@ -233,3 +233,66 @@ def test_the_embedded_target_runs_on_llama_cpp_by_default_and_sd_keeps_ars_token
             assert run_ids(decoder, pair, prompt_ids, max_new_tokens=32).token_ids == reference
     torch_pair = load_pair("embedded", "gguf", device="cpu", target_engine="torch")
     assert torch_pair.target_engine is None and torch_pair.describe()["target_engine"] == "torch"
+
+
+@pytest.fixture(scope="module")
+def pair_adopting(tmp_path_factory):
+    """A tiny pair on the llama.cpp engine whose gguf drafter is a file of the target itself (the embedded pair's
+    case: the same attention layout), so its caches take the target's prompt instead of computing their own."""
+    pair = tiny_pair(scale=6.0, eos_token_id=63, draft_noise=0.0)
+    folder = tmp_path_factory.mktemp("adopting")
+    pair.target_engine = engine_for(pair.target, pair.tokenizer, folder)
+    pair.draft_gguf = str(write_llama_gguf(pair.target, pair.tokenizer, folder / "draft.gguf"))
+    return pair
+
+
+def test_a_gguf_draft_of_the_targets_layout_adopts_the_targets_prompt(pair_adopting, tmp_path):
+    pair, prompt = pair_adopting, list(range(3, 60))
+    drafter = load_drafter(pair, "gguf")
+    with drafter_swapped(pair, drafter):
+        target, draft = new_caches(pair)
+        assert draft.adopts_target_prompt and draft.context is not None
+        target.forward(prompt[:-1], keep=1)
+        draft.adopt(target)
+        assert draft.length == len(prompt) - 1 and draft.row_tokens == target.row_tokens
+        adopted = draft.forward(prompt[-1:], keep=1)[0, -1]
+        own = drafter.new_cache().forward(prompt, keep=1)[0, -1]        # beside no target: its own prefill
+        assert torch.allclose(adopted, own, atol=1e-3)        # its own cells are float16, the adopted float32
+        with pytest.raises(ValueError, match="empty cache of one row"):
+            draft.adopt(target)
+    assert not drafter.new_cache(CachedModel(pair.target, 64)).adopts_target_prompt   # a torch target
+    unrelated = tiny_pair(draft_noise=None)                             # a 1-layer draft: another layout
+    path = write_llama_gguf(unrelated.draft, unrelated.tokenizer, tmp_path / "one-layer.gguf")
+    one_layer = GGUFDrafter.load(path, unrelated.tokenizer, 64, "one layer")
+    assert not one_layer.new_cache(target).adopts_target_prompt
+
+
+def test_adopting_drafts_keep_ars_tokens_and_smc_runs(pair_adopting):
+    pair = pair_adopting
+    decoders = [FixedSpeculative(gamma) for gamma in (1, 4)] + [Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit")]
+    with drafter_swapped(pair, load_drafter(pair, "gguf")):
+        for prompt in ([5], [1, 2, 3], list(range(60)) + list(range(40))):
+            reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=30).token_ids
+            for decoder in decoders:
+                result = run_ids(decoder, pair, prompt, max_new_tokens=30)
+                assert result.token_ids == reference, (decoder.info(), prompt)
+                assert result.metrics.accepted_tokens > 0
+        *events, result = SMC().run(pair, list(range(30)), validate_settings(
+            max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
+    assert len(result.token_ids) == 12 and events
+
+
+@pytest.mark.statistical
+def test_sampling_with_an_adopting_draft_matches_the_engines_distribution(tmp_path_factory):
+    pair = tiny_pair(vocab_size=5, scale=6.0, target_layers=1, hidden=32, draft_noise=0.5)
+    folder = tmp_path_factory.mktemp("adopting5")
+    pair.target_engine = engine_for(pair.target, pair.tokenizer, folder, vocab=5)
+    pair.draft_gguf = str(write_llama_gguf(pair.target, pair.tokenizer, folder / "draft.gguf"))
+    truth = engine_sequence_distribution(pair.target_engine, PROMPT, N_TOKENS, **FILTERED)
+    counts = Counter()
+    with drafter_swapped(pair, load_drafter(pair, "gguf")):
+        assert new_caches(pair)[1].adopts_target_prompt
+        for seed in range(RUNS):
+            result = run_ids(FixedSpeculative(2), pair, PROMPT, max_new_tokens=N_TOKENS, seed=seed, **FILTERED)
+            counts[tuple(result.token_ids)] += 1
+    assert chi_square_p_value(counts, truth) > SIGNIFICANCE

@@ -108,14 +108,21 @@ def new_generator(seed: int, device="cpu") -> torch.Generator:
 
 def make_state(pair, prompt_ids: list[int], settings: DecodeSettings, with_draft: bool) -> DecodeState:
     """Fresh caches for one run. A drafter that reads the target's hidden states needs them for the
-    prompt before it can draft, so the target first runs once over prompt[:-1] (counted as a target call,
-    like SMC-SD's prefill; the verify passes then feed the rest)."""
+    prompt before it can draft, and a draft cache that adopts the target's prompt (the gguf drafter beside the
+    llama.cpp target) takes the target's keys and values instead of computing its own: for both the target first
+    runs once over prompt[:-1] (counted as a target call, like SMC-SD's prefill; the verify passes then feed the
+    rest)."""
     if not with_draft:
         target, draft = target_cache(pair), None
     else:
         target, draft = new_caches(pair)
-        if pair.drafter.reads_target_features and len(prompt_ids) > 1:
-            target.forward(list(prompt_ids[:-1]))
+        adopts = getattr(draft, "adopts_target_prompt", False)
+        if (pair.drafter.reads_target_features or adopts) and len(prompt_ids) > 1:
+            if adopts:
+                target.forward(list(prompt_ids[:-1]), keep=1)
+                draft.adopt(target)
+            else:
+                target.forward(list(prompt_ids[:-1]))
     return DecodeState(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target, draft=draft,
                        generator=new_generator(settings.seed, target.device), eos_ids=pair.eos_token_ids)
 

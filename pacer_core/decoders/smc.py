@@ -122,7 +122,10 @@ def start_particles(pair, prompt_ids: list[int], n_particles: int) -> ParticleSt
         prefix = torch.tensor([list(prompt_ids[:-1])], dtype=torch.long, device=device)   # [1, P-1]
         for name, model in (("target", target), ("draft", draft)):
             started = time.perf_counter()
-            model.forward(prefix, keep=1)       # the logits are not used: compute one row
+            if model is draft and getattr(draft, "adopts_target_prompt", False):
+                draft.adopt(target)             # the target's keys and values (drafters/gguf_drafter.py)
+            else:
+                model.forward(prefix, keep=1)   # the logits are not used: compute one row
             seconds[name] = time.perf_counter() - started
         for name, model in (("target", target), ("draft", draft)):
             started = time.perf_counter()

@@ -14,7 +14,14 @@ proposal is a causal LM's softmax (full support).
 The cache (``GGUFCache``) is a ``kvcache.DraftCache`` (forward, crop, reorder, feed_sequence, length, calls,
 features): batch row r is llama.cpp sequence r of one context with a unified KV buffer; a crop removes
 each row's cells past the length, a reorder copies sequences (cells are shared, not copied). Contexts are kept
-in a small pool per drafter and reused across runs (``ContextPool``)."""
+in a small pool per drafter and reused across runs (``ContextPool``).
+
+The prompt's keys and values come from the target when it can give them (``GGUFCache.adopt``): beside the
+llama.cpp target engine, whose model has the same attention layout as the file (the embedded target and its own
+Q4_1 file), the target runs over the prompt first and its cells are copied into the draft's context, a few
+milliseconds where the draft's own prefill cost about 5 ms a prompt token on a 2-core CPU, more than the float32
+target's own (benchmarks/draft_call_profile.py). The draft then drafts from the target's view of the prompt, which
+only changes how often its guesses are accepted, never what the decoders output."""
 from __future__ import annotations
 
 import ctypes
@@ -161,6 +168,14 @@ class GGUFModel:
         context = _internals.LlamaContext(model=self.model, params=params, verbose=False)
         return context, _internals.LlamaBatch(n_tokens=BATCH_TOKENS, embd=0, n_seq_max=1, verbose=False)
 
+    def kv_layout(self) -> tuple:
+        """What a sequence's cells hold in this model: copying cells between two contexts needs the same."""
+        metadata = self.model.metadata()
+        arch = metadata.get("general.architecture", "llama")
+        names = ("block_count", "embedding_length", "attention.head_count", "attention.head_count_kv",
+                 "attention.key_length", "attention.value_length", "rope.freq_base")
+        return (arch,) + tuple(metadata.get(f"{arch}.{name}") for name in names)
+
     def kv_bytes_per_cell(self) -> int:
         """Bytes one KV cell takes (keys and values in float16 over every layer)."""
         metadata = self.model.metadata()
@@ -211,6 +226,7 @@ class GGUFDrafter:
     def __init__(self, model: GGUFModel, vocab_size: int, name: str, target_id: str = ""):
         self.model, self.vocab_size, self.name, self.target_id = model, vocab_size, name, target_id
         self.pool = ContextPool(model)
+        self._adopting_pools: dict = {}      # contexts laid out like a target's, by that target's pool
 
     @classmethod
     def load(cls, path, tokenizer, vocab_size: int, name: str, target_id: str = "",
@@ -225,7 +241,20 @@ class GGUFDrafter:
         return cls(model, vocab_size, name, target_id)
 
     def new_cache(self, target_cache=None, full_support: bool = False) -> "GGUFCache":
-        return GGUFCache(self)
+        """A cache for one run; beside a llama.cpp target of the same attention layout, one that can ``adopt``
+        the target's prompt (its context then stores keys and values as the target's does)."""
+        pool = self.pool_beside(target_cache)
+        return GGUFCache(self, pool) if pool is not None else GGUFCache(self)
+
+    def pool_beside(self, target_cache) -> "ContextPool | None":
+        """Contexts whose cells a ``target_cache`` can hand over, or None when it cannot."""
+        source = getattr(target_cache, "owner", None)
+        if not isinstance(target_cache, GGUFCache) or source.model.kv_layout() != self.model.kv_layout():
+            return None
+        key = id(source.pool)
+        if key not in self._adopting_pools:
+            self._adopting_pools[key] = ContextPool(self.model, options=source.pool.options)
+        return self._adopting_pools[key]
 
     def describe(self) -> dict:
         return {"kind": self.kind, "name": self.name, "file": self.model.path.name, "of": self.target_id,
@@ -244,12 +273,15 @@ class GGUFCache(FeedsSequence):
     feature_length = 0
     takes_keep = True         # ``forward(keep=k)``: llama.cpp computes and returns only the last k rows' logits
 
-    def __init__(self, owner):
+    def __init__(self, owner, pool: "ContextPool | None" = None):
         """``owner``: the GGUFDrafter, or the llama.cpp target engine (``target_engine.LlamaTarget``): what
-        holds the model, its context pool and the vocabulary size."""
+        holds the model and the vocabulary size. ``pool``: where its contexts come from (the owner's pool by
+        default; a drafter's contexts laid out like the target's when the cache can ``adopt``)."""
         self.owner, self.vocab_size = owner, owner.vocab_size
-        self.context, self.batch = owner.pool.acquire()
-        self._release = weakref.finalize(self, owner.pool.release, self.context, self.batch)
+        self.pool = pool or owner.pool
+        self.adopts_target_prompt = pool is not None and pool is not owner.pool
+        self.context, self.batch = self.pool.acquire()
+        self._release = weakref.finalize(self, self.pool.release, self.context, self.batch)
         self.row_tokens: list[list[int]] = [[]]
         self.device = torch.device("cpu")
         self.calls = 0
@@ -324,13 +356,29 @@ class GGUFCache(FeedsSequence):
         needed = sum(len(row) for row in self.row_tokens) + len(decoded) + extra
         cells = max(2 * self.context.n_ctx(), needed + START_CELLS)
         self._release()
-        self.context, self.batch = self.owner.pool.acquire(cells)
-        self._release = weakref.finalize(self, self.owner.pool.release, self.context, self.batch)
+        self.context, self.batch = self.pool.acquire(cells)
+        self._release = weakref.finalize(self, self.pool.release, self.context, self.batch)
         entries = [(row_index, position, token_id, False) for row_index, tokens in enumerate(self.row_tokens)
                    for position, token_id in enumerate(tokens)]
         entries += [(row_index, position, token_id, False) for row_index, position, token_id, _ in decoded]
         for chunk in self._chunks(entries):
             self._decode_once(chunk)
+
+    def adopt(self, source: "GGUFCache") -> None:
+        """Become a copy of ``source``'s one row (an empty cache of one row; ``source`` a cache whose model has
+        the same attention layout, in a context with the same cell types: ``GGUFDrafter.pool_beside``): its
+        cells are copied through llama.cpp's sequence state (a few ms for a few hundred tokens)."""
+        if self.length or len(self.row_tokens) != 1 or len(source.row_tokens) != 1:
+            raise ValueError("adopt copies one row into an empty cache of one row.")
+        if source.length >= self.context.n_ctx():
+            self._grow(source.length)
+        llama_cpp = llama_cpp_module()
+        size = llama_cpp.llama_state_seq_get_size(source.context.ctx, 0)
+        state = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(source.context.ctx, state, size, 0)
+        if not written or llama_cpp.llama_state_seq_set_data(self.context.ctx, state, written, 0) != written:
+            raise RuntimeError("llama.cpp could not copy the target's cells into the draft's context.")
+        self.row_tokens = [list(source.row_tokens[0])]
 
     def crop(self, length: int) -> None:
         """Roll every row back to its first ``length`` tokens."""
