@@ -296,3 +296,21 @@ def test_sampling_with_an_adopting_draft_matches_the_engines_distribution(tmp_pa
             result = run_ids(FixedSpeculative(2), pair, PROMPT, max_new_tokens=N_TOKENS, seed=seed, **FILTERED)
             counts[tuple(result.token_ids)] += 1
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
+
+
+def test_a_runs_seconds_count_the_targets_prompt_fed_for_the_draft(pair_adopting, monkeypatch):
+    """The target's prefill that the draft adopts happens before the first step; the run's clock (seconds,
+    tokens/s: the speedups the page and the benchmarks print) must count it, as AR's counts its own prefill."""
+    import time
+
+    from pacer_core.target_engine import LlamaTargetCache
+    forward = LlamaTargetCache.forward
+
+    def slow_prefill(cache, token_ids, *args, **kwargs):
+        if len(token_ids) > 10:
+            time.sleep(0.5)
+        return forward(cache, token_ids, *args, **kwargs)
+    monkeypatch.setattr(LlamaTargetCache, "forward", slow_prefill)
+    with drafter_swapped(pair_adopting, load_drafter(pair_adopting, "gguf")):
+        result = run_ids(FixedSpeculative(3), pair_adopting, list(range(40)), max_new_tokens=4)
+    assert result.metrics.seconds >= 0.5

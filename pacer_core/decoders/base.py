@@ -112,6 +112,7 @@ def make_state(pair, prompt_ids: list[int], settings: DecodeSettings, with_draft
     llama.cpp target) takes the target's keys and values instead of computing its own: for both the target first
     runs once over prompt[:-1] (counted as a target call, like SMC-SD's prefill; the verify passes then feed the
     rest)."""
+    started = time.perf_counter()           # the run's clock starts before any prefill below
     if not with_draft:
         target, draft = target_cache(pair), None
     else:
@@ -124,7 +125,8 @@ def make_state(pair, prompt_ids: list[int], settings: DecodeSettings, with_draft
             else:
                 target.forward(list(prompt_ids[:-1]))
     return DecodeState(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target, draft=draft,
-                       generator=new_generator(settings.seed, target.device), eos_ids=pair.eos_token_ids)
+                       generator=new_generator(settings.seed, target.device), eos_ids=pair.eos_token_ids,
+                       started=started)
 
 
 def commit(state: DecodeState, emitted_ids: list[int], settings: DecodeSettings) -> list[int]:
