@@ -1,6 +1,7 @@
 """The llama.cpp target engine (target_engine.py): its row invariance bit for bit (the reason for the companion token
 and the chunking), greedy identity of every decoder with AR on the same engine, chi-square on sampling against the
 engine's own distribution, SMC-SD on it, the engine choice and its errors, and the embedded target's F32 file."""
+import dataclasses
 import itertools
 import os
 from collections import Counter
@@ -283,11 +284,9 @@ def test_adopting_drafts_keep_ars_tokens_and_smc_runs(pair_adopting):
 
 
 @pytest.mark.statistical
-def test_sampling_with_an_adopting_draft_matches_the_engines_distribution(tmp_path_factory):
-    pair = tiny_pair(vocab_size=5, scale=6.0, target_layers=1, hidden=32, draft_noise=0.5)
-    folder = tmp_path_factory.mktemp("adopting5")
-    pair.target_engine = engine_for(pair.target, pair.tokenizer, folder, vocab=5)
-    pair.draft_gguf = str(write_llama_gguf(pair.target, pair.tokenizer, folder / "draft.gguf"))
+def test_sampling_with_an_adopting_draft_matches_the_engines_distribution(five_token_pair_on_llama, tmp_path):
+    five = five_token_pair_on_llama
+    pair = dataclasses.replace(five, draft_gguf=str(write_llama_gguf(five.target, five.tokenizer, tmp_path / "d.gguf")))
     truth = engine_sequence_distribution(pair.target_engine, PROMPT, N_TOKENS, **FILTERED)
     counts = Counter()
     with drafter_swapped(pair, load_drafter(pair, "gguf")):

@@ -117,13 +117,11 @@ def make_state(pair, prompt_ids: list[int], settings: DecodeSettings, with_draft
         target, draft = target_cache(pair), None
     else:
         target, draft = new_caches(pair)
-        adopts = getattr(draft, "adopts_target_prompt", False)
-        if (pair.drafter.reads_target_features or adopts) and len(prompt_ids) > 1:
-            if adopts:
-                target.forward(list(prompt_ids[:-1]), keep=1)
-                draft.adopt(target)
-            else:
-                target.forward(list(prompt_ids[:-1]))
+        if len(prompt_ids) > 1 and getattr(draft, "adopts_target_prompt", False):
+            target.forward(list(prompt_ids[:-1]), keep=1)
+            draft.adopt(target)
+        elif len(prompt_ids) > 1 and pair.drafter.reads_target_features:
+            target.forward(list(prompt_ids[:-1]))
     return DecodeState(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target, draft=draft,
                        generator=new_generator(settings.seed, target.device), eos_ids=pair.eos_token_ids,
                        started=started)

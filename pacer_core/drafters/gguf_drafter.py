@@ -168,6 +168,7 @@ class GGUFModel:
         context = _internals.LlamaContext(model=self.model, params=params, verbose=False)
         return context, _internals.LlamaBatch(n_tokens=BATCH_TOKENS, embd=0, n_seq_max=1, verbose=False)
 
+    @functools.cached_property
     def kv_layout(self) -> tuple:
         """What a sequence's cells hold in this model: copying cells between two contexts needs the same."""
         metadata = self.model.metadata()
@@ -226,7 +227,7 @@ class GGUFDrafter:
     def __init__(self, model: GGUFModel, vocab_size: int, name: str, target_id: str = ""):
         self.model, self.vocab_size, self.name, self.target_id = model, vocab_size, name, target_id
         self.pool = ContextPool(model)
-        self._adopting_pools: dict = {}      # contexts laid out like a target's, by that target's pool
+        self._adopting_pools: dict = {}      # contexts laid out like a target's, by that target's context options
 
     @classmethod
     def load(cls, path, tokenizer, vocab_size: int, name: str, target_id: str = "",
@@ -243,17 +244,16 @@ class GGUFDrafter:
     def new_cache(self, target_cache=None, full_support: bool = False) -> "GGUFCache":
         """A cache for one run; beside a llama.cpp target of the same attention layout, one that can ``adopt``
         the target's prompt (its context then stores keys and values as the target's does)."""
-        pool = self.pool_beside(target_cache)
-        return GGUFCache(self, pool) if pool is not None else GGUFCache(self)
+        return GGUFCache(self, self.pool_beside(target_cache))
 
     def pool_beside(self, target_cache) -> "ContextPool | None":
         """Contexts whose cells a ``target_cache`` can hand over, or None when it cannot."""
-        source = getattr(target_cache, "owner", None)
-        if not isinstance(target_cache, GGUFCache) or source.model.kv_layout() != self.model.kv_layout():
+        if not isinstance(target_cache, GGUFCache) or target_cache.owner.model.kv_layout != self.model.kv_layout:
             return None
-        key = id(source.pool)
+        options = target_cache.owner.pool.options
+        key = tuple(sorted(options.items()))
         if key not in self._adopting_pools:
-            self._adopting_pools[key] = ContextPool(self.model, options=source.pool.options)
+            self._adopting_pools[key] = ContextPool(self.model, options=options)
         return self._adopting_pools[key]
 
     def describe(self) -> dict:
