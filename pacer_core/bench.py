@@ -186,7 +186,8 @@ def run_benchmark(args) -> int:
     preverifier = default_preverifier(pair)
     encoded = [encode_prompt(pair, record["prompt"], None, limits) for record in prompts]
     drafters = load_row_drafters(pair, specs, args.head)
-    requests = {spec.label: row_requests(pair, spec, raw, encoded, limits,
+    requests = {spec.label: row_requests(pair.with_drafter(drafters[spec.drafter][0]) if spec.drafter else pair,
+                                         spec, raw, encoded, limits,
                                          drafters[spec.drafter][1] if spec.drafter else preverifier)
                 for spec in specs}
     settings_for = {label: row[0].settings for label, row in requests.items()}

@@ -60,15 +60,15 @@ def chosen_names(raw: dict) -> frozenset[str]:
     return frozenset(name for name, value in raw.items() if value is not None)
 
 
-def preverifier_for(method: str, pair, preverifier=None):
-    """PACER's pre-verifier: the one given, else the pair's trained layer or the confidence rule."""
+def preverifier_for(method: str, pair, settings: DecodeSettings, preverifier=None):
+    """PACER's pre-verifier: the one given, else the pair's trained layer or the confidence rule; the confidence
+    rule whenever the run chose it (setting ``preverifier``)."""
     if method != "pacer":
         return None
-    if preverifier is not None:
-        return preverifier
-    from .preverifier import default_preverifier
+    from .preverifier import chosen_preverifier, default_preverifier
 
-    return default_preverifier(pair)
+    available = preverifier if preverifier is not None else default_preverifier(pair)
+    return chosen_preverifier(pair, available, settings.preverifier)
 
 
 def with_preverifier_defaults(settings: DecodeSettings, preverifier, explicit: frozenset[str]) -> DecodeSettings:
@@ -103,7 +103,7 @@ def fit_to_context(settings: DecodeSettings, prompt_len: int, max_context: int) 
 def request_for(pair, method: str, settings: DecodeSettings, explicit: frozenset[str], prompt: EncodedPrompt,
                 limits: Limits, preverifier=None) -> RunRequest:
     """A request from settings validated once by the caller, for one method and one encoded prompt."""
-    preverifier = preverifier_for(method, pair, preverifier)
+    preverifier = preverifier_for(method, pair, settings, preverifier)
     resolved = settings_for_method(method, settings, explicit, preverifier)
     resolved = fit_to_context(resolved, len(prompt.ids), pair.max_context)
     return RunRequest(method, resolved, limits, prompt.ids, prompt.note, preverifier, explicit)

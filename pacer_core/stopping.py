@@ -17,13 +17,15 @@ close to the target is close to it in the same places (where q is nearly one-hot
 
 The costs and that table are a stored model per pair and kind of device (``PacerCostModel``: measured once by
 ``python -m pacer_core.training.pacer_costs``, kept in the draft folder's measured_defaults.json), never live
-timings: every decision is a function of the run's inputs, its seed and that model, so a seeded run repeats
+timings. They are measured inside runs, where a draft call costs what the run makes it cost, and by prompt length
+when they depend on it (on a CPU a longer context makes every pass slower, the draft's relatively more:
+``PacerCostModel.at_prompt_length``): every decision is a function of the run's inputs, its seed and that model, so a seeded run repeats
 token for token whatever ran before it."""
 from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -159,14 +161,34 @@ class AcceptanceByEntropy:
         return cls(tuple(edges), tuple(non_increasing(means, counts)))
 
 
+def costs_between(by_length: tuple[tuple[int, StepCosts], ...], prompt_tokens: int) -> StepCosts:
+    """The step costs at ``prompt_tokens``, piecewise-linear between the lengths they were measured at (sorted),
+    the nearest measured ones outside them. The verify pass is read at the first length's pass sizes."""
+    lengths = tuple(float(length) for length, _ in by_length)
+    at = lambda values: interpolate(tuple(zip(lengths, values)), min(max(prompt_tokens, lengths[0]), lengths[-1]))  # noqa: E731
+    sizes = [size for size, _ in by_length[0][1].verify_points] or [1]
+    return StepCosts(at([costs.draft_per_token for _, costs in by_length]),
+                     verify_points=tuple((size, at([costs.verify(size) for _, costs in by_length])) for size in sizes),
+                     step_overhead=at([costs.step_overhead for _, costs in by_length]))
+
+
 @dataclass(frozen=True)
 class PacerCostModel:
-    """What the cost rule knows about one pair on one kind of device: its step costs, and (measured at some
-    temperature) the acceptance of sampled draft tokens by their entropy and on average."""
+    """What the cost rule knows about one pair on one kind of device: its step costs (and, measured at several
+    prompt lengths, ``by_length``), and (measured at some temperature) the acceptance of sampled draft tokens by
+    their entropy and on average."""
     costs: StepCosts = PRIOR_COSTS
     acceptance: AcceptanceByEntropy | None = None
     mean_acceptance: float | None = None
     source: str = "prior"
+    by_length: tuple[tuple[int, StepCosts], ...] = ()
+
+    def at_prompt_length(self, prompt_tokens: int) -> "PacerCostModel":
+        """The model whose costs are those measured at this prompt length (interpolated); itself when the costs were
+        measured at one length only."""
+        if len(self.by_length) < 2:
+            return self
+        return replace(self, costs=costs_between(self.by_length, prompt_tokens))
 
     def token_acceptance(self, entropy: float, fallback: float) -> float:
         """A sampled token's acceptance estimate: the table's, else ``fallback`` (the pre-verifier's)."""
@@ -175,22 +197,35 @@ class PacerCostModel:
     @classmethod
     def from_record(cls, record: dict, source: str = "measured") -> "PacerCostModel":
         """From measured_defaults.json's ``pacer_costs`` entry for one kind of device (see ``to_record``)."""
-        costs = StepCosts(float(record["draft_per_token"]),
-                          verify_points=tuple((int(n), float(cost)) for n, cost in record["verify"]),
-                          step_overhead=float(record.get("step_overhead", 0.0)))
+        costs = step_costs(record)
         table = record.get("acceptance_by_entropy")
         acceptance = AcceptanceByEntropy(tuple(float(e) for e, _ in table), tuple(float(a) for _, a in table)) \
             if table else None
         mean = record.get("mean_acceptance")
-        return cls(costs, acceptance, None if mean is None else float(mean), source)
+        by_length = tuple(sorted((int(entry["prompt_tokens"]), step_costs(entry))
+                                 for entry in record.get("by_prompt_length", ())))
+        return cls(costs, acceptance, None if mean is None else float(mean), source, by_length)
 
     def to_record(self) -> dict:
-        record = {"draft_per_token": round(self.costs.draft_per_token, 4),
-                  "verify": [[n, round(cost, 4)] for n, cost in self.costs.verify_points],
-                  "step_overhead": round(self.costs.step_overhead, 4)}
+        record = costs_record(self.costs)
         if self.acceptance is not None:
             record["acceptance_by_entropy"] = [[round(e, 4), round(a, 4)] for e, a in
                                                zip(self.acceptance.edges, self.acceptance.acceptance)]
         if self.mean_acceptance is not None:
             record["mean_acceptance"] = round(self.mean_acceptance, 4)
+        if self.by_length:
+            record["by_prompt_length"] = [{"prompt_tokens": length} | costs_record(costs) for length, costs in self.by_length]
         return record
+
+
+def step_costs(record: dict) -> StepCosts:
+    """StepCosts from a stored record (``costs_record``'s keys)."""
+    return StepCosts(float(record["draft_per_token"]),
+                     verify_points=tuple((int(n), float(cost)) for n, cost in record["verify"]),
+                     step_overhead=float(record.get("step_overhead", 0.0)))
+
+
+def costs_record(costs: StepCosts) -> dict:
+    return {"draft_per_token": round(costs.draft_per_token, 4),
+            "verify": [[n, round(cost, 4)] for n, cost in costs.verify_points],
+            "step_overhead": round(costs.step_overhead, 4)}

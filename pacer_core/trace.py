@@ -79,6 +79,7 @@ class RecordedRun:
     oracle: list | None = None
     oracle_steps: list | None = None
     oracle_note: str | None = None
+    pacer_rule: str | None = None      # what stopped PACER's drafting, in words (traces before it: None)
     prompt_note: str | None = None
     chat_template: bool | None = None
     stopped: bool = False
@@ -154,6 +155,7 @@ def validate_trace(raw: dict, limits: TraceLimits = TraceLimits()) -> RecordedRu
         proposal_kl=_optional(raw.get("proposal_kl"), float, "proposal_kl", limits),
         oracle=oracle, oracle_steps=oracle_steps,
         oracle_note=_optional(raw.get("oracle_note"), str, "oracle_note", limits),
+        pacer_rule=_optional(raw.get("pacer_rule"), str, "pacer_rule", limits),
         prompt_note=_optional(raw.get("prompt_note"), str, "prompt_note", limits),
         chat_template=_optional(raw.get("chat_template"), bool, "chat_template", limits),
         stopped=bool(_optional(raw.get("stopped"), bool, "stopped", limits)),

@@ -103,6 +103,20 @@ def test_calibration_leaves_out_phrase_tokens():
     assert rows[1]["mean_q"] == pytest.approx(0.95) and rows[1]["high"] == pytest.approx(1.0)
 
 
+def test_acceptance_by_the_preverifiers_estimate():
+    events = [step(0, "AR", [" a", " b", " c"], 0), step(1, "AA", [" d", " e", " f"], 2), step(2, "R", [" g", " h"], 5)]
+    scores = iter([0.95, 0.35, 0.92, 0.99, 0.31])
+    for event in events:
+        for token in event.tokens[:-1]:
+            token.preverifier_prob = next(scores)
+    rows = counts.by_preverifier_score(counts.judged_drafts(events, 0, ""))
+    assert [(row["low"], row["drafted"], row["accepted"]) for row in rows] == [(0.3, 2, 0), (0.9, 3, 3)]
+    assert rows[1]["mean_score"] == pytest.approx((0.95 + 0.92 + 0.99) / 3)
+    assert counts.by_preverifier_score(counts.judged_drafts(worked_example(), 0, "")) == []   # fixed SD: no scores
+    report = markdown_report(minimal_atlas(by_preverifier_score=rows))
+    assert "By the pre-verifier's estimate (PACER)" in report
+
+
 def test_most_rejected_and_confidently_wrong():
     events = [step(0, "R", [" the", " a"], 0, probs=[0.3]), step(1, "AR", [" x", " the", " b"], 1, probs=[0.9, 0.8]),
               step(2, "R", [" of", " c"], 3, probs=[0.99])]

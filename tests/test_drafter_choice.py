@@ -71,6 +71,11 @@ def test_a_description_says_cost_and_agreement_when_measured():
     assert line == ("self-int8 · the target's own weights in 8 bits · 129 MB of int8 weights · "
                     "c = 0.55 of a target step on cpu · agreement 0.97")
     assert "cost not measured here" in describe_option("small", "16M parameters", {}, "cuda")
+    in_runs = {"cost": {"cpu": 0.33}, "pacer_costs": {"cpu": {"draft_per_token": 0.57, "by_prompt_length": [
+        {"prompt_tokens": 40, "draft_per_token": 0.57}, {"prompt_tokens": 343, "draft_per_token": 0.61},
+        {"prompt_tokens": 563, "draft_per_token": 0.58}]}}}
+    assert "c = 0.57–0.61 of an AR step in a run on cpu (prompts of 40–563 tokens)" in \
+        describe_option("gguf", "94 MB file", in_runs, "cpu")
 
 
 def test_drafter_keys_of_each_kind():

@@ -125,6 +125,25 @@ def test_pacer_sampling_matches_target_distribution(six_token_pair, six_token_tr
 
 
 @pytest.mark.statistical
+def test_pacer_sampling_with_a_trained_sampling_layer_matches_target_distribution(six_token_pair, six_token_truth):
+    """The layer llama.cpp drafters get (scalars only, a layer for sampled tokens) decides where drafting stops
+    from the drafted tokens alone, so speculative sampling stays exact. Its threshold (near the median of this
+    random layer's scores) makes it stop in many steps and not in others."""
+    from pacer_core.preverifier.model import PreVerifierLayer, TrainedPreVerifier
+
+    torch.manual_seed(0)
+    layer, sampling_layer = PreVerifierLayer(0, scalar_count=8), PreVerifierLayer(0, scalar_count=8)
+    trained = TrainedPreVerifier(layer, layer.shape() | {"threshold_greedy": 0.54}, sampling_layer)
+    decoder = Pacer(1, 3, 0.54, trained, "submit")
+    stops = Counter(event.stop_reason for seed in range(40) for event in
+                    list(decoder.run(six_token_pair, PROMPT, validate_settings(max_new_tokens=N_TOKENS,
+                                                                               temperature=1.0, seed=seed)))[:-1])
+    assert stops["preverifier"] >= 10 and stops["budget"] >= 10
+    counts = sample_counts(decoder, six_token_pair, temperature=1.0)
+    assert chi_square_p_value(counts, six_token_truth) > SIGNIFICANCE
+
+
+@pytest.mark.statistical
 def test_broken_acceptance_rule_is_caught(six_token_pair, filtered_truth, monkeypatch):
     """The chi-square tests have power at RUNS: accepting every drafted token gives the draft's distribution,
     and the fixed-SD test's settings must reject it."""

@@ -14,6 +14,7 @@ from pacer_core.drafters.gguf_drafter import GGUFDrafter, GGUFUnavailable, vocab
 from pacer_core.drafters.kinds import gguf_unavailable, kind_for_key
 from pacer_core.kvcache import CachedModel
 from pacer_core.preverifier import ConfidencePreVerifier
+from pacer_core.preverifier.model import ASSETS_DIR, load
 from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
 from pacer_core.testing.gguf_file import write_llama_gguf
 from pacer_core.testing.tiny import tiny_pair
@@ -21,6 +22,16 @@ from pacer_core.testing.tiny import tiny_pair
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash setup.sh builds it)")
 
 SIGNIFICANCE = 1e-3
+SHIPPED_LAYER = ASSETS_DIR / "preverifiers" / "SmolLM2-135M-Instruct_embedded_GGUF___SmolLM2-135M-Instruct.Q4_1.gguf_llama.cpp_"
+
+
+def shipped_layer(threshold: float | None = None):
+    """The layer shipped for the embedded target's gguf drafter: it reads only the draft's scalar features, so it
+    runs beside any gguf drafter (``threshold``: both of its thresholds moved there)."""
+    trained = load(SHIPPED_LAYER)
+    if threshold is not None:
+        trained.config |= {"threshold_greedy": threshold, "threshold_sampling": threshold}
+    return trained
 
 
 def gguf_of(model, tokenizer, folder, name="draft.gguf", **options) -> str:
@@ -91,7 +102,8 @@ def run_ids(decoder, pair, prompt_ids, **settings):
 def test_greedy_fixed_and_pacer_with_a_gguf_drafter_return_ars_tokens(pair_with_gguf):
     pair = pair_with_gguf
     decoders = [FixedSpeculative(gamma) for gamma in (1, 3, 6)] + [
-        Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit"), Pacer(2, 16, 0.9, ConfidencePreVerifier(), "discard")]
+        Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit"), Pacer(2, 16, 0.9, ConfidencePreVerifier(), "discard"),
+        Pacer(1, 8, None, shipped_layer(), "submit"), Pacer(2, 12, None, shipped_layer(0.9), "discard")]
     drafter = load_drafter(pair, "gguf")
     assert drafter_key(drafter) == "gguf"
     rejected = 0
@@ -118,8 +130,9 @@ def five_token_pair_with_gguf(tmp_path_factory):
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("decoder", [FixedSpeculative(2), Pacer(1, 2, 0.5, ConfidencePreVerifier(), "submit")],
-                         ids=["fixed", "pacer"])
+@pytest.mark.parametrize("decoder", [FixedSpeculative(2), Pacer(1, 2, 0.5, ConfidencePreVerifier(), "submit"),
+                                     Pacer(1, 2, 0.9, shipped_layer(0.9), "submit")],
+                         ids=["fixed", "pacer", "pacer-trained-layer"])
 def test_sampling_with_a_gguf_drafter_matches_the_target(five_token_pair_with_gguf, decoder):
     pair, drafter = five_token_pair_with_gguf
     truth = target_sequence_distribution(pair.target, PROMPT, N_TOKENS, **FILTERED)
@@ -202,6 +215,28 @@ def test_the_embedded_gguf_drafts_ars_tokens_on_the_embedded_target(embedded_pai
         drafted += result.metrics.drafted_tokens
         accepted += result.metrics.accepted_tokens
     assert accepted / drafted > 0.9
+
+
+@pytest.mark.embedded
+def test_pacer_runs_the_shipped_layer_on_the_embedded_default_and_returns_ars_tokens(embedded_pair):
+    """The page's default pair: PACER's pre-verifier is the trained layer (with its layer for sampled tokens), it
+    stops drafting on its own, greedy output is AR's, and a run that chooses the confidence rule gets the rule."""
+    from pacer_core import generate
+    from pacer_core.preverifier import default_preverifier
+
+    drafting = embedded_pair.with_drafter(load_drafter(embedded_pair, "gguf"))
+    trained = default_preverifier(drafting)
+    assert trained.kind == "trained" and trained.sampling_layer is not None and trained.layer.hidden_size == 0
+    for prompt in ("Name three primary colours.", "Write a Python function that reverses a string."):
+        reference = generate(drafting, "ar", prompt, max_new_tokens=32).token_ids
+        result = generate(drafting, "pacer", prompt, max_new_tokens=32, max_draft_len=8)
+        assert result.token_ids == reference
+        assert result.info["preverifier"] == "trained" and "trained pre-verification layer" in result.info["stopped_by"]
+    sampled = generate(drafting, "pacer", "Write a haiku about rain.", max_new_tokens=32, temperature=0.7,
+                       stop_rule="auto")
+    assert "trained pre-verification layer" in sampled.info["stopped_by"]
+    rule = generate(drafting, "pacer", "Write a haiku about rain.", max_new_tokens=16, preverifier="confidence")
+    assert rule.info["preverifier"] == "heuristic" and rule.settings["threshold"] == 0.05   # the drafter's measured
 
 
 @pytest.mark.pure

@@ -1,8 +1,8 @@
 """The pre-verification layer: shapes, save/load, automatic loading for a pair, and exactness of PACER
 with a trained layer in the loop (greedy identity). Under sampling, in submit mode, a pre-verifier only
 decides where drafting stops, from the draft's own state: a stopping rule that reads only the drafted tokens
-leaves speculative sampling exact, so PACER's sampling chi-square test (tests/test_exactness.py, heuristic
-rule) covers a trained layer too and no second one runs here."""
+leaves speculative sampling exact; tests/test_exactness.py runs PACER's sampling chi-square test with the
+confidence rule and with a trained layer for sampled tokens."""
 import math
 
 import pytest
@@ -12,7 +12,7 @@ from pacer_core import Autoregressive, Pacer, generate, validate_settings
 from pacer_core.preverifier import ConfidencePreVerifier, default_preverifier, token_features
 from pacer_core.preverifier.features import DraftContext, history_context
 from pacer_core.preverifier import model as preverifier_model
-from pacer_core.preverifier.model import PreVerifierLayer, TrainedPreVerifier, load, pair_slug, save
+from pacer_core.preverifier.model import PreVerifierLayer, TrainedPreVerifier, block_scalars, load, pair_slug, save
 from pacer_core.training.preverifier import reliability, roc_auc
 from pacer_core.testing.tiny import tiny_pair
 
@@ -167,7 +167,7 @@ def test_fit_compares_both_inputs_with_the_confidence_rule(tmp_path):
                          "prefix_ok": True, "soft": float(label), "history_rate": (rate * step + 1) / (step + 2),
                          "last_accepted": 0.5, "prefix_log_prob": 0.0, "prompt_index": prompt_index})
     torch.save({"prompts": [f"p{i}" for i in range(30)], "rows": rows}, tmp_path / "data.pt")
-    _, metrics = fit(None, Namespace(work=str(tmp_path), seed=0, epochs=8, features="history"))
+    metrics = fit(None, Namespace(work=str(tmp_path), seed=0, epochs=8, features="history"))["metrics"]
     assert metrics["features"] == "history" and set(metrics["compared_inputs"]) == {"basic", "history"}
     assert 0.0 <= metrics["roc_auc_confidence_rule"] <= 1.0
     assert all(0.0 <= figures["brier"] <= 1.0 for figures in metrics["compared_inputs"].values())
@@ -182,3 +182,98 @@ def test_the_confidence_rule_scores_sampled_tokens_by_the_generations_acceptance
     sampled = TokenFeatures(torch.zeros(1), 0.2, 1.0, 0.1, 1, context, sampled=True)
     score, token_probs = ConfidencePreVerifier().score_block([greedy, sampled])
     assert token_probs == [0.2, 0.9] and score == pytest.approx(0.18)
+
+
+def scalar_trained(seed: int = 0, threshold: float = 0.5, sampling_threshold: float | None = None) -> TrainedPreVerifier:
+    """A layer as llama.cpp drafters get (no hidden states: the scalars only), with a layer for sampled tokens."""
+    torch.manual_seed(seed)
+    layer, sampling_layer = PreVerifierLayer(0, scalar_count=8), PreVerifierLayer(0, scalar_count=8)
+    config = layer.shape() | {"threshold_greedy": threshold,
+                              "threshold_sampling": threshold if sampling_threshold is None else sampling_threshold}
+    return TrainedPreVerifier(layer, config, sampling_layer)
+
+
+def test_a_scalar_layer_scores_sampled_tokens_with_its_sampling_layer_and_survives_save_load(tmp_path):
+    trained = scalar_trained(seed=4)
+    logits, no_hidden = torch.randn(50), torch.zeros(0)
+    greedy = [token_features(logits, no_hidden, 3, position) for position in range(2)]
+    sampled = [token_features(logits, no_hidden, 3, position, sampled=True) for position in range(2)]
+    assert trained.token_probs(greedy) != trained.token_probs(sampled)
+    with torch.no_grad():
+        for layer in (trained.layer, trained.sampling_layer):
+            layer.mlp[-1].bias.fill_(0.0)
+        trained.sampling_layer.mlp[-1].bias.fill_(30.0)      # the sampling layer says "accepted" whatever it reads
+    assert all(prob > 0.999 for prob in trained.token_probs(sampled))
+    save(tmp_path, trained.layer, trained.config, trained.sampling_layer)
+    loaded = load(tmp_path)
+    assert loaded.token_probs(sampled) == trained.token_probs(sampled)
+    assert loaded.token_probs(greedy) == trained.token_probs(greedy)
+    assert loaded.config["sampling_layer"]["hidden_size"] == 0
+
+
+def test_greedy_pacer_with_a_scalar_layer_equals_ar():
+    pair = tiny_pair(scale=6.0, draft_noise=0.3)
+    for seed, threshold in ((0, 0.2), (1, 0.5), (2, 0.8)):
+        trained = scalar_trained(seed, threshold)
+        for prompt in ([1, 2, 3], list(range(12))):
+            settings = validate_settings(max_new_tokens=30)
+            *_, reference = Autoregressive().run(pair, prompt, settings)
+            *events, ours = Pacer(1, 8, None, trained).run(pair, prompt, settings)
+            assert ours.token_ids == reference.token_ids
+            assert ours.info["stopped_by"].startswith("the trained pre-verification layer")
+
+
+def test_fit_trains_a_sampling_layer_on_acceptance_probabilities(tmp_path):
+    """Sampled rows whose acceptance falls with the draft's entropy: the sampling layer learns it and scores
+    better than the constant mean acceptance and the confidence rule on held-out prompts."""
+    from argparse import Namespace
+
+    from pacer_core.training.preverifier import fit, saved_layers
+
+    generator, rows = torch.Generator().manual_seed(1), []
+    for prompt_index in range(40):
+        for step in range(20):
+            entropy = 3.0 * float(torch.rand((), generator=generator))
+            sampled = {"hidden": torch.zeros(0).half(), "draft_prob": 0.5, "entropy": entropy, "margin": 0.2,
+                       "position": step % 4, "label": 1.0 - 0.2 * entropy, "prefix_ok": True, "sampled": True,
+                       "soft": 1.0 - 0.2 * entropy, "history_rate": 0.7, "last_accepted": 1.0,
+                       "prefix_log_prob": 0.0, "prompt_index": prompt_index}
+            greedy = sampled | {"sampled": False, "label": int(float(torch.rand((), generator=generator)) < 0.9)}
+            rows += [sampled, greedy]
+    torch.save({"prompts": [f"p{i}" for i in range(40)], "rows": rows}, tmp_path / "data.pt")
+    saved = fit(None, Namespace(work=str(tmp_path), seed=0, epochs=20, features="auto", sampling_temperature=0.7))
+    sampled_metrics = saved["sampling_metrics"]
+    assert sampled_metrics["brier"] < 0.5 * sampled_metrics["brier_constant_mean"]
+    assert sampled_metrics["brier"] < sampled_metrics["brier_confidence_rule"]
+    layer, sampling_layer = saved_layers(saved)
+    assert layer.hidden_size == 0 and sampling_layer is not None
+
+
+def test_a_run_that_chooses_the_confidence_rule_gets_it_though_a_layer_exists():
+    from pacer_core.request import build_request
+
+    pair = tiny_pair(scale=6.0)
+    trained = scalar_trained()
+    assert build_request(pair, "pacer", "t1 t2", {}, preverifier=trained).preverifier is trained
+    chosen = build_request(pair, "pacer", "t1 t2", {"preverifier": "confidence"}, preverifier=trained)
+    assert isinstance(chosen.preverifier, ConfidencePreVerifier)
+    assert chosen.settings.threshold == ConfidencePreVerifier().default_threshold
+
+
+def test_auto_takes_the_threshold_when_a_layer_was_trained_for_sampled_tokens():
+    from pacer_core.decoders.pacer import effective_stop_rule
+
+    sampling = validate_settings(stop_rule="auto", temperature=0.7)
+    assert effective_stop_rule(sampling, ConfidencePreVerifier()) == "cost"
+    assert effective_stop_rule(sampling, random_trained(16)) == "cost"       # a greedy-only layer
+    assert effective_stop_rule(sampling, scalar_trained()) == "threshold"
+
+
+def test_a_scalar_layer_scores_in_numpy_what_the_module_computes():
+    trained = scalar_trained(seed=5)
+    logits = torch.randn(50)
+    block = [token_features(logits, torch.zeros(0), token, position, history_context(3, 2, True))
+             for position, token in enumerate((3, 7, 11))]
+    with torch.no_grad():
+        expected = torch.sigmoid(trained.layer(torch.zeros(3, 0), block_scalars(block, with_history=True))).tolist()
+    assert trained.token_probs(block) == pytest.approx(expected, abs=1e-6)

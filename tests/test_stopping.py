@@ -106,3 +106,42 @@ def test_least_squares_line_recovers_a_line_and_is_flat_for_one_x():
     assert least_squares_line([4, 4], [1.0, 3.0]) == (2.0, 0.0)
     with pytest.raises(ValueError):
         least_squares_line([], [])
+
+
+def test_costs_by_prompt_length_interpolate_between_the_measured_lengths_and_round_trip():
+    short = StepCosts(0.3, verify_points=((1, 1.0), (33, 5.0)), step_overhead=0.1)
+    long = StepCosts(0.5, verify_points=((1, 1.0), (17, 3.0)), step_overhead=0.3)
+    model = PacerCostModel(short, by_length=((40, short), (540, long)))
+    middle = model.at_prompt_length(290).costs
+    assert middle.draft_per_token == pytest.approx(0.4) and middle.step_overhead == pytest.approx(0.2)
+    assert [size for size, _ in middle.verify_points] == [1, 33]
+    assert middle.verify(33) == pytest.approx((5.0 + long.verify(33)) / 2)
+    assert model.at_prompt_length(10).costs == short                      # the nearest measured length outside
+    assert model.at_prompt_length(5000).costs.draft_per_token == pytest.approx(0.5)
+    assert PacerCostModel(short).at_prompt_length(500).costs == short      # measured at one length: as it is
+    again = PacerCostModel.from_record(model.to_record())
+    assert again.by_length == model.by_length and again.at_prompt_length(290).costs == middle
+
+
+def test_measured_step_costs_leave_out_each_runs_prefill_and_first_step():
+    """pacer_costs' observations: the AR unit from the steps after the first (the prompt's prefill), the draft
+    and verify costs from every step but the first, and a step's outside time without the prefill before it."""
+    from types import SimpleNamespace as Record
+
+    from pacer_core.training.pacer_costs import Observations
+
+    def run(seconds, tokens):
+        return Record(metrics=Record(seconds=seconds, new_tokens=tokens))
+
+    def step(draft, verify, drafted):
+        return Record(draft_seconds=draft, verify_seconds=verify, n_drafted=drafted,
+                      tokens=[Record(accept_prob=0.9)] * drafted)
+
+    observed = Observations()
+    observed.add_ar([step(0.0, 0.5, 0)] + [step(0.0, 0.1, 0)] * 4, run(0.5 + 4 * 0.1, 5))
+    assert observed.ar_seconds / observed.ar_tokens == pytest.approx(0.1)           # the prefill step left out
+    events = [step(0.9, 0.7, 2), step(0.02, 0.12, 2), step(0.02, 0.12, 2)]          # the first paid a prefill
+    observed.add_fixed(events, run(1.0 + 1.6 + 0.28 + 3 * 0.01, 9), [[0.1, 0.2]] * 3, False, prefill_seconds=1.0)
+    model = observed.model("test")
+    assert model.costs.draft_per_token == pytest.approx(0.1)                         # 0.01 s a drafted token
+    assert model.costs.step_overhead == pytest.approx(0.1)                           # 0.01 s a step, prefill out

@@ -116,10 +116,11 @@ def test_an_unexpected_failure_becomes_one_error_update(context, monkeypatch):
     assert update.warning == "Something went wrong: RuntimeError: renderer exploded <b>"
 
 
-def test_column_notes_name_the_heuristic_preverifier_and_discard_mode(context):
+def test_column_notes_name_what_stops_pacer_and_discard_mode(context):
     session = handlers.new_session(context, inputs(on_fail="discard"))
     note = handlers.column_note(context, session, "pacer")
-    assert "heuristic" in note and "approximate" in note
+    assert "Drafting stopped by" in note and "approximate" in note
+    assert session.trace()["pacer_rule"] in note
     assert handlers.column_note(AppContext(context.pair, preverifier_kind="trained"), session, "fixed") is None
 
 

@@ -42,6 +42,7 @@ class Judgment:
     phrase: bool             # PACER: copied from earlier text (q = 1 by construction), not the drafter's guess
     context: str             # up to CONTEXT_CHARS characters of prompt, ANSWER_START and output before it
     target: str | None = None  # rejected: the target's own token in its place
+    preverifier_prob: float | None = None  # PACER: the pre-verifier's acceptance estimate for it
 
 
 def judged_drafts(events, prompt_index: int, prompt_text: str, eos_ids=frozenset()) -> list[Judgment]:
@@ -67,7 +68,7 @@ def _step_judgments(event: StepEvent, prompt_index: int, start: int, text_so_far
             prompt_index, event.step, depth, start + depth - 1, token.token_id, token.text,
             token_kind(token.text, prefix[-1:], token.token_id in eos_ids), accepted, token.draft_prob,
             token.target_prob, token.phrase, prefix[-CONTEXT_CHARS:],
-            None if accepted or target_token is None else target_token.text))
+            None if accepted or target_token is None else target_token.text, token.preverifier_prob))
         if not accepted:
             break
         prefix += token.text
@@ -128,6 +129,18 @@ def calibration(judgments: list[Judgment], bins: int = 10) -> list[dict]:
     groups = grouped([item for item in judgments if item.draft_prob is not None and not item.phrase],
                      lambda item: confidence_bin(item.draft_prob, bins))
     return [count_row("low", index / bins, items) | {"high": (index + 1) / bins, "mean_q": mean_confidence(items)}
+            for index, items in sorted(groups.items())]
+
+
+def by_preverifier_score(judgments: list[Judgment], bins: int = 10) -> list[dict]:
+    """PACER's pre-verifier against the verdicts: per bin of its acceptance estimate, [{low, high, drafted,
+    accepted, alpha, mean_score}], empty bins left out; [] for a method without a pre-verifier. A calibrated
+    pre-verifier has alpha ≈ mean_score (greedy; sampled tokens are accepted with probability min(1, p/q), so
+    the bins compare its estimate with how often that coin came up)."""
+    scored = [item for item in judgments if item.preverifier_prob is not None]
+    groups = grouped(scored, lambda item: confidence_bin(item.preverifier_prob, bins))
+    return [count_row("low", index / bins, items) | {
+                "high": (index + 1) / bins, "mean_score": sum(item.preverifier_prob for item in items) / len(items)}
             for index, items in sorted(groups.items())]
 
 

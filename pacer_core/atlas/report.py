@@ -4,8 +4,9 @@
 ``atlas.json`` (one drafter; with a comparison, ``compare`` holds the second drafter's in the same form plus
 ``agreement``): method, drafter, temperature, seed, max_new_tokens, settings, prompts (finished), prompt_total,
 drafted, accepted, alpha (= accepted / drafted, the decoders' own counts), judged, tokens, target_calls, tau,
-seconds, speedup (None without an AR baseline), by_position, by_token_kind, by_category, calibration (lists of
-{…, drafted, accepted, alpha}: judged tokens, ``counts``), rejections, most_rejected, confidently_wrong and
+seconds, speedup (None without an AR baseline), by_position, by_token_kind, by_category, calibration,
+by_preverifier_score (PACER: by its pre-verifier's estimate; lists of {…, drafted, accepted, alpha}: judged tokens,
+``counts``), rejections, most_rejected, confidently_wrong and
 per_prompt (index, id, category, prompt, tau, alpha, tokens, seconds, speedup, drafted, accepted, steps,
 finish_reason, text)."""
 from __future__ import annotations
@@ -51,7 +52,8 @@ def drafter_atlas(method: str, drafter: str, settings, prompts: list[AtlasPrompt
                                sum(run.ar_seconds for run in runs)) if measured_ar else None,
             "by_position": counts.by_position(judged), "by_token_kind": counts.by_token_kind(judged),
             "by_category": counts.by_category(judged, [prompt.category for prompt in prompts]),
-            "calibration": counts.calibration(judged), "rejections": counts.rejections(judged),
+            "calibration": counts.calibration(judged), "by_preverifier_score": counts.by_preverifier_score(judged),
+            "rejections": counts.rejections(judged),
             "most_rejected": counts.most_rejected(judged), "confidently_wrong": counts.confidently_wrong(judged),
             "per_prompt": [prompt_row(prompts[run.index], run, drafter) for run in runs]}
 
@@ -155,6 +157,9 @@ def section(atlas: dict, level: str = "##") -> list[str]:
     lines += [f"{level} By prompt category", ""] + table(atlas["by_category"], ["category"] + counted)
     lines += [f"{level} Calibration (the drafter's q against measured acceptance)", ""]
     lines += table(atlas["calibration"], ["low", "high", "mean_q", "drafted", "accepted", "alpha"])
+    if atlas.get("by_preverifier_score"):
+        lines += [f"{level} By the pre-verifier's estimate (PACER)", ""]
+        lines += table(atlas["by_preverifier_score"], ["low", "high", "mean_score", "drafted", "accepted", "alpha"])
     lines += [f"{level} Most often rejected", ""]
     lines += table([{"drafted": token_cell(row["drafted"]), "rejected": row["rejected"], "judged": row["drafted_total"],
                      "contexts": "; ".join(f"…{context_cell(c['context'][-30:])} → {token_cell(c['target'])}"

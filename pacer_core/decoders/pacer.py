@@ -43,7 +43,7 @@ class Pacer(SpeculativeDecoder):
         threshold = self.threshold(settings)
         limit = min(settings.max_draft_len, max(budget - 1, 0))
         draft, plan = DraftBuilder(pair, state, settings), BlockPlan()
-        model = run_cost_model(pair, state) if effective_stop_rule(settings) == "cost" else None
+        model = run_cost_model(pair, state) if effective_stop_rule(settings, self.preverifier) == "cost" else None
         context = history_context(state.first_verified, state.first_accepted, state.last_first_accepted)
         phrases = phrase_index(state) if settings.phrase_len else None
         while len(draft.drafted_ids) < limit:
@@ -65,7 +65,8 @@ class Pacer(SpeculativeDecoder):
             passed = model is not None or block_score >= threshold
             plan.add(BlockDecision(len(plan.blocks), len(features), float(block_score), threshold, passed,
                                    phrase=phrase.describe() if phrase else None), token_probs,
-                     block_acceptance(model, features, draft.rows[block_start:], token_probs))
+                     block_acceptance(model, features, draft.rows[block_start:], token_probs,
+                                      trained_for_sampling(self.preverifier)))
             if not passed:
                 plan.stop("preverifier", stopped_from=block_start,
                           discarded=len(features) if settings.on_fail == "discard" else 0)
@@ -109,20 +110,42 @@ class Pacer(SpeculativeDecoder):
         return features, token_ids[-1] in state.eos_ids
 
     def describe(self, settings: DecodeSettings) -> dict:
-        return {"preverifier": getattr(self.preverifier, "kind", "custom"), "block_size": settings.block_size,
+        return {"preverifier": getattr(self.preverifier, "kind", "custom"),
+                "stopped_by": stop_rule_summary(self.preverifier, settings, self.threshold(settings)),
+                "block_size": settings.block_size,
                 "max_draft_len": settings.max_draft_len, "threshold": self.threshold(settings),
                 "on_fail": settings.on_fail, "stop_rule": settings.stop_rule, "phrase_len": settings.phrase_len}
 
 
-def effective_stop_rule(settings: DecodeSettings) -> str:
-    """``auto`` is the threshold rule when greedy and the cost rule when sampling. Greedy, the draft's own q(x)
-    says how likely the target's argmax is its token, so a threshold on it stops at the risky blocks; sampling
-    with a drafter close to the target, acceptance is about 1 - TV(p, q) whatever the token, so no per-token
-    signal is left but the draft's entropy (``block_acceptance``), and the economics decide: draft another block
-    while it raises the expected tokens per unit of time (docs/algorithms.md#cost-aware-stopping)."""
+def effective_stop_rule(settings: DecodeSettings, preverifier=None) -> str:
+    """``auto``: the threshold rule when greedy or when a layer was trained for sampled tokens, else the cost
+    rule. Greedy, the draft's own q(x) says how likely the target's argmax is its token, so a threshold on it
+    stops at the risky blocks; sampling with a drafter close to the target, acceptance is about 1 - TV(p, q)
+    whatever the token, so the confidence rule has no per-token signal left but the draft's entropy
+    (``block_acceptance``), and the economics decide: draft another block while it raises the expected tokens
+    per unit of time (docs/algorithms.md#cost-aware-stopping). A layer trained on sampled tokens' acceptance
+    reads what signal there is, and its tuned threshold decides."""
     if settings.stop_rule == "auto":
-        return "threshold" if settings.greedy else "cost"
+        return "threshold" if settings.greedy or trained_for_sampling(preverifier) else "cost"
     return settings.stop_rule
+
+
+def stop_rule_summary(preverifier, settings: DecodeSettings, threshold: float) -> str:
+    """In words, what stops this run's drafting: the trained layer or the confidence rule at its threshold, or the
+    cost rule and whose acceptance estimates it prices."""
+    trained = getattr(preverifier, "kind", None) == "trained"
+    if effective_stop_rule(settings, preverifier) == "cost":
+        if trained and (settings.greedy or trained_for_sampling(preverifier)):
+            estimates = "the trained layer's"
+        else:
+            estimates = "the draft's own" if settings.greedy else "the draft's entropy's"
+        return f"the cost rule (expected gain against measured cost, with {estimates} acceptance estimates)"
+    return f"{'the trained pre-verification layer' if trained else 'the confidence rule'} at threshold {threshold:.2f}"
+
+
+def trained_for_sampling(preverifier) -> bool:
+    """Whether the pre-verifier has a layer trained on sampled tokens' acceptance."""
+    return getattr(preverifier, "sampling_layer", None) is not None
 
 
 def phrase_index(state: DecodeState) -> PhraseIndex:
@@ -160,21 +183,22 @@ class BlockPlan:
 
 
 def block_acceptance(model: PacerCostModel | None, features: list, draft_rows: list[torch.Tensor],
-                     token_probs) -> list[float]:
+                     token_probs, trusted: bool = False) -> list[float]:
     """The cost rule's acceptance estimate of each token of a block: for a token sampled from q, the model's
-    acceptance at the entropy of that q (the distribution it was drawn from, at the run's temperature); for a
-    greedy or copied token, the pre-verifier's estimate. [] without a cost model."""
+    acceptance at the entropy of that q (the distribution it was drawn from, at the run's temperature), unless the
+    pre-verifier is ``trusted`` (a layer trained on sampled tokens); for a greedy or copied token, and with a
+    trusted pre-verifier, the pre-verifier's estimate. [] without a cost model."""
     if model is None:
         return []
     entropies = entropy_nats(torch.stack(draft_rows)).tolist() if draft_rows else []
-    return [model.token_acceptance(entropy, float(prob)) if feature.sampled else float(prob)
+    return [model.token_acceptance(entropy, float(prob)) if feature.sampled and not trusted else float(prob)
             for feature, entropy, prob in zip(features, entropies, token_probs)]
 
 
 def run_cost_model(pair, state: DecodeState) -> PacerCostModel:
-    """The run's cost model, read once per run (kept on the state)."""
+    """The run's cost model at its prompt's length, read once per run (kept on the state)."""
     if state.cost_model is None:
-        state.cost_model = pair_cost_model(pair)
+        state.cost_model = pair_cost_model(pair).at_prompt_length(state.prompt_len)
     return state.cost_model
 
 

@@ -3,7 +3,20 @@ confidence rule standing in for it) that scores a drafted block."""
 from .features import TokenFeatures, token_features
 from .heuristic import ConfidencePreVerifier
 
-__all__ = ["TokenFeatures", "token_features", "ConfidencePreVerifier", "default_preverifier", "own_threshold"]
+__all__ = ["TokenFeatures", "token_features", "ConfidencePreVerifier", "chosen_preverifier", "confidence_rule",
+           "default_preverifier", "own_threshold"]
+
+
+def confidence_rule(pair) -> ConfidencePreVerifier:
+    """The confidence rule with the threshold measured for the pair's drafter (its measured_defaults.json entry's
+    ``confidence_threshold``), else the rule's own."""
+    from ..drafters import drafter_key, measured_drafter
+
+    try:
+        measured = measured_drafter(pair, drafter_key(pair.drafter)).get("confidence_threshold")
+    except AttributeError:      # a pair without a drafter key (a test's stand-in)
+        measured = None
+    return ConfidencePreVerifier(float(measured)) if isinstance(measured, (int, float)) else ConfidencePreVerifier()
 
 
 def default_preverifier(pair):
@@ -11,7 +24,15 @@ def default_preverifier(pair):
     from .model import load_for_pair
 
     trained = load_for_pair(pair)
-    return trained if trained is not None else ConfidencePreVerifier()
+    return trained if trained is not None else confidence_rule(pair)
+
+
+def chosen_preverifier(pair, available, choice: str):
+    """The pre-verifier a run uses: ``available`` (the pair's default, or one given) unless the run chose the
+    confidence rule (setting ``preverifier``) while a trained layer is available."""
+    if choice == "confidence" and getattr(available, "kind", None) == "trained":
+        return confidence_rule(pair)
+    return available
 
 
 def own_threshold(preverifier, temperature: float) -> float:

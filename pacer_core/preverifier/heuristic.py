@@ -17,7 +17,9 @@ class ConfidencePreVerifier:
     drafted tokens (``DraftContext.history_rate``)."""
 
     kind = "heuristic"
-    default_threshold = 0.3
+
+    def __init__(self, default_threshold: float = 0.3):
+        self.default_threshold = default_threshold   # a drafter's measured one (``confidence_rule``), else 0.3
 
     def score_block(self, block: list[TokenFeatures]) -> tuple[float, list[float]]:
         token_probs = [feature.context.history_rate if feature.sampled else feature.draft_prob for feature in block]

@@ -11,6 +11,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -44,28 +45,43 @@ def block_scalars(block: list[TokenFeatures], with_history: bool) -> torch.Tenso
 
 
 class PreVerifierLayer(nn.Module):
-    """hidden [T, H] + scalars [T, 5 or 8] → acceptance logits [T]."""
+    """hidden [T, H] + scalars [T, 5 or 8] → acceptance logits [T]. ``hidden_size`` 0: a drafter whose hidden
+    states are not read (llama.cpp's), so the layer reads the scalars only."""
 
     def __init__(self, hidden_size: int, projection: int = 32, width: int = 64, scalar_count: int = 5):
         super().__init__()
-        self.hidden_size, self.projection, self.width = hidden_size, projection, width
-        self.scalar_count = scalar_count
-        self.hidden_norm = nn.LayerNorm(hidden_size)
-        self.hidden_proj = nn.Linear(hidden_size, projection)
-        self.mlp = nn.Sequential(nn.Linear(projection + scalar_count, width), nn.GELU(), nn.Linear(width, 1))
+        self.projection = projection if hidden_size > 0 else 0
+        self.hidden_size, self.width, self.scalar_count = hidden_size, width, scalar_count
+        if hidden_size > 0:
+            self.hidden_norm = nn.LayerNorm(hidden_size)
+            self.hidden_proj = nn.Linear(hidden_size, projection)
+        self.mlp = nn.Sequential(nn.Linear(self.projection + scalar_count, width), nn.GELU(), nn.Linear(width, 1))
 
     def forward(self, hidden: torch.Tensor, scalars: torch.Tensor) -> torch.Tensor:
-        projected = self.hidden_proj(self.hidden_norm(hidden))
-        return self.mlp(torch.cat([projected, scalars], dim=-1)).squeeze(-1)
+        inputs = torch.cat([self.hidden_proj(self.hidden_norm(hidden)), scalars], dim=-1) if self.hidden_size \
+            else scalars
+        return self.mlp(inputs).squeeze(-1)
+
+    def shape(self) -> dict:
+        """What rebuilds the layer (``layer_from_shape``): stored in the config beside its weights."""
+        return {"hidden_size": self.hidden_size, "projection": self.projection, "width": self.width,
+                "scalar_count": self.scalar_count}
+
+
+def layer_from_shape(shape: dict) -> PreVerifierLayer:
+    return PreVerifierLayer(shape["hidden_size"], shape["projection"], shape["width"], shape.get("scalar_count", 5))
 
 
 class TrainedPreVerifier:
-    """A trained layer plus its thresholds, scoring blocks inside the PACER loop."""
+    """A trained layer plus its thresholds, scoring blocks inside the PACER loop. ``sampling_layer`` (optional)
+    scores tokens sampled from q at a temperature > 0, trained on their acceptance probability min(1, p(x)/q(x));
+    without it the greedy layer scores every token."""
 
     kind = "trained"
 
-    def __init__(self, layer: PreVerifierLayer, config: dict):
+    def __init__(self, layer: PreVerifierLayer, config: dict, sampling_layer: PreVerifierLayer | None = None):
         self.layer = layer.eval()
+        self.sampling_layer = sampling_layer.eval() if sampling_layer is not None else None
         self.config = config
         self.default_threshold = float(config["threshold_greedy"])
 
@@ -75,13 +91,43 @@ class TrainedPreVerifier:
 
     @torch.inference_mode()
     def token_probs(self, block: list[TokenFeatures]) -> list[float]:
+        layer = self.sampling_layer if self.sampling_layer is not None and block[0].sampled else self.layer
+        if not layer.hidden_size:
+            return scalar_layer_probs(layer, scalar_rows(block, with_history=layer.scalar_count > 5))
         hidden = torch.stack([feature.hidden for feature in block])
-        scalars = block_scalars(block, with_history=self.layer.scalar_count > 5)
-        return torch.sigmoid(self.layer(hidden, scalars)).tolist()
+        scalars = block_scalars(block, with_history=layer.scalar_count > 5)
+        return torch.sigmoid(layer(hidden, scalars)).tolist()
 
     def score_block(self, block: list[TokenFeatures]) -> tuple[float, list[float]]:
         token_probs = self.token_probs(block)
         return math.prod(token_probs), token_probs
+
+
+def scalar_rows(block: list[TokenFeatures], with_history: bool) -> np.ndarray:
+    """``block_scalars`` in numpy: [T, 5 or 8], the same columns."""
+    rows = []
+    for feature in block:
+        row = [feature.draft_prob, math.log(max(feature.draft_prob, 1e-8)), feature.entropy, feature.margin,
+               feature.position / 16.0]
+        if with_history:
+            context = feature.context
+            row += [context.history_rate, context.last_accepted, context.prefix_log_prob / 8.0]
+        rows.append(row)
+    return np.asarray(rows, dtype=np.float32).astype(np.float64)
+
+
+def scalar_layer_probs(layer: PreVerifierLayer, scalars: np.ndarray) -> list[float]:
+    """A scalar-only layer's acceptance probabilities, sigmoid(W2 · GELU(W1 · x + b1) + b2) per row of ``scalars``,
+    in numpy: a drafted token is scored between two llama.cpp calls, where waking torch's thread pool for a
+    5 → 64 → 1 layer cost more than the layer (tests/test_preverifier.py checks it against the module)."""
+    first_weight, first_bias, second_weight, second_bias = (
+        tensor.detach().numpy().astype(np.float64) for tensor in
+        (layer.mlp[0].weight, layer.mlp[0].bias, layer.mlp[2].weight, layer.mlp[2].bias))
+    hidden = scalars @ first_weight.T + first_bias
+    activated = 0.5 * hidden * (1.0 + np.array([math.erf(value) for value in (hidden / math.sqrt(2.0)).flat])
+                                .reshape(hidden.shape))
+    logits = activated @ second_weight.T + second_bias
+    return (1.0 / (1.0 + np.exp(-logits[:, 0]))).tolist()
 
 
 def pair_slug(target_id: str, draft_id: str) -> str:
@@ -94,11 +140,17 @@ def search_dirs() -> list[Path]:
     return [ASSETS_DIR / "preverifiers", cache_root() / "preverifiers"]
 
 
-def save(directory: Path, layer: PreVerifierLayer, config: dict) -> None:
+SAMPLING_WEIGHTS = "preverifier-sampling.safetensors"
+
+
+def save(directory: Path, layer: PreVerifierLayer, config: dict, sampling_layer: PreVerifierLayer | None = None) -> None:
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in layer.state_dict().items()}, str(directory / "preverifier.safetensors"))
+    if sampling_layer is not None:
+        save_file({k: v.contiguous() for k, v in sampling_layer.state_dict().items()}, str(directory / SAMPLING_WEIGHTS))
+        config = config | {"sampling_layer": sampling_layer.shape()}
     (directory / "config.json").write_text(json.dumps(config, indent=2))
 
 
@@ -106,10 +158,13 @@ def load(directory: Path) -> TrainedPreVerifier:
     from safetensors.torch import load_file
 
     config = json.loads((directory / "config.json").read_text())
-    layer = PreVerifierLayer(config["hidden_size"], config["projection"], config["width"],
-                             config.get("scalar_count", 5))
+    layer = layer_from_shape(config)
     layer.load_state_dict(load_file(str(directory / "preverifier.safetensors")))
-    return TrainedPreVerifier(layer, config)
+    sampling_layer = None
+    if config.get("sampling_layer"):
+        sampling_layer = layer_from_shape(config["sampling_layer"])
+        sampling_layer.load_state_dict(load_file(str(directory / SAMPLING_WEIGHTS)))
+    return TrainedPreVerifier(layer, config, sampling_layer)
 
 
 def load_for_pair(pair) -> TrainedPreVerifier | None:

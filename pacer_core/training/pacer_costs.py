@@ -4,34 +4,47 @@ per drafter and kind of device, and store it in the draft folder's measured_defa
 this stored model, so seeded runs repeat token for token. Re-run it when the engines change (a faster target
 step moves every ratio).
 
-Prompt by prompt, interleaved: one AR run (its seconds per token are the unit, "one AR step"), then fixed SD at
-every draft length in ``--gammas`` at the temperature given, recording per step the seconds spent drafting and
-verifying and, per drafted token, the entropy of the q it was sampled from and its acceptance probability
-min(1, p(x)/q(x)). From those:
+Prompt by prompt, interleaved: one AR run (its seconds per token after the first are the unit, "one AR step": the
+first step is the prompt's prefill), then fixed SD at every draft length in ``--gammas`` at the temperature given,
+recording per step the seconds spent drafting and verifying and, per drafted token, the entropy of the q it was
+sampled from and its acceptance probability min(1, p(x)/q(x)). A run's time before its first step (the target's
+prefill that the drafter adopts or reads, timed once per prompt) and its first step (which may include a prefill)
+are a cost per run, not per step, and are left out of the step costs. From those:
 
   draft_per_token         seconds drafting / drafted tokens, in AR steps
   verify                  a verify pass by tokens verified (drafted + 1), in AR steps: the least-squares line
                           through every pass's seconds, stored as its two ends (one pass per step is too
                           noisy to read point by point on a shared CPU)
-  step_overhead           a step's seconds outside both models (judging, commit, events), in AR steps
+  step_overhead           a step's seconds outside both models (judging, commit, events), in AR steps (at least 0:
+                          on long prompts the separately timed prefill can exceed the run's own by more than this)
   acceptance_by_entropy   mean acceptance by bins of the draft's entropy (AcceptanceByEntropy.fit)
   mean_acceptance         mean acceptance of every drafted token
 
+With ``--length-sets`` (prompt files of longer prompts) the same is measured on each set too and the costs are
+also stored by prompt length (``by_prompt_length``: each set's median prompt tokens with its draft, verify and
+overhead costs), which the cost rule interpolates at a run's prompt length; the acceptance table stays the first
+set's.
+
     python -m pacer_core.training.pacer_costs --drafter gguf --prompts assets/prompts/validation.jsonl --write
+    python -m pacer_core.training.pacer_costs --drafter gguf --length-sets assets/prompts/code-calibration.jsonl \
+        --length-gammas 1,4,8,12 --write
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
 import torch
 
 from ..decoders.autoregressive import Autoregressive
+from ..decoders.base import make_state
 from ..decoders.fixed import FixedSpeculative
 from ..drafters import MEASURED_DEFAULTS_FILE, draft_folder, drafter_key, drafter_swapped, load_drafter
 from ..drafters.measured import TORCH_TARGET_PART, target_verifies_on_torch_cpu
@@ -70,17 +83,25 @@ class Observations:
         self.accept_probs: list[float] = []
         self.paths: list[list[tuple[float, float]]] = []   # the longest drafts' steps: (entropy, acceptance) per token
 
-    def add_fixed(self, events: list, result, entropies: list[list[float]], keep_paths: bool) -> None:
-        for event, step_entropies in zip(events, entropies):
-            self.draft_seconds += event.draft_seconds
-            self.drafted += event.n_drafted
-            self.verify_seconds[event.n_drafted + 1].append(event.verify_seconds)
+    def add_ar(self, events: list, result) -> None:
+        """An AR run's steps after its first (the prompt's prefill)."""
+        self.ar_seconds += result.metrics.seconds - events[0].verify_seconds
+        self.ar_tokens += result.metrics.new_tokens - 1
+
+    def add_fixed(self, events: list, result, entropies: list[list[float]], keep_paths: bool,
+                  prefill_seconds: float) -> None:
+        for index, (event, step_entropies) in enumerate(zip(events, entropies)):
+            if index > 0:
+                self.draft_seconds += event.draft_seconds
+                self.drafted += event.n_drafted
+                self.verify_seconds[event.n_drafted + 1].append(event.verify_seconds)
             path = [(entropy, token.accept_prob) for entropy, token in zip(step_entropies, event.tokens[:event.n_drafted])]
             self.entropies += [entropy for entropy, _ in path]
             self.accept_probs += [accept for _, accept in path]
             if keep_paths:
                 self.paths.append(path)
-        self.outside_seconds += result.metrics.seconds - sum(e.draft_seconds + e.verify_seconds for e in events)
+        self.outside_seconds += (result.metrics.seconds - prefill_seconds
+                                 - sum(e.draft_seconds + e.verify_seconds for e in events))
         self.steps += len(events)
 
     def model(self, source: str) -> PacerCostModel:
@@ -89,9 +110,17 @@ class Observations:
         intercept, slope = least_squares_line(sizes, [s for seconds in self.verify_seconds.values() for s in seconds])
         verify = tuple((tokens, (intercept + slope * tokens) / unit) for tokens in (1, max(sizes)))
         costs = StepCosts(self.draft_seconds / max(self.drafted, 1) / unit, verify_points=verify,
-                          step_overhead=self.outside_seconds / max(self.steps, 1) / unit)
+                          step_overhead=max(0.0, self.outside_seconds / max(self.steps, 1) / unit))
         return PacerCostModel(costs, AcceptanceByEntropy.fit(self.entropies, self.accept_probs),
                               sum(self.accept_probs) / len(self.accept_probs), source)
+
+
+def prefill_seconds(pair, prompt_ids: list[int], settings) -> float:
+    """What a speculative run spends before its first step: fresh caches and the target's prefill that the
+    drafter adopts or reads (``decoders.base.make_state``)."""
+    started = time.perf_counter()
+    make_state(pair, prompt_ids, settings, with_draft=True)
+    return time.perf_counter() - started
 
 
 def measure(pair, prompt_ids: list[list[int]], gammas, temperature: float, max_new_tokens: int, repeats: int,
@@ -101,14 +130,13 @@ def measure(pair, prompt_ids: list[list[int]], gammas, temperature: float, max_n
         for index, ids in enumerate(prompt_ids):
             settings = validate_settings(max_new_tokens=max_new_tokens, temperature=temperature,
                                          seed=1000 * repeat + index)
-            started = time.perf_counter()
-            *_, result = Autoregressive().run(pair, ids, settings)
-            observed.ar_seconds += time.perf_counter() - started
-            observed.ar_tokens += result.metrics.new_tokens
+            prefill = prefill_seconds(pair, ids, settings)
+            *events, result = Autoregressive().run(pair, ids, settings)
+            observed.add_ar(events, result)
             for gamma in gammas:
                 decoder = RecordingFixed(gamma)
                 *events, result = decoder.run(pair, ids, settings)
-                observed.add_fixed(events, result, decoder.entropies, keep_paths=gamma == max(gammas))
+                observed.add_fixed(events, result, decoder.entropies, gamma == max(gammas), prefill)
                 if progress:
                     progress.update()
     return observed
@@ -155,6 +183,28 @@ def write_model(pair, key: str, device: str, model: PacerCostModel, source: str)
     return path
 
 
+def median_tokens(prompt_ids: list[list[int]]) -> int:
+    return int(statistics.median(len(ids) for ids in prompt_ids))
+
+
+def costs_by_length(pair, drafter, args, limits) -> list[tuple[int, StepCosts]]:
+    """(median prompt tokens, step costs) for each band (``category``) of each --length-sets file."""
+    gammas = [int(g) for g in args.length_gammas.split(",")]
+    bands: dict[str, list] = defaultdict(list)
+    for path in args.length_sets.split(","):
+        for record in load_prompts(path)[: args.limit * 8 or None]:
+            bands[f"{path}:{record.get('category', '')}"].append(record["prompt"])
+    measured = []
+    with drafter_swapped(pair, drafter):
+        for band, prompts in bands.items():
+            prompt_ids = [list(encode_prompt(pair, prompt, None, limits).ids) for prompt in prompts[: args.limit]]
+            observed = measure(pair, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats)
+            measured.append((median_tokens(prompt_ids), observed.model(band).costs))
+            print(f"{band}: {measured[-1][0]} tokens, a drafted token {measured[-1][1].draft_per_token:.3f} AR steps",
+                  file=sys.stderr)
+    return measured
+
+
 def main(argv=None) -> int:
     from tqdm import tqdm
 
@@ -170,6 +220,9 @@ def main(argv=None) -> int:
     parser.add_argument("--max-draft-len", type=int, default=32, help="longest draft of the simulated cost rule")
     parser.add_argument("--write", action="store_true", help="store the model in the draft folder's measured_defaults.json")
     parser.add_argument("--dump", default=None, help="also write the recorded drafts (entropy, acceptance) as JSON here")
+    parser.add_argument("--length-sets", default="", help="comma-separated prompt files: costs by prompt length too, "
+                                                         "one length per band of 'category' in each file")
+    parser.add_argument("--length-gammas", default="1,4,8,12", help="fixed lengths run on the --length-sets")
     args = parser.parse_args(argv)
     gammas = [int(g) for g in args.gammas.split(",")]
     pair = load_pair("embedded", "embedded")
@@ -187,6 +240,13 @@ def main(argv=None) -> int:
               f"{date.today().isoformat()}; AR step {observed.ar_seconds / observed.ar_tokens * 1000:.1f} ms; "
               f"target on {pair.describe().get('target_engine', 'torch')}")
     model = observed.model(source)
+    if args.length_sets:
+        by_length = costs_by_length(pair, drafter, args, limits) + [(median_tokens(prompt_ids), model.costs)]
+        model = replace(model, by_length=tuple(sorted(by_length)))
+        source += (f"; by prompt length on {args.length_sets} (fixed SD at {args.length_gammas}, "
+                   f"{args.repeats} repeat(s)): " + ", ".join(f"{length} tokens {costs.draft_per_token:.2f} a drafted "
+                                                             f"token" for length, costs in model.by_length))
+        model = replace(model, source=source)
     report = {"model": model.to_record(), "source": source,
               "simulated_rate": {f"fixed:{g}": simulated_rate(model, observed.paths, lambda path, g=g: min(g, len(path)))
                                  for g in gammas}

@@ -15,20 +15,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-from ..decoders.base import DecodeState, DraftBuilder, Proposal
+from ..decoders.base import DecodeState, DraftBuilder, Proposal, draft_distribution
 from ..decoders.fixed import FixedSpeculative
+from ..drafters import load_drafter
 from ..models import ModelLoadError, load_pair
 from ..preverifier.features import history_context, token_features
-from ..preverifier.model import (FEATURE_SPEC, HISTORY_FEATURE_SPEC, PreVerifierLayer, TrainedPreVerifier, pair_slug,
+from ..preverifier.model import (ASSETS_DIR, FEATURE_SPEC, HISTORY_FEATURE_SPEC, PreVerifierLayer, TrainedPreVerifier, layer_from_shape, pair_slug,
                                  save, scalar_features, search_dirs)
+from ..prompts import load_prompts
 from ..settings import SettingsError, validate_settings
 
 WORK_DIR = Path("work/preverifier")
@@ -39,67 +41,106 @@ class CollectedDataError(Exception):
 
 
 class RecordingDrafter(FixedSpeculative):
-    """Fixed-length SD that keeps every drafted token's features and its verification labels."""
+    """Fixed-length SD that keeps every drafted token's features and its verification labels. Greedy: whether the
+    token is the target's argmax (and, at ``soft_temperature``, its acceptance probability). Sampling: the token was
+    drawn from q at the run's settings and its label is the probability speculative sampling accepts it,
+    min(1, p(x)/q(x)) under the same settings; that holds given the tokens before it, whatever became of them."""
 
     def __init__(self, gamma: int, soft_temperature: float):
         super().__init__(gamma)
         self.soft_temperature = soft_temperature
         self.rows: list[dict] = []
         self._pending: list = []
+        self._settings = None
 
     def propose(self, pair, state: DecodeState, settings, budget: int) -> Proposal:
-        draft, self._pending = DraftBuilder(pair, state, settings), []
+        draft, self._pending, self._settings = DraftBuilder(pair, state, settings), [], settings
         context = history_context(state.first_verified, state.first_accepted, state.last_first_accepted)
         for position in range(settings.gamma):
             token_id, logits_row, hidden_row = draft.draw(with_hidden=True)
-            features = token_features(logits_row, hidden_row, token_id, position, context)
-            self._pending.append((features, logits_row))
+            features = token_features(logits_row, hidden_row, token_id, position, context,
+                                      sampled=not settings.greedy)
+            self._pending.append((features, logits_row, draft.rows[-1]))
             context = context.after(features.draft_prob)
         return draft.proposal()
 
     def verify(self, state, verified_ids):
         target_logits = super().verify(state, verified_ids)
-        self._record(verified_ids, target_logits[:-1])
+        rows = self._sampled_rows if not self._settings.greedy else self._greedy_rows
+        self.rows += rows(verified_ids, target_logits[:-1])
         return target_logits
 
-    def _record(self, drafted: list[int], target_logits: torch.Tensor) -> None:
+    def _greedy_rows(self, drafted: list[int], target_logits: torch.Tensor) -> list[dict]:
         target_argmax = target_logits.argmax(-1).tolist()
         target_probs = torch.softmax(target_logits / self.soft_temperature, -1)
-        prefix_ok = True
-        for index, (token_id, (features, draft_logits)) in enumerate(zip(drafted, self._pending)):
+        prefix_ok, rows = True, []
+        for index, (token_id, (features, draft_logits, _)) in enumerate(zip(drafted, self._pending)):
             draft_probs = torch.softmax(draft_logits / self.soft_temperature, -1)
             soft = min(1.0, float(target_probs[index, token_id]) / max(float(draft_probs[token_id]), 1e-12))
-            self.rows.append({"hidden": features.hidden.half(), "draft_prob": features.draft_prob,
-                              "entropy": features.entropy, "margin": features.margin, "position": index,
-                              "history_rate": features.context.history_rate,
-                              "last_accepted": features.context.last_accepted,
-                              "prefix_log_prob": features.context.prefix_log_prob,
-                              "label": int(token_id == target_argmax[index]), "prefix_ok": prefix_ok, "soft": soft})
+            rows.append(feature_row(features, index) | {"label": int(token_id == target_argmax[index]),
+                                                         "prefix_ok": prefix_ok, "soft": soft, "sampled": False})
             prefix_ok = prefix_ok and token_id == target_argmax[index]
+        return rows
+
+    def _sampled_rows(self, drafted: list[int], target_logits: torch.Tensor) -> list[dict]:
+        rows = []
+        for index, (token_id, (features, _, sampled_from)) in enumerate(zip(drafted, self._pending)):
+            target_probs = draft_distribution(target_logits[index], self._settings)
+            accept = min(1.0, float(target_probs[token_id]) / max(float(sampled_from[token_id]), 1e-12))
+            rows.append(feature_row(features, index) | {"label": accept, "prefix_ok": True, "soft": accept,
+                                                         "sampled": True})
+        return rows
+
+
+def feature_row(features, index: int) -> dict:
+    """What the layer reads of one drafted token, as stored for training."""
+    return {"hidden": features.hidden.half(), "draft_prob": features.draft_prob, "entropy": features.entropy,
+            "margin": features.margin, "position": index, "history_rate": features.context.history_rate,
+            "last_accepted": features.context.last_accepted, "prefix_log_prob": features.context.prefix_log_prob}
+
+
+def evaluation_prompts() -> set[str]:
+    """Every prompt the project measures or shows (assets/prompts/*.jsonl, the page's examples and the workshop's):
+    never trained on."""
+    import re
+
+    assets = ASSETS_DIR
+    prompts = {json.loads(line)["prompt"] for path in sorted((assets / "prompts").glob("*.jsonl"))
+               for line in path.read_text().splitlines() if line.strip()}
+    for name in ("examples.json", "workshop.json"):
+        text = (assets / name).read_text() if (assets / name).exists() else ""
+        prompts |= set(re.findall(r'"prompt":\s*"((?:[^"\\]|\\.)*)"', text))
+    return {json.loads(f'"{prompt}"') if "\\" in prompt else prompt for prompt in prompts}
 
 
 def collection_prompts(count: int, seed: int) -> list[str]:
     from .instructions import training_instructions
 
-    prompts = training_instructions(seed)
+    excluded = evaluation_prompts()
+    prompts = [prompt for prompt in training_instructions(seed) if prompt not in excluded]
     random.Random(seed).shuffle(prompts)
     return prompts[:count]
 
 
 def collect(pair, args) -> Path:
+    """Greedy rows (and, with --sampling-temperature > 0, rows of a sampled run of each prompt) into data.pt."""
     from tqdm import tqdm
 
     out = Path(args.work) / "data.pt"
     done = torch.load(out) if out.exists() else {"prompts": [], "rows": []}
+    done["collection"] = {"forced_draft_len": args.draft_len, "max_new_tokens": args.max_new_tokens,
+                          "soft_temperature": args.soft_temperature, "sampling_temperature": args.sampling_temperature}
     prompts = collection_prompts(args.prompts, args.seed)
-    settings = validate_settings(max_new_tokens=args.max_new_tokens, temperature=0.0, gamma=args.draft_len)
+    temperatures = [0.0] + ([args.sampling_temperature] if args.sampling_temperature > 0 else [])
     for prompt in tqdm(prompts[len(done["prompts"]):], desc="collect", file=sys.stderr):
-        recorder = RecordingDrafter(args.draft_len, args.soft_temperature)
-        for _ in recorder.run(pair, pair.encode_prompt(prompt), settings):
-            pass
-        for row in recorder.rows:
-            row["prompt_index"] = len(done["prompts"])
-        done["rows"] += recorder.rows
+        prompt_index = len(done["prompts"])
+        for temperature in temperatures:
+            settings = validate_settings(max_new_tokens=args.max_new_tokens, temperature=temperature,
+                                         gamma=args.draft_len, seed=args.seed + prompt_index)
+            recorder = RecordingDrafter(args.draft_len, args.soft_temperature)
+            for _ in recorder.run(pair, pair.encode_prompt(prompt), settings):
+                pass
+            done["rows"] += [row | {"prompt_index": prompt_index} for row in recorder.rows]
         done["prompts"].append(prompt)
         if len(done["prompts"]) % 10 == 0:
             torch.save(done, out)  # resumable
@@ -159,14 +200,20 @@ def roc_points(probs: torch.Tensor, labels: torch.Tensor, steps: int = 50) -> li
     return points
 
 
-def train_layer(train: dict, validation: dict, epochs: int, seed: int) -> tuple[PreVerifierLayer, list[dict]]:
-    """BCE on greedy labels; keeps the epoch with the best validation ROC-AUC (the hidden-state input
-    over-fits after a few epochs on a few thousand tokens)."""
+def brier_skill(probs: torch.Tensor, labels: torch.Tensor) -> float:
+    """Minus the mean squared error: higher is better, as ``roc_auc`` (soft labels have no ranking to score)."""
+    return -float(((probs - labels) ** 2).mean())
+
+
+def train_layer(train: dict, validation: dict, epochs: int, seed: int,
+                score=roc_auc) -> tuple[PreVerifierLayer, list[dict]]:
+    """BCE on the labels (0/1 greedy, acceptance probabilities sampled); keeps the epoch with the best validation
+    ``score`` (the hidden-state input over-fits after a few epochs on a few thousand tokens)."""
     torch.manual_seed(seed)
     layer = PreVerifierLayer(train["hidden"].shape[1], projection=8, scalar_count=train["scalars"].shape[1])
     optimiser = torch.optim.AdamW(layer.parameters(), lr=2e-3, weight_decay=1e-2)
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    history, best_auc, best_state = [], -1.0, None
+    history, best_score, best_state = [], -math.inf, None
     for epoch in range(epochs):
         layer.train()
         order = torch.randperm(len(train["label"]))
@@ -178,53 +225,124 @@ def train_layer(train: dict, validation: dict, epochs: int, seed: int) -> tuple[
             optimiser.step()
         layer.eval()
         with torch.no_grad():
-            validation_auc = roc_auc(torch.sigmoid(layer(validation["hidden"], validation["scalars"])), validation["label"])
-        history.append({"epoch": epoch, "train_loss": float(loss.detach()), "validation_auc": validation_auc})
-        if validation_auc > best_auc:
-            best_auc, best_state = validation_auc, {k: v.clone() for k, v in layer.state_dict().items()}
+            validation_score = score(torch.sigmoid(layer(validation["hidden"], validation["scalars"])),
+                                     validation["label"])
+        history.append({"epoch": epoch, "train_loss": float(loss.detach()), "validation_score": validation_score})
+        if validation_score > best_score:
+            best_score, best_state = validation_score, {k: v.clone() for k, v in layer.state_dict().items()}
     layer.load_state_dict(best_state)
     return layer.eval(), history
 
 
-def fit(pair, args) -> tuple[PreVerifierLayer, dict]:
-    """Train the layer with the chosen inputs (``--features``); the held-out metrics also give the other
-    inputs' layer and the confidence rule, on the same tokens, so the three can be compared."""
-    data = torch.load(Path(args.work) / "data.pt")
-    train_rows, heldout_rows = split_rows(data, 0.2, args.seed)
-    fit_rows, validation_rows = split_by_prompt(train_rows, 0.15, args.seed + 1)
-    if "history_rate" not in heldout_rows[0] and args.features == "history":
-        raise CollectedDataError(f"{Path(args.work) / 'data.pt'} was collected without history features: collect it again.")
-    layers, compared = {}, {}
-    for variant in ("basic", "history") if "history_rate" in heldout_rows[0] else ("basic",):
+def train_variants(fit_rows, validation_rows, heldout_rows, args, score) -> dict:
+    """One layer per input set (the draft's view of each token; that plus the generation's history): each with
+    its held-out probabilities and best validation score."""
+    variants = {}
+    for variant in ("basic", "history"):
         with_history = variant == "history"
         heldout = tensors(heldout_rows, with_history)
         layer, history = train_layer(tensors(fit_rows, with_history), tensors(validation_rows, with_history),
-                                     args.epochs, args.seed)
+                                     args.epochs, args.seed, score)
         with torch.no_grad():
             heldout_probs = torch.sigmoid(layer(heldout["hidden"], heldout["scalars"]))
-        layers[variant] = layer
-        compared[variant] = {"roc_auc_greedy": roc_auc(heldout_probs, heldout["label"]),
-                             "roc_auc_soft_labels_binarised": roc_auc(heldout_probs, (heldout["soft"] > 0.5).float()),
-                             "brier": float(((heldout_probs - heldout["label"]) ** 2).mean()),
-                             "reliability": reliability(heldout_probs, heldout["label"]),
-                             "roc": roc_points(heldout_probs, heldout["label"]), "history": history}
+        variants[variant] = {"layer": layer, "heldout": heldout, "probs": heldout_probs, "history": history,
+                             "validation_score": max(epoch["validation_score"] for epoch in history)}
+    return variants
+
+
+def chosen_variant(variants: dict, features: str) -> str:
+    """``--features``, or with ``auto`` the inputs with the better validation score (never the held-out one)."""
+    return features if features != "auto" else max(variants, key=lambda name: variants[name]["validation_score"])
+
+
+def fit_greedy(data: dict, args) -> tuple[PreVerifierLayer, dict]:
+    """The greedy layer (labels: the target's argmax is the token, given the tokens before it were); held-out
+    metrics of both input sets and of the confidence rule, on the same tokens."""
+    train_rows, heldout_rows = split_rows(data, 0.2, args.seed)
+    fit_rows, validation_rows = split_by_prompt(train_rows, 0.15, args.seed + 1)
+    variants = train_variants(fit_rows, validation_rows, heldout_rows, args, roc_auc)
+    compared = {}
+    for variant, trained in variants.items():
+        probs, labels = trained["probs"], trained["heldout"]["label"]
+        compared[variant] = {"roc_auc_greedy": roc_auc(probs, labels),
+                             "roc_auc_soft_labels_binarised": roc_auc(probs, (trained["heldout"]["soft"] > 0.5).float()),
+                             "brier": float(((probs - labels) ** 2).mean()), "reliability": reliability(probs, labels),
+                             "roc": roc_points(probs, labels), "history": trained["history"]}
+        print(f"greedy, {variant} inputs: held-out ROC-AUC {compared[variant]['roc_auc_greedy']:.3f}, "
+              f"Brier {compared[variant]['brier']:.4f}")
+    chosen = chosen_variant(variants, args.features)
+    heldout = variants[chosen]["heldout"]
     confidence = heldout["scalars"][:, 0]
-    metrics = {**compared[args.features], "features": args.features,
+    metrics = {**compared[chosen], "features": chosen,
                "roc_auc_confidence_rule": roc_auc(confidence, heldout["label"]),
                "brier_confidence_rule": float(((confidence - heldout["label"]) ** 2).mean()),
                "reliability_confidence_rule": reliability(confidence, heldout["label"]),
+               "roc_confidence_rule": roc_points(confidence, heldout["label"]),
                "compared_inputs": {variant: {key: figures[key] for key in ("roc_auc_greedy", "brier", "reliability")}
                                    for variant, figures in compared.items()},
                "heldout_tokens": len(heldout_rows), "train_tokens": len(fit_rows),
                "validation_tokens": len(validation_rows), "prompts": len(data["prompts"]),
                "heldout_accept_rate": float(heldout["label"].mean())}
-    for variant, figures in compared.items():
-        print(f"{variant} inputs: held-out ROC-AUC {figures['roc_auc_greedy']:.3f}, Brier {figures['brier']:.4f}")
-    print(f"confidence rule: ROC-AUC {metrics['roc_auc_confidence_rule']:.3f}, Brier "
-          f"{metrics['brier_confidence_rule']:.4f} on {len(heldout_rows)} held-out tokens")
-    layer = layers[args.features]
-    torch.save({"state": layer.state_dict(), "metrics": metrics}, Path(args.work) / "layer.pt")
-    return layer, metrics
+    print(f"greedy, confidence rule: ROC-AUC {metrics['roc_auc_confidence_rule']:.3f}, Brier "
+          f"{metrics['brier_confidence_rule']:.4f} on {len(heldout_rows)} held-out tokens; chosen: {chosen} inputs")
+    return variants[chosen]["layer"], metrics
+
+
+def fit_sampling(data: dict, args) -> tuple[PreVerifierLayer, dict]:
+    """The layer for sampled tokens (labels: their acceptance probability min(1, p(x)/q(x))); held-out Brier
+    against the constant mean acceptance and the confidence rule's sampled estimate (the acceptance so far)."""
+    train_rows, heldout_rows = split_rows(data, 0.2, args.seed)
+    fit_rows, validation_rows = split_by_prompt(train_rows, 0.15, args.seed + 1)
+    variants = train_variants(fit_rows, validation_rows, heldout_rows, args, brier_skill)
+    chosen = chosen_variant(variants, args.features)
+    labels = variants[chosen]["heldout"]["label"]
+    mean_accept = float(tensors(fit_rows)["label"].mean())
+    history_rate = torch.tensor([row["history_rate"] for row in heldout_rows])
+    metrics = {"features": chosen, "temperature": args.sampling_temperature,
+               "brier": -brier_skill(variants[chosen]["probs"], labels),
+               "brier_constant_mean": -brier_skill(torch.full_like(labels, mean_accept), labels),
+               "brier_confidence_rule": -brier_skill(history_rate, labels),
+               "compared_inputs": {variant: {"brier": -brier_skill(trained["probs"], labels)}
+                                   for variant, trained in variants.items()},
+               "reliability": reliability(variants[chosen]["probs"], labels),
+               "reliability_confidence_rule": reliability(history_rate, labels),
+               "heldout_tokens": len(heldout_rows), "train_tokens": len(fit_rows),
+               "validation_tokens": len(validation_rows), "heldout_mean_acceptance": float(labels.mean()),
+               "history": variants[chosen]["history"]}
+    print(f"sampled (T = {args.sampling_temperature}), {chosen} inputs: held-out Brier {metrics['brier']:.5f}; "
+          f"constant mean {metrics['brier_constant_mean']:.5f}; confidence rule {metrics['brier_confidence_rule']:.5f} "
+          f"on {len(heldout_rows)} tokens")
+    return variants[chosen]["layer"], metrics
+
+
+def fit(pair, args) -> dict:
+    """Train the greedy layer and, when the data has sampled rows, the layer for sampled tokens; saved to
+    ``layer.pt`` in the work folder with their held-out metrics."""
+    data = torch.load(Path(args.work) / "data.pt")
+    if "history_rate" not in data["rows"][0]:
+        raise CollectedDataError(f"{Path(args.work) / 'data.pt'} was collected without history features: collect it again.")
+    by_kind = {kind: {"prompts": data["prompts"], "rows": [row for row in data["rows"] if row.get("sampled", False) == kind]}
+               for kind in (False, True)}
+    layer, metrics = fit_greedy(by_kind[False], args)
+    saved = {"state": layer.state_dict(), "shape": layer.shape(), "metrics": metrics,
+             "collection": data.get("collection", {})}
+    if by_kind[True]["rows"]:
+        sampling_layer, sampling_metrics = fit_sampling(by_kind[True], args)
+        saved |= {"sampling_state": sampling_layer.state_dict(), "sampling_shape": sampling_layer.shape(),
+                  "sampling_metrics": sampling_metrics}
+    torch.save(saved, Path(args.work) / "layer.pt")
+    return saved
+
+
+def saved_layers(saved: dict) -> tuple[PreVerifierLayer, PreVerifierLayer | None]:
+    """The layers ``fit`` saved (the greedy one, and the sampled tokens' when trained)."""
+    layer = layer_from_shape(saved["shape"])
+    layer.load_state_dict(saved["state"])
+    sampling_layer = None
+    if "sampling_state" in saved:
+        sampling_layer = layer_from_shape(saved["sampling_shape"])
+        sampling_layer.load_state_dict(saved["sampling_state"])
+    return layer.eval(), sampling_layer.eval() if sampling_layer is not None else None
 
 
 def split_by_prompt(rows: list[dict], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
@@ -234,43 +352,67 @@ def split_by_prompt(rows: list[dict], fraction: float, seed: int) -> tuple[list[
     return [r for r in rows if r["prompt_index"] not in chosen], [r for r in rows if r["prompt_index"] in chosen]
 
 
-def measure_threshold(pair, layer, args, config: dict) -> dict:
-    """Run PACER greedy on validation prompts for each threshold; pick the best median tokens/s."""
+def measure_threshold(pair, preverifier: TrainedPreVerifier, args, temperature: float) -> dict:
+    """Run PACER with the layer on validation prompts at every candidate threshold (interleaved: each repeat
+    runs every threshold in turn); the threshold with the best median tokens/s, and every median."""
     from ..api import generate
 
-    records = [json.loads(line) for line in Path(args.validation_prompts).read_text().splitlines() if line.strip()]
-    prompts = [r["prompt"] for r in records][: args.validation_count]
+    prompts = [record["prompt"] for record in load_prompts(args.validation_prompts)][: args.validation_count]
     candidates = [float(t) for t in args.thresholds.split(",")]
-    speeds = {}
-    preverifier = TrainedPreVerifier(layer, config | {"threshold_greedy": 0.5})
-    for threshold in candidates:
-        rates = []
-        for _ in range(args.repeats):
+    rates: dict[float, list[float]] = {threshold: [] for threshold in candidates}
+    for repeat in range(args.repeats):
+        for threshold in candidates:
             tokens, seconds = 0, 0.0
-            for prompt in prompts:
+            for index, prompt in enumerate(prompts):
                 result = generate(pair, "pacer", prompt, preverifier=preverifier, max_new_tokens=args.max_new_tokens,
-                                  threshold=threshold, block_size=args.block_size, max_draft_len=args.max_draft_len)
+                                  temperature=temperature, seed=1000 * repeat + index, threshold=threshold,
+                                  stop_rule="threshold", block_size=args.block_size,
+                                  max_draft_len=args.max_draft_len, phrase_len=args.phrase_len)
                 tokens, seconds = tokens + result.metrics.new_tokens, seconds + result.metrics.seconds
-            rates.append(tokens / seconds)
-        speeds[threshold] = statistics.median(rates)
-        print(f"threshold {threshold:.2f}: {speeds[threshold]:.2f} tokens/s (median of {args.repeats})")
-    best = max(speeds, key=speeds.get)
-    return {"threshold_greedy": best, "tokens_per_s_by_threshold": {str(k): v for k, v in speeds.items()}}
+            rates[threshold].append(tokens / seconds)
+    speeds = {threshold: statistics.median(values) for threshold, values in rates.items()}
+    for threshold, speed in speeds.items():
+        print(f"T = {temperature}, threshold {threshold:.2f}: {speed:.2f} tokens/s (median of {args.repeats})")
+    return {"threshold": max(speeds, key=speeds.get), "tokens_per_s_by_threshold": {str(k): v for k, v in speeds.items()}}
 
 
-def export(pair, layer: PreVerifierLayer, metrics: dict, chosen: dict, args) -> Path:
-    config = {"target_id": pair.target_id, "draft_id": pair.draft_id, "hidden_size": layer.hidden_size,
-              "projection": layer.projection, "width": layer.width, "scalar_count": layer.scalar_count,
-              "features": HISTORY_FEATURE_SPEC if layer.scalar_count > 5 else FEATURE_SPEC,
-              "block_size": args.block_size, "max_draft_len": args.max_draft_len,
-              "threshold_greedy": chosen["threshold_greedy"],
-              "threshold_sampling": chosen.get("threshold_sampling", chosen["threshold_greedy"]),
-              "threshold_selection": chosen, "training_data": {
-                  "prompts": metrics.get("prompts", args.prompts), "forced_draft_len": args.draft_len, "max_new_tokens": args.max_new_tokens,
-                  "soft_temperature": args.soft_temperature, "source": "pacer_core.training.instructions (shuffled)"},
-              "heldout_metrics": metrics}
+def choose_thresholds(pair, layer, sampling_layer, args) -> dict:
+    """The greedy threshold, and the sampling one (measured at --sampling-temperature with the sampled tokens'
+    layer when there is one, else the greedy layer's)."""
+    preverifier = TrainedPreVerifier(layer, {"threshold_greedy": 0.5}, sampling_layer)
+    greedy = measure_threshold(pair, preverifier, args, 0.0)
+    chosen = {"threshold_greedy": greedy["threshold"], "greedy": greedy}
+    if args.sampling_temperature > 0:
+        sampled = measure_threshold(pair, preverifier, args, args.sampling_temperature)
+        chosen |= {"threshold_sampling": sampled["threshold"], "sampling": sampled}
+    return chosen
+
+
+def feature_spec(layer: PreVerifierLayer) -> list[str]:
+    """The inputs a layer reads, in words (no hidden state for a drafter whose hidden states are not read)."""
+    spec = HISTORY_FEATURE_SPEC if layer.scalar_count > 5 else FEATURE_SPEC
+    return spec if layer.hidden_size else spec[1:]
+
+
+def export(pair, layer: PreVerifierLayer, sampling_layer, saved: dict, chosen: dict, args) -> Path:
+    config = layer.shape() | {
+        "target_id": pair.target_id, "draft_id": pair.draft_id,
+        "features": feature_spec(layer),
+        "block_size": args.block_size, "max_draft_len": args.max_draft_len,
+        "threshold_greedy": chosen["threshold_greedy"],
+        "threshold_sampling": chosen.get("threshold_sampling", chosen["threshold_greedy"]),
+        "threshold_selection": chosen | {"validation_prompts": args.validation_prompts,
+                                         "validation_count": args.validation_count, "repeats": args.repeats,
+                                         "max_new_tokens": args.max_new_tokens, "phrase_len": args.phrase_len},
+        "training_data": {"prompts": saved["metrics"].get("prompts", args.prompts), **saved.get("collection", {}),
+                          "source": "pacer_core.training.instructions (shuffled; every prompt in assets/prompts, "
+                                    "the page's examples and the workshop's left out)"},
+        "heldout_metrics": saved["metrics"]}
+    if sampling_layer is not None:
+        config["sampling_heldout_metrics"] = saved["sampling_metrics"]
+        config["sampling_features"] = feature_spec(sampling_layer)
     directory = Path(args.out) if args.out else search_dirs()[1] / pair_slug(pair.target_id, pair.draft_id)
-    save(directory, layer, config)
+    save(directory, layer, config, sampling_layer)
     print(f"saved the pre-verifier to {directory}")
     return directory
 
@@ -289,11 +431,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--draft-len", type=int, default=12)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--soft-temperature", type=float, default=0.7)
+    parser.add_argument("--sampling-temperature", type=float, default=0.7,
+                        help="also collect a sampled run of each prompt at this temperature, and train a layer for "
+                             "sampled tokens on their acceptance probability (0: greedy only)")
+    parser.add_argument("--drafter", default=None, help="the drafter kind to train for (default: the pair's)")
     parser.add_argument("--epochs", type=int, default=60)
-    parser.add_argument("--features", choices=["basic", "history"], default="basic",
+    parser.add_argument("--features", choices=["auto", "basic", "history"], default="auto",
                         help="the layer's inputs: the draft's view of each token (basic), or that plus this "
-                             "generation's acceptance history and the draft so far (history)")
+                             "generation's acceptance history and the draft so far (history); auto: the better on validation tokens")
     parser.add_argument("--block-size", type=int, default=3)
+    parser.add_argument("--phrase-len", type=int, default=0, help="phrase drafts while choosing thresholds (0: off)")
     parser.add_argument("--max-draft-len", type=int, default=12)
     parser.add_argument("--thresholds", default="0.2,0.35,0.5,0.65")
     parser.add_argument("--validation-prompts", default="assets/prompts/validation.jsonl")
@@ -315,19 +462,17 @@ def main(argv=None) -> int:
                                     f"first with the same --work folder.")
         Path(args.work).mkdir(parents=True, exist_ok=True)
         pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
+        if args.drafter:
+            pair = pair.with_drafter(load_drafter(pair, args.drafter))
         if args.stage in ("collect", "all"):
             collect(pair, args)
         if args.stage in ("fit", "all"):
             fit(pair, args)
         if args.stage in ("threshold", "all"):
             saved = torch.load(Path(args.work) / "layer.pt")
-            projection = saved["state"]["hidden_proj.weight"].shape[0]
-            layer = PreVerifierLayer(saved["state"]["hidden_norm.weight"].shape[0], projection=projection,
-                                     scalar_count=saved["state"]["mlp.0.weight"].shape[1] - projection)
-            layer.load_state_dict(saved["state"])
-            config = {"threshold_greedy": 0.5}
-            chosen = measure_threshold(pair, layer.eval(), args, config)
-            export(pair, layer, saved["metrics"], chosen, args)
+            layer, sampling_layer = saved_layers(saved)
+            chosen = choose_thresholds(pair, layer, sampling_layer, args)
+            export(pair, layer, sampling_layer, saved, chosen, args)
     except (SettingsError, ModelLoadError, CollectedDataError, OSError) as problem:   # OSError: e.g. --work not writable
         print(f"error: {problem}", file=sys.stderr)
         return 2

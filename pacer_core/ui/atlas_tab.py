@@ -60,7 +60,7 @@ class AtlasTab:
         self.status = gr.HTML(atlas_view.progress_html(0, 1, "Ready.", "info"), elem_id="atlas-status")
         self.summary = gr.HTML(atlas_view.summary_html(None), elem_id="atlas-summary")
         self.plots = {}
-        for row in (("position", "kind"), ("category", "calibration"), ("prompts",)):
+        for row in (("position", "kind"), ("category", "calibration"), ("preverifier", "prompts")):
             with gr.Row():
                 for name in row:
                     self.plots[name] = gr.Plot(FIGURES[name](None), elem_id=f"atlas-plot-{name}", show_label=False)
@@ -93,7 +93,7 @@ class AtlasTab:
 
 FIGURES = {"position": atlas_view.position_figure, "kind": atlas_view.kind_figure,
            "category": atlas_view.category_figure, "calibration": atlas_view.calibration_figure,
-           "prompts": atlas_view.prompts_figure}
+           "preverifier": atlas_view.preverifier_figure, "prompts": atlas_view.prompts_figure}
 TABLES = {"rejected": ("Most often rejected tokens, with their contexts", atlas_view.rejected_tokens_frame),
           "confident": ("Most confidently wrong drafts", atlas_view.confidently_wrong_frame),
           "prompts": ("Per prompt (speedup needs 'Measure AR too')", atlas_view.prompts_frame),

@@ -57,23 +57,38 @@ def category_figure(atlas: dict | None) -> go.Figure:
     return breakdown_figure(atlas, "by_category", "category", "Acceptance by prompt category", "")
 
 
-def calibration_figure(atlas: dict | None) -> go.Figure:
-    """The drafter's calibration: its mean confidence q per bin against the fraction of those drafts accepted."""
-    title = "Drafter calibration: confidence q against acceptance"
-    sides = [side for side in drafter_atlases(atlas) if side["calibration"]]
+def binned_acceptance_figure(atlas: dict | None, field: str, estimate: str, title: str, empty: str,
+                             diagonal: str, x_title: str, binned_as: str) -> go.Figure:
+    """Per bin of an estimate of acceptance (``atlas[field]`` rows, mean estimate in ``estimate``), the fraction of
+    those judged drafts accepted, one line per drafter against the diagonal of a calibrated estimate."""
+    sides = [side for side in drafter_atlases(atlas) if side.get(field)]
     if not sides:
-        return empty_figure(title, "Run the atlas to fill this plot.")
-    fig = diagonal_figure("accepted as often as q says")
+        return empty_figure(title, empty)
+    fig = diagonal_figure(diagonal)
     for side, colour in zip(sides, DRAFTER_COLOURS):
-        bins = side["calibration"]
-        fig.add_trace(go.Scatter(x=[b["mean_q"] for b in bins], y=[b["alpha"] for b in bins], mode="lines+markers",
+        bins = side[field]
+        fig.add_trace(go.Scatter(x=[b[estimate] for b in bins], y=[b["alpha"] for b in bins], mode="lines+markers",
                                  name=side["drafter"], line={"color": colour}, hoverinfo="text",
                                  marker={"size": [6 + min(14, b["drafted"] ** 0.5) for b in bins]},
-                                 hovertext=[hover_escape(f"{side['drafter']}: {b['drafted']} drafts with q in "
+                                 hovertext=[hover_escape(f"{side['drafter']}: {b['drafted']} drafts {binned_as} "
                                                          f"{b['low']:.1f}–{b['high']:.1f}, "
                                                          f"{percent(b['alpha'])} accepted") for b in bins]))
-    return _layout(fig, title, "drafter's q (mean in bin)", "accepted",
-                   layout={"xaxis": {"range": [0, 1.02]}, "yaxis": {"range": [0, 1.05]}})
+    return _layout(fig, title, x_title, "accepted", layout={"xaxis": {"range": [0, 1.02]}, "yaxis": {"range": [0, 1.05]}})
+
+
+def calibration_figure(atlas: dict | None) -> go.Figure:
+    """The drafter's calibration: its mean confidence q per bin against the fraction of those drafts accepted."""
+    return binned_acceptance_figure(atlas, "calibration", "mean_q", "Drafter calibration: confidence q against acceptance",
+                                    "Run the atlas to fill this plot.", "accepted as often as q says",
+                                    "drafter's q (mean in bin)", "with q in")
+
+
+def preverifier_figure(atlas: dict | None) -> go.Figure:
+    """PACER's pre-verifier: its mean acceptance estimate per bin against the fraction of those drafts accepted."""
+    return binned_acceptance_figure(atlas, "by_preverifier_score", "mean_score",
+                                    "Acceptance by the pre-verifier's estimate (PACER)",
+                                    "Run the atlas with PACER to fill this plot.", "accepted as often as estimated",
+                                    "pre-verifier's estimate (mean in bin)", "scored")
 
 
 def prompts_figure(atlas: dict | None) -> go.Figure:

@@ -18,7 +18,7 @@ import traceback
 from dataclasses import dataclass
 
 from ..drafters import KINDS, SELF_DRAFTERS, drafter_key, entry_for_key, load_drafter, measured_drafter
-from ..preverifier import ConfidencePreVerifier, default_preverifier
+from ..preverifier import confidence_rule, default_preverifier
 from ..quantized_linear import INT4_GROUP_SIZE
 
 
@@ -29,14 +29,28 @@ class DrafterOption:
 
 
 def describe_option(key: str, size: str, measured: dict, device_type: str) -> str:
-    """``small · a separate small model · 16M parameters · c = 0.13 of a target step · agreement 0.39``."""
+    """``small · a separate small model · 16M parameters · c = 0.13 of a target step · agreement 0.39``; the cost
+    measured inside runs (the cost rule's, by prompt length) where there is one, else a draft call's alone."""
     entry = entry_for_key(key)
-    parts = [key, entry.words if entry else "drafter", size]
-    cost = (measured.get("cost") or {}).get(device_type)
-    parts.append(f"c = {cost:.2f} of a target step on {device_type}" if cost else "cost not measured here")
+    parts = [key, entry.words if entry else "drafter", size, cost_text(measured, device_type)]
     if measured.get("agreement") is not None:
         parts.append(f"agreement {measured['agreement']:.2f}")
     return " · ".join(parts)
+
+
+def cost_text(measured: dict, device_type: str) -> str:
+    """A drafted token's cost on this kind of device, in words: inside runs, in AR steps (the cost rule's, over the
+    prompt lengths it was measured at) where measured so, else a draft call's alone, in target steps."""
+    record = (measured.get("pacer_costs") or {}).get(device_type)
+    if isinstance(record, dict) and "draft_per_token" in record:
+        by_length = [(entry["prompt_tokens"], entry["draft_per_token"]) for entry in record.get("by_prompt_length", ())]
+        if len(by_length) > 1:
+            costs, lengths = sorted(cost for _, cost in by_length), sorted(length for length, _ in by_length)
+            return (f"c = {costs[0]:.2f}–{costs[-1]:.2f} of an AR step in a run on {device_type} "
+                    f"(prompts of {lengths[0]}–{lengths[-1]} tokens)")
+        return f"c = {record['draft_per_token']:.2f} of an AR step in a run on {device_type}"
+    cost = (measured.get("cost") or {}).get(device_type)
+    return f"c = {cost:.2f} of a target step on {device_type}" if cost else "cost not measured here"
 
 
 def size_text(drafter) -> str:
@@ -106,7 +120,7 @@ class DrafterMenu:
                     self._preverifiers[key] = default_preverifier(view)
                 except Exception:  # noqa: BLE001 - a broken optional layer must not stop the app
                     traceback.print_exc(file=sys.stderr)
-                    self._preverifiers[key] = ConfidencePreVerifier()
+                    self._preverifiers[key] = confidence_rule(view)
             return self._preverifiers[key]
 
     def built(self, key: str) -> bool:

@@ -105,9 +105,11 @@ def contexts_for(context: AppContext, inputs: PageInputs):
 
 
 def column_note(context: AppContext, session: RunSession, method: str) -> str | None:
-    """The small print under a column: PACER's pre-verifier kind and discard mode, SMC-SD's error."""
+    """The small print under a column: what stops PACER's drafting and its discard mode, SMC-SD's error."""
     settings, notes = session.settings, []
-    if method == "pacer" and context.preverifier_kind != "trained":
+    if method == "pacer" and getattr(session, "pacer_rule", None):
+        notes.append(session.pacer_rule)
+    elif method == "pacer" and context.preverifier_kind != "trained":   # a trace recorded before the rule was kept
         notes.append("Pre-verifier: heuristic confidence rule (no trained layer for this pair).")
     if method == "pacer" and settings.get("on_fail") == "discard" and settings.get("temperature", 0) > 0:
         notes.append("Discard mode under sampling is approximate (not lossless).")

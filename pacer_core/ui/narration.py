@@ -132,8 +132,9 @@ def summarize_run(result: Result, events: list) -> str:
     steps = [event for event in events if isinstance(event, StepEvent)]
     if steps:
         text += f" It drafted {sum(event.n_drafted for event in steps) / len(steps):.1f} tokens per step on average"
-        stopped = sum(1 for event in steps if event.stop_reason == "preverifier")
-        text += (f"; the pre-verifier cut the draft short in {stopped} of {len(steps)} steps."
+        stopped = sum(1 for event in steps if event.stop_reason in ("preverifier", "cost"))
+        rule = result.info.get("stopped_by") or "the pre-verifier"
+        text += (f"; {rule} cut the draft short in {stopped} of {len(steps)} steps."
                  if any(event.blocks for event in steps) else ".")
     cycles = [event for event in events if isinstance(event, SMCCycleEvent)]
     if cycles:

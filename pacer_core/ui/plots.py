@@ -315,34 +315,44 @@ def diagonal_figure(name: str) -> go.Figure:
     return fig
 
 
-def reliability_figure(heldout_metrics: dict | None) -> go.Figure:
-    """Pre-verifier calibration: predicted acceptance vs the fraction actually accepted, per bin."""
-    title = "Pre-verifier reliability (held-out tokens)"
+def reliability_figure(heldout_metrics: dict | None, title: str = "Pre-verifier reliability (held-out tokens)",
+                       y_title: str = "fraction accepted") -> go.Figure:
+    """Pre-verifier calibration: predicted acceptance vs the fraction actually accepted (greedy) or the mean
+    acceptance probability (sampled tokens), per bin; the confidence rule's on the same tokens beside it."""
     bins = (heldout_metrics or {}).get("reliability") or []
     if not bins:
         return empty_figure(title, "No trained pre-verifier for this pair (heuristic rule).")
     fig = diagonal_figure("perfect calibration")
-    fig.add_trace(go.Scatter(x=[b["mean_predicted"] for b in bins], y=[b["fraction_accepted"] for b in bins],
-                             mode="lines+markers", name="pre-verifier", line={"color": "#0072B2"},
-                             marker={"size": [6 + min(14, b["count"] ** 0.5 / 3) for b in bins]},
-                             hovertext=[f"{b['count']} tokens predicted {b['bin_low']:.1f}–{b['bin_high']:.1f}: "
-                                        f"{b['fraction_accepted']:.0%} accepted" for b in bins], hoverinfo="text"))
-    return _layout(fig, title, "predicted P(accept)", "fraction accepted")
+    named = [("trained layer", bins, "#0072B2"),
+             ("confidence rule", heldout_metrics.get("reliability_confidence_rule") or [], "#D55E00")]
+    for name, rows, colour in named:
+        if rows:
+            fig.add_trace(go.Scatter(x=[b["mean_predicted"] for b in rows], y=[b["fraction_accepted"] for b in rows],
+                                     mode="lines+markers", name=name, line={"color": colour},
+                                     marker={"size": [6 + min(14, b["count"] ** 0.5 / 3) for b in rows]},
+                                     hovertext=[f"{name}: {b['count']} tokens predicted {b['bin_low']:.1f}–"
+                                                f"{b['bin_high']:.1f}: {b['fraction_accepted']:.0%} {y_title}"
+                                                for b in rows], hoverinfo="text"))
+    return _layout(fig, title, "predicted P(accept)", y_title)
 
 
 def roc_figure(heldout_metrics: dict | None) -> go.Figure:
-    """ROC of per-token acceptance prediction on held-out tokens (greedy labels)."""
+    """ROC of per-token acceptance prediction on held-out tokens (greedy labels), the confidence rule's beside it."""
     title = "Pre-verifier ROC (held-out tokens)"
     points = (heldout_metrics or {}).get("roc") or []
     if not points:
         return empty_figure(title, "No trained pre-verifier for this pair (heuristic rule).")
-    auc = heldout_metrics.get("roc_auc_greedy")
     fig = diagonal_figure("chance")
-    fig.add_trace(go.Scatter(x=[p["fpr"] for p in points], y=[p["tpr"] for p in points], mode="lines",
-                             name=f"pre-verifier (AUC {auc:.3f})" if auc is not None else "pre-verifier",
-                             line={"color": "#009E73"},
-                             hovertext=[f"cut {p['threshold']:.2f}: TPR {p['tpr']:.2f}, FPR {p['fpr']:.2f}" for p in points],
-                             hoverinfo="text"))
+    named = [("trained layer", points, heldout_metrics.get("roc_auc_greedy"), "#009E73"),
+             ("confidence rule", heldout_metrics.get("roc_confidence_rule") or [],
+              heldout_metrics.get("roc_auc_confidence_rule"), "#D55E00")]
+    for name, rows, auc, colour in named:
+        if rows:
+            fig.add_trace(go.Scatter(x=[p["fpr"] for p in rows], y=[p["tpr"] for p in rows], mode="lines",
+                                     name=f"{name} (AUC {auc:.3f})" if auc is not None else name,
+                                     line={"color": colour},
+                                     hovertext=[f"{name}, cut {p['threshold']:.2f}: TPR {p['tpr']:.2f}, FPR {p['fpr']:.2f}"
+                                                for p in rows], hoverinfo="text"))
     return _layout(fig, title, "false positive rate", "true positive rate")
 
 

@@ -54,6 +54,7 @@ class RecordedSession(RunSession):
         self.pair, self.drafter = RecordedPair(recorded.pair), recorded.drafter
         self.prompt, self.settings, self.chat = recorded.prompt, recorded.settings, recorded.chat_template
         self.prompt_note, self.oracle_note = recorded.prompt_note, recorded.oracle_note
+        self.pacer_rule = recorded.pacer_rule
         self.cancel, self.pending_verdict, self.preverifier = threading.Event(), None, None
         if finished and recorded.stopped:
             self.cancel.set()

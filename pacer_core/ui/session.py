@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ..analysis import oracle_lengths, proposal_divergence, target_log_likelihood, target_output_logits
 from ..api import run_request
+from ..decoders.pacer import stop_rule_summary
 from ..drafters import drafter_key
 from ..events import Result
 from ..models import ModelLoadError
@@ -26,6 +27,17 @@ from ..request import RunRequest, chosen_names, encode_prompt, request_for
 from ..settings import Limits, SettingsError, validate_prompt, validate_settings
 from ..trace import trace_header
 from . import COLUMN_METHODS
+
+
+def pacer_rule_note(request, drafters_own) -> str:
+    """What stops PACER's drafting in this run, and why it is not the trained layer when it is not
+    (``drafters_own``: the pre-verifier the drafter comes with)."""
+    preverifier = request.preverifier
+    note = f"Drafting stopped by {stop_rule_summary(preverifier, request.settings, request.settings.threshold)}"
+    if getattr(preverifier, "kind", None) != "trained":
+        note += (" (chosen in Settings; this drafter has a trained layer)" if getattr(drafters_own, "kind", None) == "trained"
+                 else " (no trained layer for this drafter)")
+    return note + "."
 
 
 def preverifier_kind(pair) -> str:
@@ -92,6 +104,8 @@ class RunSession:
         self.encoded = encode_prompt(pair, self.prompt, chat, self.limits)
         self.prompt_ids, self.prompt_note = list(self.encoded.ids), self.encoded.note
         self.runs = {method: self.new_run(method) for method in methods}
+        self.pacer_rule = pacer_rule_note(self.runs["pacer"].request, self.preverifier) \
+            if "pacer" in self.runs and self.runs["pacer"].request is not None else None
         # The AR baseline is a hidden fourth method: timed alone after the columns' methods (Run), or advanced
         # one step per click beside them (Step) and finished alone at the end.
         self.ar: MethodRun | None = self.new_run("ar") if measure_ar else None
@@ -310,7 +324,7 @@ class RunSession:
             "preverifier_kind": getattr(self.preverifier, "kind", None) or "heuristic",
             "prompt_tokens": len(self.prompt_ids), "prompt_note": self.prompt_note,
             "stopped": self.stopped, "logliks": self.logliks, "proposal_kl": self.proposal_kl,
-            "oracle_note": self.oracle_note, "busy_seconds": self.busy_seconds(),
+            "oracle_note": self.oracle_note, "pacer_rule": self.pacer_rule, "busy_seconds": self.busy_seconds(),
             "phase_seconds": dict(getattr(self, "phase_seconds", {})),
             "timing_note": ("Run times each method alone, one after another, with nothing drawn while it decodes "
                             "(Step: one step of each in turn, between clicks). busy_seconds is the time spent in "
