@@ -25,7 +25,7 @@ import torch  # noqa: E402
 
 from pacer_core import sampling  # noqa: E402
 from pacer_core.drafters import load_drafter  # noqa: E402
-from pacer_core.drafters.gguf_drafter import llama_cpp_module  # noqa: E402
+from pacer_core.llama.model import llama_cpp_module  # noqa: E402
 from pacer_core.models import load_pair  # noqa: E402
 from pacer_core.preverifier import token_features  # noqa: E402
 

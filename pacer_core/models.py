@@ -13,8 +13,10 @@ from pathlib import Path
 import torch
 
 from . import embedded
+from .drafters.drafter import Drafter
 from .drafters.feature_head import is_head_dir
 from .drafters.kinds import kind_for_name
+from .llama.target import LlamaTarget
 from .packed_linear import PackedLinear, pack_linear_layers, packing_wanted
 
 PROBE_STRINGS = (
@@ -47,10 +49,10 @@ class ModelPair:
     dtype: torch.dtype = torch.float32
     vocab_size: int = 0
     use_chat_template: bool = True
-    drafter: object = None   # what the decoders draft with (drafters.py); the draft model by default
+    drafter: Drafter | None = None   # what the decoders draft with (drafters/); the draft model by default
     draft_model_id: str = ""  # name of the independent draft model (kept when a head drafts instead)
     draft_gguf: str = ""      # a GGUF file for the ``gguf`` drafter (the embedded target's own file without one)
-    target_engine: object = None   # target_engine.LlamaTarget when llama.cpp runs the target; None: torch
+    target_engine: LlamaTarget | None = None   # when llama.cpp runs the target (llama/target.py); None: torch
     load_note: str = ""       # one line for the page about how this pair was chosen (e.g. a GPU default that fell back)
 
     def __post_init__(self):
@@ -136,7 +138,7 @@ class ModelPair:
         return [self.tokenizer.decode([int(t)], skip_special_tokens=False) for t in token_ids]
 
     def describe(self) -> dict:
-        from .drafters import engine_label
+        from .llama.engine import engine_label
         return {"target": self.target_id, "draft": self.draft_id, "drafter": self.drafter.describe(),
                 "target_engine": engine_label(self),
                 "device": str(self.device), "linear_kernels": linear_kernels(self.target),
@@ -253,7 +255,7 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     ``draft_vocab``: how many of its most frequent ids the independent draft scores ("all", a number, or None
     for its folder's recommendation; see ``_apply_draft_vocabulary``). ``draft_gguf``: the GGUF file the
     ``gguf`` drafter runs (default: for the embedded target, the file it was converted from). ``target_engine``:
-    auto (default), torch or llama.cpp (target_engine.py: auto is llama.cpp for the embedded target in float32 on a
+    auto (default), torch or llama.cpp (llama/engine.py: auto is llama.cpp for the embedded target in float32 on a
     CPU with llama-cpp-python, torch otherwise)."""
     device = torch.device(device) if device else default_device()
     dtype = parse_dtype(dtype) or default_dtype(device)
@@ -303,16 +305,15 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
 def load_target_engine(requested, is_embedded_target: bool, pair: ModelPair):
     """The llama.cpp engine for the pair's target when ``choose_engine`` picks it, else None (torch);
     ModelLoadError saying why an explicit llama.cpp cannot run."""
-    from . import target_engine
-    from .drafters.gguf_drafter import GGUFUnavailable
+    from .llama.engine import choose_engine, parse_engine
+    from .llama.model import GGUFUnavailable
     try:
-        requested = target_engine.parse_engine(requested)
-        chosen = target_engine.choose_engine(requested, is_embedded_target, pair.device.type,
-                                             str(pair.dtype).replace("torch.", ""))
+        requested = parse_engine(requested)
+        chosen = choose_engine(requested, is_embedded_target, pair.device.type, str(pair.dtype).replace("torch.", ""))
         if chosen == "torch":
             return None
-        return target_engine.LlamaTarget.for_embedded(pair.tokenizer, pair.vocab_size,
-                                                      log=lambda line: print(line, file=sys.stderr, flush=True))
+        return LlamaTarget.for_embedded(pair.tokenizer, pair.vocab_size,
+                                        log=lambda line: print(line, file=sys.stderr, flush=True))
     except (ValueError, GGUFUnavailable, embedded.EmbeddedModelMissing) as failure:
         if requested == "auto":      # the fastest engine could not start: say so and run the target in torch
             print(f"[pacer] target engine: torch ({failure})", file=sys.stderr, flush=True)
@@ -323,12 +324,12 @@ def load_target_engine(requested, is_embedded_target: bool, pair: ModelPair):
 def default_embedded_drafter(draft, device: torch.device) -> str:
     """What ``embedded`` (or no draft) means for the embedded target: ``gguf`` (the target's own GGUF file run by
     llama.cpp) on a CPU where llama-cpp-python is installed and its build passed its proof in a child process
-    (``drafters.native_proof``), the drafter with which the app's defaults show the
+    (``llama.proof``), the drafter with which the app's defaults show the
     most of the papers' claims on held-out prompts (README, "Measured"); else the small draft model. Any other
     name is kept."""
     if draft not in (None, "", embedded.EMBEDDED):
         return draft
-    from .drafters.kinds import embedded_gguf_unavailable
+    from .llama.availability import embedded_gguf_unavailable
     if device.type == "cpu":
         why_not = embedded_gguf_unavailable()
         if why_not is None:

@@ -10,9 +10,10 @@ import torch
 from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
 from pacer_core.decoders.smc import SMC
 from pacer_core.drafters import drafter_key, load_drafter, valid_drafter_name
-from pacer_core.drafters.gguf_drafter import GGUFDrafter, GGUFUnavailable, vocabulary_mismatch
+from pacer_core.drafters.gguf_drafter import GGUFDrafter
 from pacer_core.drafters.kinds import gguf_unavailable, kind_for_key
 from pacer_core.kvcache import CachedModel
+from pacer_core.llama.model import GGUFUnavailable, vocabulary_mismatch
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
 from pacer_core.testing.gguf_file import write_llama_gguf
@@ -70,8 +71,8 @@ def test_crop_and_reorder_equal_a_fresh_context_fed_the_same_tokens(tmp_path):
 
 
 def test_a_long_feed_grows_the_context_and_keeps_every_row(tmp_path, monkeypatch):
-    from pacer_core.drafters import gguf_drafter
-    monkeypatch.setattr(gguf_drafter, "START_CELLS", 256)      # the smallest context llama.cpp takes here
+    from pacer_core.llama import model
+    monkeypatch.setattr(model, "START_CELLS", 256)      # the smallest context llama.cpp takes here
     pair = tiny_pair(draft_noise=None)
     drafter = GGUFDrafter.load(gguf_of(pair.target, pair.tokenizer, tmp_path), pair.tokenizer, 64, "tiny")
     cache, reference = drafter.new_cache(), CachedModel(pair.target, 64)
@@ -206,13 +207,13 @@ def test_the_embedded_gguf_drafts_ars_tokens_on_the_embedded_target(embedded_pai
 
 @pytest.mark.pure
 def test_the_embedded_default_drafter_is_gguf_on_a_cpu_with_llama_cpp(monkeypatch):
-    from pacer_core.drafters import builders
+    from pacer_core.llama import availability
     from pacer_core.models import default_embedded_drafter
     assert default_embedded_drafter("embedded", torch.device("cpu")) == "gguf"
     assert default_embedded_drafter(None, torch.device("cpu")) == "gguf"
     assert default_embedded_drafter("small", torch.device("cpu")) == "small"
     assert default_embedded_drafter("embedded", torch.device("cuda")) == "embedded-small"
-    monkeypatch.setattr(builders, "llama_cpp_available", lambda: "not installed")
+    monkeypatch.setattr(availability, "llama_unavailable", lambda: "not installed")
     assert default_embedded_drafter("embedded", torch.device("cpu")) == "embedded-small"
 
 

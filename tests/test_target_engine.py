@@ -1,4 +1,4 @@
-"""The llama.cpp target engine (target_engine.py): its row invariance bit for bit (the reason for the companion token
+"""The llama.cpp target engine (pacer_core/llama/target.py): its row invariance bit for bit (the reason for the companion token
 and the chunking), greedy identity of every decoder with AR on the same engine, chi-square on sampling against the
 engine's own distribution, SMC-SD on it, the engine choice and its errors, and the embedded target's F32 file."""
 import dataclasses
@@ -12,12 +12,13 @@ import torch
 
 from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
 from pacer_core.decoders.smc import SMC
-from pacer_core.drafters import active_engine, drafter_swapped, engine_label, load_drafter, new_caches, target_cache
-from pacer_core.drafters.gguf_drafter import GGUFCache, GGUFDrafter
+from pacer_core.drafters import drafter_swapped, load_drafter, new_caches
+from pacer_core.drafters.gguf_drafter import GGUFDrafter
 from pacer_core.kvcache import CachedModel
+from pacer_core.llama.cache import GGUFCache
+from pacer_core.llama.engine import active_engine, choose_engine, engine_label, parse_engine, target_cache
+from pacer_core.llama.target import CHUNK_TOKENS, LlamaTarget, balanced_chunks, needs_companion
 from pacer_core.preverifier import ConfidencePreVerifier
-from pacer_core.target_engine import (CHUNK_TOKENS, LlamaTarget, balanced_chunks, choose_engine, needs_companion,
-                                      parse_engine)
 from pacer_core.testing.enumeration import chi_square_p_value, sequence_distribution
 from pacer_core.testing.gguf_file import write_llama_gguf
 from pacer_core.testing.tiny import tiny_pair
@@ -109,8 +110,8 @@ def test_the_engine_is_row_invariant_bit_for_bit_and_computes_the_models_logits(
 
 
 def test_crops_and_growth_keep_the_engine_row_invariant(pair_on_llama, engine_mode, monkeypatch):
-    from pacer_core.drafters import gguf_drafter
-    monkeypatch.setattr(gguf_drafter, "START_CELLS", 256)
+    from pacer_core.llama import model
+    monkeypatch.setattr(model, "START_CELLS", 256)
     engine = LlamaTarget(pair_on_llama.target_engine.model, 64)
     engine.one_row_invariant = engine_mode.one_row_invariant
     cache, prompt = engine.new_cache(), [index % 60 for index in range(250)]
@@ -302,7 +303,7 @@ def test_a_runs_seconds_count_the_targets_prompt_fed_for_the_draft(pair_adopting
     tokens/s: the speedups the page and the benchmarks print) must count it, as AR's counts its own prefill."""
     import time
 
-    from pacer_core.target_engine import LlamaTargetCache
+    from pacer_core.llama.target import LlamaTargetCache
     forward = LlamaTargetCache.forward
 
     def slow_prefill(cache, token_ids, *args, **kwargs):

@@ -5,7 +5,7 @@ Fixed-length SD and PACER differ only in how they *propose* a draft (``propose``
 and acceptance below are the lossless rule of Leviathan et al. 2023 / Chen et al. 2023.
 
 Device rule (every decoder, SMC-SD included): a run computes on ONE device, the target cache's
-(``CachedModel.device``: where the target's input ids go and its logits come back). The sampling
+(``ModelCache.device``: where the target's input ids go and its logits come back). The sampling
 generator is created on that device, every probability row the decoder builds lives there, and a row
 that comes from another device (the draft on another GPU, or the target's last layer elsewhere under
 ``device_map="auto"``) is moved there before it is combined with anything. Random draws come from that
@@ -25,9 +25,10 @@ from typing import Iterator
 import torch
 
 from .. import sampling
-from ..drafters import new_caches, target_cache
+from ..drafters import new_caches
 from ..events import Metrics, Result, StepEvent, TokenRecord
-from ..kvcache import CachedModel, DraftCache
+from ..kvcache import ModelCache
+from ..llama.engine import target_cache
 from ..settings import DecodeSettings
 
 
@@ -36,8 +37,8 @@ class DecodeState:
     """The growing sequence (prompt + output) and both models' caches over it."""
     prompt_len: int
     sequence: list[int]
-    target: CachedModel
-    draft: DraftCache | None
+    target: ModelCache
+    draft: ModelCache | None
     generator: torch.Generator
     eos_ids: set[int]
     finish_reason: str | None = None

@@ -57,7 +57,7 @@ import torch
 
 from ..drafters import new_caches
 from ..events import Metrics, Result, SMCCycleEvent, TokenRecord, TokenState
-from ..kvcache import CachedModel, DraftCache
+from ..kvcache import ModelCache
 from ..particles import effective_sample_size, normalize_log_weights, systematic_resample
 from ..sampling import sample_rows, token_log_probs
 from ..settings import DecodeSettings, SettingsError
@@ -78,8 +78,8 @@ class ParticleState:
     finished: torch.Tensor       # [N] bool
     ended_with_eos: torch.Tensor  # [N] bool
     log_weights: torch.Tensor    # [N] float64
-    target: CachedModel
-    draft: DraftCache
+    target: ModelCache
+    draft: ModelCache
     prefill_seconds: tuple[float, float] = (0.0, 0.0)   # (draft, target): the prompt's passes, not yet reported
 
     @property

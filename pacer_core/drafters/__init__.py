@@ -1,6 +1,6 @@
 """Drafters: what proposes tokens for the target to verify.
 
-Every drafter hands each decoding run a cache that is a ``kvcache.DraftCache`` (feed tokens and get logits
+Every drafter hands each decoding run a cache that is a ``kvcache.ModelCache`` (feed tokens and get logits
 over the full vocabulary, crop to a length, reorder batch rows), so fixed SD, PACER, the oracle and SMC-SD
 draft with any of them unchanged. Five entries of one table (``kinds.py``, which also defines the words key,
 kind and name), four kinds of object:
@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import contextlib
 
-from ..kvcache import CachedModel, DraftCache
+from ..kvcache import CachedModel, ModelCache
 from ..quantized_linear import QuantizationUnavailable
-from .builders import (GGUF_ENV, active_engine, draft_folder, engine_label, gguf_drafter_for, gguf_path,
-                       gguf_unavailable, head_drafter, new_caches, reduced_vocabulary_drafter, self_drafter,
-                       small_drafter, target_cache)
-from .gguf_drafter import GGUFDrafter, GGUFUnavailable
+from .builders import (GGUF_ENV, draft_folder, gguf_drafter_for, gguf_path, gguf_unavailable, head_drafter,
+                       new_caches, reduced_vocabulary_drafter, self_drafter, small_drafter)
+from .drafter import Drafter
+from .gguf_drafter import GGUFDrafter
 from .independent import IndependentDrafter, ReducedVocabularyCache, kept_output_layer
 from .kinds import (KINDS, DrafterEntry, DrafterKind, all_names_text, drafter_key, drafter_keys, entry_for_key,
                     entry_for_name, entry_of_drafter, kind_for_key, kind_for_name, kind_of_drafter, load_drafter,
@@ -49,7 +49,7 @@ def drafter_swapped(pair, drafter):
         pair.drafter, pair.draft_id = saved
 
 
-__all__ = ["active_engine", "engine_label", "target_cache", "DraftCache", "IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter", "KINDS", "DrafterEntry",
+__all__ = ["Drafter", "ModelCache", "IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter", "KINDS", "DrafterEntry",
            "drafter_keys", "kind_for_key", "new_caches", "load_drafter", "drafter_swapped", "valid_drafter_name",
            "all_names_text", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "drafter_key", "measured_drafter",
            "measured_gamma", "measured_settings"]

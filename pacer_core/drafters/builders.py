@@ -11,50 +11,23 @@ from pathlib import Path
 from typing import Callable
 
 from .. import embedded
-from ..kvcache import CachedModel
+from ..kvcache import ModelCache
+from ..llama.availability import native_build_unavailable
+from ..llama.engine import target_cache
+from ..llama.model import GGUFUnavailable, llama_unavailable
 from ..quantized_linear import QuantizationUnavailable, check_kernel
 from .feature_head import FeatureHeadDrafter
-from .gguf_drafter import GGUFDrafter, GGUFUnavailable, check_gguf_file, llama_cpp_available
+from .gguf_drafter import GGUFDrafter
 from .independent import IndependentDrafter
-from .native_proof import prove
 from .self_quantized import SelfQuantizedDrafter
 from .vocabulary import load_frequent_ids
 
 GGUF_ENV = "PACER_DRAFT_GGUF"
 
 
-def active_engine(pair):
-    """The engine the pair's target runs on in a run: its llama.cpp engine (``pair.target_engine``,
-    target_engine.py) unless it has none or the drafter reads the target's hidden states (llama.cpp's are not
-    read); None means torch. AR and the verify passes of one pair always get the same engine."""
-    engine = getattr(pair, "target_engine", None)
-    drafter = getattr(pair, "drafter", None)
-    if engine is None or (drafter is not None and drafter.reads_target_features):
-        return None
-    return engine
-
-
-def engine_label(pair) -> str:
-    """What the page's model line says about the target's engine."""
-    engine = active_engine(pair)
-    if engine is not None:
-        return engine.describe()
-    if getattr(pair, "target_engine", None) is not None:
-        return "torch (the drafter reads the target's hidden states, which llama.cpp does not give)"
-    return "torch"
-
-
-def target_cache(pair, keep_features: bool = False):
-    """A fresh cache of the pair's target on its engine (``active_engine``)."""
-    engine = active_engine(pair)
-    if engine is not None and not keep_features:
-        return engine.new_cache()
-    return CachedModel(pair.target, pair.vocab_size, keep_features=keep_features)
-
-
-def new_caches(pair, full_support: bool = False):
-    """The target's cache and the drafter's cache for one run (both ``kvcache.DraftCache``; the target's on its
-    engine, ``target_cache``). A drafter that reads the target's features gets them recorded by the target
+def new_caches(pair, full_support: bool = False) -> tuple[ModelCache, ModelCache]:
+    """The target's cache and the drafter's cache for one run (both ``kvcache.ModelCache``; the target's on its
+    engine, ``llama.engine.target_cache``). A drafter that reads the target's features gets them recorded by the target
     cache. ``full_support``: the drafter's q must be > 0 on every id (SMC-SD's proposal)."""
     drafter = pair.drafter
     target = target_cache(pair, keep_features=drafter.reads_target_features)
@@ -164,35 +137,10 @@ def gguf_unavailable(pair) -> str | None:
     device = getattr(getattr(pair, "device", None), "type", "cpu")
     if device != "cpu":
         return f"the gguf drafter runs llama.cpp on the CPU; it is not offered beside a {device} target"
-    missing = llama_cpp_available()
-    if missing:
-        return missing
-    path = gguf_path(pair)
+    return llama_unavailable() or gguf_file_unavailable(gguf_path(pair))
+
+
+def gguf_file_unavailable(path: str | None) -> str | None:
     if path is None:
         return f"no GGUF file for this target: give one with --draft-gguf PATH or ${GGUF_ENV}"
-    return native_build_unavailable(path)
-
-
-def native_build_unavailable(path) -> str | None:
-    """Why llama.cpp cannot be trusted to draft from this file here: it is not a GGUF file, or the installed
-    build died (or hung) decoding it in a child process (``native_proof``: proven once per library, file and
-    CPU, then cached). None when it drafts."""
-    try:
-        checked = check_gguf_file(path)
-    except GGUFUnavailable as failure:
-        return str(failure)
-    verdict = prove(checked)
-    return None if verdict.ok else verdict.reason
-
-
-def embedded_gguf_unavailable() -> str | None:
-    """Why the embedded target's own GGUF cannot draft here (no llama-cpp-python, no file, a build that fails its
-    proof), or None: what ``models.default_embedded_drafter`` asks before choosing gguf."""
-    missing = llama_cpp_available()
-    if missing:
-        return missing
-    try:
-        path = embedded.find_gguf_file()
-    except embedded.EmbeddedModelMissing as absent:
-        return str(absent)
     return native_build_unavailable(path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..kvcache import CachedModel, last_positions
+from ..kvcache import CachedModel, ModelCache, last_positions
 from ..packed_linear import PackedLinear
 from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits
 
@@ -24,7 +24,7 @@ class IndependentDrafter:
         self.kept_ids = None if kept_ids is None else kept_ids.long()
         self.output_layer = None if kept_ids is None else kept_output_layer(model, self.kept_ids)
 
-    def new_cache(self, target_cache, full_support: bool = False) -> CachedModel:
+    def new_cache(self, target_cache: ModelCache | None, full_support: bool = False) -> CachedModel:
         if self.kept_ids is None:
             return CachedModel(self.model, self.vocab_size)   # a causal LM's softmax already has full support
         return ReducedVocabularyCache(self, OFF_VOCABULARY_MASS if full_support else 0.0)

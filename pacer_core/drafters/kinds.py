@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .builders import (GGUF_ENV, embedded_gguf_unavailable, gguf_drafter_for, gguf_path, gguf_unavailable,
-                       head_drafter, head_unavailable, self_drafter, self_unavailable, small_drafter, small_unavailable)
+from .builders import (GGUF_ENV, gguf_drafter_for, gguf_path, gguf_unavailable, head_drafter, head_unavailable,
+                       self_drafter, self_unavailable, small_drafter, small_unavailable)
 from .self_quantized import SELF_DRAFTERS
 
 
@@ -107,5 +107,5 @@ def load_drafter(pair, name: str, head_dir=None):
 DrafterKind, kind_for_name, kind_for_key, kind_of_drafter = DrafterEntry, entry_for_name, entry_for_key, entry_of_drafter
 
 __all__ = ["DrafterEntry", "KINDS", "drafter_keys", "entry_for_name", "entry_for_key", "entry_of_drafter", "drafter_key",
-           "all_names_text", "valid_drafter_name", "load_drafter", "gguf_path", "gguf_unavailable", "embedded_gguf_unavailable", "SELF_DRAFTERS",
+           "all_names_text", "valid_drafter_name", "load_drafter", "gguf_path", "gguf_unavailable", "SELF_DRAFTERS",
            "GGUF_ENV", "DrafterKind", "kind_for_name", "kind_for_key", "kind_of_drafter"]

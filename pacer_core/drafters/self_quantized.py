@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..kvcache import CachedModel
+from ..kvcache import CachedModel, ModelCache
 from ..packed_linear import PackedLinear
 from ..quantized_linear import INT4_GROUP_SIZE, QuantizedLinear, check_kernel, storable_bits
 from .lean_decoder import LeanCache, LeanDecoder, lean_supported
@@ -51,7 +51,7 @@ class SelfQuantizedDrafter:
     def lean(self) -> bool:
         return isinstance(self.model, LeanDecoder)
 
-    def new_cache(self, target_cache, full_support: bool = False):
+    def new_cache(self, target_cache: ModelCache | None, full_support: bool = False) -> CachedModel:
         if self.lean:
             return LeanCache(self.model, self.vocab_size)
         return CachedModel(self.model, self.vocab_size)
