@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from benchmarks.llamacpp_peer import without_eos  # noqa: E402
-from pacer_core.drafters.builders import new_caches  # noqa: E402
+from pacer_core.drafters import new_caches  # noqa: E402
 from pacer_core.llama.cache import GGUFCache  # noqa: E402
 from pacer_core.llama.engine import target_cache  # noqa: E402
 from pacer_core.models import load_pair  # noqa: E402

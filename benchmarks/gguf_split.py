@@ -7,7 +7,7 @@ verify of a run also runs the prompt through the target, so per-verify forward t
         --temperature 0.7 --out benchmarks/results/gguf-split/after-t0.7.json
 
 It times the two engines by wrapping ``GGUFCache._decode_once`` (the drafter's llama.cpp calls, and the target's
-when llama.cpp runs it: pacer_core/llama/target.py) and ``CachedModel._run`` (the target's model call in torch), runs each
+when llama.cpp runs it: llama/target.py) and ``CachedModel._run`` (the target's model call in torch), runs each
 method on the prompts through ``run_request`` (the app's path), and divides."""
 from __future__ import annotations
 

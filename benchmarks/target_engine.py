@@ -1,5 +1,5 @@
 """The target's engines side by side: the cost of a 1-token step and of a verify pass over T tokens, each after the
-same chat prompt, for torch (packed float32, the project's former path), the llama.cpp engine (pacer_core/llama/target.py:
+same chat prompt, for torch (packed float32, the project's former path), the llama.cpp engine (llama/target.py:
 row-invariant calls, in each context configuration tried) and llama.cpp's own F32 step on the same weights (a plain
 one-token llama_decode, what ``llama-completion`` runs). Interleaved: every configuration and every T once per
 repeat, in a shuffled order; medians over repeats.

@@ -14,8 +14,8 @@ kind and name), four kinds of object:
   target's own weights, quantized weight-only at load time (QSpec, Zhao et al. 2025, arXiv 2410.11305).
 * ``gguf`` (kind ``gguf``, ``gguf_drafter.py``): a GGUF file of the target run by llama.cpp.
 
-``builders.py`` builds each for a pair (or says why not) and makes a run's caches; ``measured.py`` reads the
-settings each starts with. A run drafts with another drafter through ``ModelPair.with_drafter`` (a view of
+Each kind's module also builds it for a pair (or says why not); ``drafter.py`` declares what every drafter
+has (``Drafter``), ``caches.py`` makes a run's two caches, ``measured.py`` reads the settings each starts with. A run drafts with another drafter through ``ModelPair.with_drafter`` (a view of
 the pair; nothing is reloaded). This package does not import ``models`` (the loader imports the drafters,
 never the reverse). Docs: docs/drafters.md."""
 from __future__ import annotations
@@ -24,16 +24,17 @@ import contextlib
 
 from ..kvcache import CachedModel, ModelCache
 from ..quantized_linear import QuantizationUnavailable
-from .builders import (GGUF_ENV, draft_folder, gguf_drafter_for, gguf_path, gguf_unavailable, head_drafter,
-                       new_caches, reduced_vocabulary_drafter, self_drafter, small_drafter)
+from .caches import new_caches
 from .drafter import Drafter
-from .gguf_drafter import GGUFDrafter
-from .independent import IndependentDrafter, ReducedVocabularyCache, kept_output_layer
+from .feature_head import head_drafter
+from .gguf_drafter import GGUF_ENV, GGUFDrafter, gguf_drafter_for, gguf_path, gguf_unavailable
+from .independent import (IndependentDrafter, ReducedVocabularyCache, draft_folder, kept_output_layer,
+                          reduced_vocabulary_drafter, small_drafter)
 from .kinds import (KINDS, DrafterEntry, DrafterKind, all_names_text, drafter_key, drafter_keys, entry_for_key,
                     entry_for_name, entry_of_drafter, kind_for_key, kind_for_name, kind_of_drafter, load_drafter,
                     valid_drafter_name)
 from .measured import MEASURED_DEFAULTS_FILE, measured_defaults, measured_drafter, measured_gamma, measured_settings
-from .self_quantized import SELF_DRAFTERS, SelfQuantizedDrafter
+from .self_quantized import SELF_DRAFTERS, SelfQuantizedDrafter, self_drafter
 from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits, load_frequent_ids
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from .. import embedded
 from ..kvcache import FeedsSequence, GrowingLayer, ModelCache, last_positions, token_rows
 from .head_model import FeatureHead, HeadConfig, kept_logits
 from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits
@@ -186,3 +187,23 @@ def random_head_drafter(target, vocab_size: int, kept_ids=None, seed: int = 0, s
     head.to(device=parameter.device, dtype=parameter.dtype)
     kept = torch.arange(vocab_size) if kept_ids is None else torch.as_tensor(kept_ids)
     return FeatureHeadDrafter(head, kept, target, vocab_size, f"random head ({kept.numel()} ids)")
+
+
+# ---- for a pair: the builder and the availability check of the table's row (kinds.KINDS) ------------------------------
+
+def head_drafter(pair, name: str, head_dir=None) -> FeatureHeadDrafter:
+    """The feature head (``head``, ``head-N``, ``head-all``): ``head_dir``'s, else the embedded one."""
+    try:
+        head_dir, head_name = (str(head_dir), str(head_dir)) if head_dir else (
+            str(embedded.embedded_head_dir()), embedded.EMBEDDED_HEAD_LABEL)
+    except embedded.EmbeddedModelMissing as missing:
+        raise ValueError(str(missing)) from None
+    kept = "all" if name == "head-all" else (int(name[5:]) if name.startswith("head-") else None)
+    shown = head_name if kept is None else f"{head_name} [{name}]"
+    return FeatureHeadDrafter.load(head_dir, pair.target, pair.vocab_size, shown, kept=kept)
+
+
+def head_unavailable(pair) -> str | None:
+    if getattr(pair, "target_id", "") != embedded.TARGET_NAME or not embedded.EMBEDDED_HEAD_DIR.exists():
+        return "a feature head is shipped for the embedded target only (others: the bench's --head FOLDER)"
+    return None

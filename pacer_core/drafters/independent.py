@@ -8,7 +8,7 @@ from torch import nn
 
 from ..kvcache import CachedModel, ModelCache, last_positions
 from ..packed_linear import PackedLinear
-from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits
+from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits, load_frequent_ids
 
 
 class IndependentDrafter:
@@ -71,3 +71,36 @@ class ReducedVocabularyCache(CachedModel):
         logits = full_vocabulary_logits(self.drafter.output_layer(hidden), self.drafter.kept_ids, self.vocab_size,
                                         self.off_mass)
         return logits, hidden
+
+
+# ---- for a pair: the builder and the availability check of the table's row (kinds.KINDS) ------------------------------
+
+def small_drafter(pair, name: str = "small", head_dir=None) -> IndependentDrafter:
+    """The pair's independent draft model (``small``), or its N most frequent ids (``small-N``)."""
+    if pair.draft is None:
+        raise ValueError(f"The drafter '{name}' needs an independent draft model in the pair.")
+    if name == "small":
+        return IndependentDrafter(pair.draft, pair.vocab_size, pair.draft_model_id)
+    return reduced_vocabulary_drafter(pair, int(name[len("small-"):]))
+
+
+def reduced_vocabulary_drafter(pair, count: int, name: str | None = None) -> IndependentDrafter:
+    """The pair's draft model scoring only its ``count`` most frequent ids (its folder's frequent_ids.json);
+    named ``name``, by default the draft model's name with [small-N]."""
+    frequent = load_frequent_ids(draft_folder(pair))
+    if frequent is None:
+        raise ValueError(f"The draft '{pair.draft_model_id}' has no frequent_ids.json in its folder, so it cannot "
+                         f"draft from its {count} most frequent ids (python -m pacer_core.training.vocabulary "
+                         "writes one).")
+    kept = frequent[:count]
+    return IndependentDrafter(pair.draft, pair.vocab_size, name or f"{pair.draft_model_id} [small-{kept.numel()}]",
+                              kept)
+
+
+def draft_folder(pair) -> str:
+    """Where the pair's draft model was loaded from (its frequent_ids.json and measured_defaults.json live there)."""
+    return getattr(pair.draft.config, "_name_or_path", "")
+
+
+def small_unavailable(pair) -> str | None:
+    return None if getattr(pair, "draft", None) is not None else "the pair has no independent draft model"

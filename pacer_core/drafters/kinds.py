@@ -1,5 +1,6 @@
 """The drafter table: one entry per drafter the page can offer, and every lookup by key, kind or name. A new
-drafter is one entry here (and its builder in ``builders.py``).
+drafter is one module (its class, a ``drafter.Drafter``, with a builder and an availability check for a pair) and
+one entry here.
 
 Three words, each for one thing:
 
@@ -17,9 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .builders import (GGUF_ENV, gguf_drafter_for, gguf_path, gguf_unavailable, head_drafter, head_unavailable,
-                       self_drafter, self_unavailable, small_drafter, small_unavailable)
-from .self_quantized import SELF_DRAFTERS
+from .drafter import Drafter
+from .feature_head import head_drafter, head_unavailable
+from .gguf_drafter import GGUF_ENV, gguf_drafter_for, gguf_path, gguf_unavailable
+from .independent import small_drafter, small_unavailable
+from .self_quantized import SELF_DRAFTERS, self_drafter, self_unavailable
 
 
 @dataclass(frozen=True)
@@ -29,8 +32,8 @@ class DrafterEntry:
     words: str                                     # what it is, in a few words (the page's menu line)
     answers_to: Callable[[str], bool]              # does this entry build the drafter of that name
     unavailable: Callable[[object], str | None]    # why the page cannot offer it for a pair (None: it can)
-    build: Callable[..., object]                   # (pair, name, head_dir) -> the drafter
-    matches: Callable[[object], bool] = lambda drafter: True   # is a drafter object of this kind this entry's
+    build: Callable[..., Drafter]                  # (pair, name, head_dir) -> the drafter
+    matches: Callable[[Drafter], bool] = lambda drafter: True   # is a drafter object of this kind this entry's
 
 
 def numbered(base: str, extra: tuple[str, ...] = ()) -> Callable[[str], bool]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ..llama.engine import active_engine
-from .builders import draft_folder
+from .independent import draft_folder
 from .kinds import drafter_key
 
 MEASURED_DEFAULTS_FILE = "measured_defaults.json"
