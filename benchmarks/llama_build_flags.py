@@ -100,6 +100,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    from benchmarks.results_writer import print_and_write     # here: the child imports nothing of the project
     if not args.gguf:
         from pacer_core.embedded import find_gguf_file
         args.gguf = str(find_gguf_file())
@@ -119,10 +120,7 @@ def main(argv=None) -> int:
                                       text=True).stdout.strip(),
               "samples_ms": {f"{label} {rows}": [round(value, 2) for value in values]
                              for (label, rows), values in samples.items()}}
-    print(json.dumps(report, indent=1))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print_and_write(report, args.out)
     return 0
 
 

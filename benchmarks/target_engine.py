@@ -11,7 +11,6 @@ verify pass over several tokens (with and without the engine's companion token a
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -22,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from benchmarks.results_writer import write_folder  # noqa: E402
 from pacer_core.kvcache import CachedModel  # noqa: E402
 from pacer_core.llama.target import COMPANION_SEQUENCE, LlamaTarget, LlamaTargetCache  # noqa: E402
 from pacer_core.llama.cache import GGUFCache  # noqa: E402
@@ -120,11 +120,7 @@ def main(argv=None) -> int:
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "threads": engine.model.threads,
               "torch_threads": torch.get_num_threads(), "prompt_tokens": len(prompt), "repeats": args.repeats,
               "milliseconds": curve, "row_invariance": checks}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / "report.md").write_text(markdown(report))
-    print(markdown(report))
+    write_folder(args.out, report, markdown(report))
     return 0
 
 

@@ -1,10 +1,9 @@
-"""The llama.cpp target engine (pacer_core/llama/target.py): its row invariance bit for bit (the reason for the companion token
+"""The llama.cpp target engine (llama/target.py): its row invariance bit for bit (the reason for the companion token
 and the chunking), greedy identity of every decoder with AR on the same engine, chi-square on sampling against the
 engine's own distribution, SMC-SD on it, the engine choice and its errors, and the embedded target's F32 file."""
 import dataclasses
 import itertools
 import os
-from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -20,6 +19,7 @@ from pacer_core.llama.engine import active_engine, choose_engine, engine_label, 
 from pacer_core.llama.target import CHUNK_TOKENS, LlamaTarget, balanced_chunks, needs_companion
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.testing.enumeration import chi_square_p_value, sequence_distribution
+from pacer_core.testing.runs import greedy_rejections, run_result, sample_counts
 from pacer_core.testing.gguf_file import write_llama_gguf
 from pacer_core.testing.tiny import tiny_pair
 
@@ -144,27 +144,12 @@ def test_the_library_setup_builds_is_one_row_invariant(pair_on_llama):
         "llama-cpp-python is not the patched build: bash scripts/build_llama.sh --rebuild")
 
 
-def run_ids(decoder, pair, prompt_ids, **settings):
-    *_, result = decoder.run(pair, prompt_ids, validate_settings(**settings))
-    return result
-
-
 @pytest.mark.parametrize("drafter_name", ["small", "gguf"])
 def test_greedy_fixed_and_pacer_on_the_engine_return_ars_tokens(pair_on_llama, drafter_name):
     pair = pair_on_llama
-    drafter = load_drafter(pair, drafter_name)
-    decoders = [FixedSpeculative(gamma) for gamma in (1, 3, 6)] + [
-        Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit"), Pacer(2, 16, 0.9, ConfidencePreVerifier(), "discard")]
-    rejected = 0
-    with drafter_swapped(pair, drafter):
+    with drafter_swapped(pair, load_drafter(pair, drafter_name)):
         assert isinstance(target_cache(pair), GGUFCache)
-        for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(60))):
-            reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=40).token_ids
-            for decoder in decoders:
-                result = run_ids(decoder, pair, prompt, max_new_tokens=40)
-                assert result.token_ids == reference, (decoder.info(), prompt)
-                rejected += result.metrics.drafted_tokens - result.metrics.accepted_tokens
-    assert rejected > 0
+        assert greedy_rejections(pair, ([1, 2, 3], [7, 7, 7, 7, 9], list(range(60)))) > 0
 
 
 def engine_sequence_distribution(engine, prompt_ids, n_tokens, temperature, top_k=0, top_p=1.0) -> dict:
@@ -191,9 +176,7 @@ def five_token_pair_on_llama(tmp_path_factory):
 def test_sampling_on_the_engine_matches_the_engines_distribution(five_token_pair_on_llama, decoder):
     pair = five_token_pair_on_llama
     truth = engine_sequence_distribution(pair.target_engine, PROMPT, N_TOKENS, **FILTERED)
-    counts = Counter()
-    for seed in range(RUNS):
-        counts[tuple(run_ids(decoder, pair, PROMPT, max_new_tokens=N_TOKENS, seed=seed, **FILTERED).token_ids)] += 1
+    counts = sample_counts(decoder, pair, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
@@ -230,9 +213,9 @@ def test_the_embedded_target_runs_on_llama_cpp_by_default_and_sd_keeps_ars_token
     assert torch.equal(stepped, verified)
     for prompt in ("Name three primary colours.", "Write a haiku about rain."):
         prompt_ids = pair.encode_prompt(prompt)
-        reference = run_ids(Autoregressive(), pair, prompt_ids, max_new_tokens=32).token_ids
+        reference = run_result(Autoregressive(), pair, prompt_ids, max_new_tokens=32).token_ids
         for decoder in (FixedSpeculative(10), Pacer(4, 32, 0.05, ConfidencePreVerifier(), "submit")):
-            assert run_ids(decoder, pair, prompt_ids, max_new_tokens=32).token_ids == reference
+            assert run_result(decoder, pair, prompt_ids, max_new_tokens=32).token_ids == reference
     torch_pair = load_pair("embedded", "gguf", device="cpu", target_engine="torch")
     assert torch_pair.target_engine is None and torch_pair.describe()["target_engine"] == "torch"
 
@@ -274,9 +257,9 @@ def test_adopting_drafts_keep_ars_tokens_and_smc_runs(pair_adopting):
     decoders = [FixedSpeculative(gamma) for gamma in (1, 4)] + [Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit")]
     with drafter_swapped(pair, load_drafter(pair, "gguf")):
         for prompt in ([5], [1, 2, 3], list(range(60)) + list(range(40))):
-            reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=30).token_ids
+            reference = run_result(Autoregressive(), pair, prompt, max_new_tokens=30).token_ids
             for decoder in decoders:
-                result = run_ids(decoder, pair, prompt, max_new_tokens=30)
+                result = run_result(decoder, pair, prompt, max_new_tokens=30)
                 assert result.token_ids == reference, (decoder.info(), prompt)
                 assert result.metrics.accepted_tokens > 0
         *events, result = SMC().run(pair, list(range(30)), validate_settings(
@@ -289,12 +272,9 @@ def test_sampling_with_an_adopting_draft_matches_the_engines_distribution(five_t
     five = five_token_pair_on_llama
     pair = dataclasses.replace(five, draft_gguf=str(write_llama_gguf(five.target, five.tokenizer, tmp_path / "d.gguf")))
     truth = engine_sequence_distribution(pair.target_engine, PROMPT, N_TOKENS, **FILTERED)
-    counts = Counter()
     with drafter_swapped(pair, load_drafter(pair, "gguf")):
         assert new_caches(pair)[1].adopts_target_prompt
-        for seed in range(RUNS):
-            result = run_ids(FixedSpeculative(2), pair, PROMPT, max_new_tokens=N_TOKENS, seed=seed, **FILTERED)
-            counts[tuple(result.token_ids)] += 1
+        counts = sample_counts(FixedSpeculative(2), pair, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
@@ -312,5 +292,5 @@ def test_a_runs_seconds_count_the_targets_prompt_fed_for_the_draft(pair_adopting
         return forward(cache, token_ids, *args, **kwargs)
     monkeypatch.setattr(LlamaTargetCache, "forward", slow_prefill)
     with drafter_swapped(pair_adopting, load_drafter(pair_adopting, "gguf")):
-        result = run_ids(FixedSpeculative(3), pair_adopting, list(range(40)), max_new_tokens=4)
+        result = run_result(FixedSpeculative(3), pair_adopting, list(range(40)), max_new_tokens=4)
     assert result.metrics.seconds >= 0.5
