@@ -15,7 +15,7 @@ import torch
 from . import embedded
 from .drafters.drafter import Drafter
 from .drafters.feature_head import is_head_dir
-from .drafters.kinds import kind_for_name
+from .drafters.kinds import entry_for_name
 from .llama.target import LlamaTarget
 from .packed_linear import PackedLinear, pack_linear_layers, packing_wanted
 
@@ -62,13 +62,11 @@ class ModelPair:
             self.drafter = IndependentDrafter(self.draft, self.vocab_size, self.draft_id)
 
     def use_head(self, directory, name: str | None = None, kept=None, dtype=None) -> "ModelPair":
-        """Draft with a feature head (a folder with head_config.json) instead of the draft model;
-        ``dtype``: the head's (default: the target's)."""
+        """A view of this pair drafting with a feature head (a folder with head_config.json) instead of the draft
+        model (``with_drafter``; this pair is unchanged); ``dtype``: the head's (default: the target's)."""
         from .drafters.feature_head import FeatureHeadDrafter
-        self.drafter = FeatureHeadDrafter.load(directory, self.target, self.vocab_size, name or str(directory),
-                                               dtype=dtype, kept=kept)
-        self.draft_id = self.drafter.name
-        return self
+        return self.with_drafter(FeatureHeadDrafter.load(directory, self.target, self.vocab_size,
+                                                         name or str(directory), dtype=dtype, kept=kept))
 
     def with_drafter(self, drafter) -> "ModelPair":
         """Another view of this pair drafting with ``drafter``: the same target, draft model, tokenizer and
@@ -76,14 +74,13 @@ class ModelPair:
         return dataclasses.replace(self, drafter=drafter, draft_id=drafter.name, draft_model_id=self.draft_model_id)
 
     def use_drafter(self, name: str) -> "ModelPair":
-        """Draft with a drafter by name (``drafters.load_drafter``: small, head, self-int4, self-int8, ...)."""
+        """A view of this pair drafting with a drafter by name (``drafters.load_drafter``: small, head, self-int4,
+        self-int8, ...; ``with_drafter``: this pair is unchanged)."""
         from .drafters import load_drafter
         try:
-            self.drafter = load_drafter(self, name)
+            return self.with_drafter(load_drafter(self, name))
         except ValueError as failure:
             raise ModelLoadError(str(failure)) from failure
-        self.draft_id = self.drafter.name
-        return self
 
     @classmethod
     def from_models(cls, target_model, draft_model, tokenizer, target_id="target", draft_id="draft",
@@ -267,7 +264,7 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     if target_location == str(embedded.converted_target_dir()):
         draft = default_embedded_drafter(draft, device)
     draft_location, draft_name = resolve_source(draft, "draft")
-    named = kind_for_name(draft_location)
+    named = entry_for_name(draft_location)
     built_from_target = draft_location if named is not None and named.kind in ("self-quantized", "gguf") else None
     head_location = draft_location if is_head_dir(draft_location) else None
     kept_alongside = head_location or built_from_target
@@ -292,11 +289,11 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
         _apply_draft_vocabulary(pair, draft_vocab)
     if head_location:
         try:
-            pair.use_head(head_location, draft_name, dtype=draft_dtype)
+            pair = pair.use_head(head_location, draft_name, dtype=draft_dtype)
         except (OSError, KeyError, RuntimeError, ValueError) as failure:
             raise ModelLoadError(f"Could not load the feature head '{draft_name}': {failure}") from failure
     if built_from_target:
-        pair.use_drafter(built_from_target)
+        pair = pair.use_drafter(built_from_target)
     pair.target_engine = load_target_engine(target_engine, target_location == str(embedded.converted_target_dir())
                                             and not device_map, pair)
     return pair

@@ -10,7 +10,7 @@ from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_setting
 from pacer_core.decoders.smc import SMC
 from pacer_core.drafters import drafter_key, load_drafter, valid_drafter_name
 from pacer_core.drafters.gguf_drafter import GGUFDrafter
-from pacer_core.drafters.kinds import gguf_unavailable, kind_for_key
+from pacer_core.drafters.kinds import entry_for_key, gguf_unavailable
 from pacer_core.kvcache import CachedModel
 from pacer_core.llama.model import vocabulary_mismatch
 from pacer_core.preverifier import ConfidencePreVerifier
@@ -131,7 +131,7 @@ def test_contexts_are_reused_across_runs(pair_with_gguf):
 @pytest.mark.pure
 def test_gguf_names_and_vocabulary_check():
     assert valid_drafter_name("gguf") and not valid_drafter_name("gguf-2")
-    assert kind_for_key("gguf").kind == "gguf"
+    assert entry_for_key("gguf").kind == "gguf"
     assert vocabulary_mismatch(["a", "b", "c"], ["a", "b", "c"], 3) is None
     assert "2 token ids" in vocabulary_mismatch(["a", "x", "y"], ["a", "b", "c"], 3)
     assert "scores 2 token ids" in vocabulary_mismatch(["a", "b"], ["a", "b", "c"], 3)

@@ -11,7 +11,7 @@ import torch
 
 from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
 from pacer_core.decoders.smc import SMC
-from pacer_core.drafters import drafter_swapped, load_drafter, new_caches
+from pacer_core.drafters import load_drafter, new_caches
 from pacer_core.drafters.gguf_drafter import GGUFDrafter
 from pacer_core.kvcache import CachedModel
 from pacer_core.llama.cache import GGUFCache
@@ -147,9 +147,9 @@ def test_the_library_setup_builds_is_one_row_invariant(pair_on_llama):
 @pytest.mark.parametrize("drafter_name", ["small", "gguf"])
 def test_greedy_fixed_and_pacer_on_the_engine_return_ars_tokens(pair_on_llama, drafter_name):
     pair = pair_on_llama
-    with drafter_swapped(pair, load_drafter(pair, drafter_name)):
-        assert isinstance(target_cache(pair), GGUFCache)
-        assert greedy_rejections(pair, ([1, 2, 3], [7, 7, 7, 7, 9], list(range(60)))) > 0
+    drafting = pair.with_drafter(load_drafter(pair, drafter_name))
+    assert isinstance(target_cache(drafting), GGUFCache)
+    assert greedy_rejections(drafting, ([1, 2, 3], [7, 7, 7, 7, 9], list(range(60)))) > 0
 
 
 def engine_sequence_distribution(engine, prompt_ids, n_tokens, temperature, top_k=0, top_p=1.0) -> dict:
@@ -181,17 +181,17 @@ def test_sampling_on_the_engine_matches_the_engines_distribution(five_token_pair
 
 
 def test_smc_sd_runs_on_the_engine(pair_on_llama):
-    with drafter_swapped(pair_on_llama, load_drafter(pair_on_llama, "gguf")):
-        *events, result = SMC().run(pair_on_llama, [1, 2, 3], validate_settings(
-            max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
+    drafting = pair_on_llama.with_drafter(load_drafter(pair_on_llama, "gguf"))
+    *events, result = SMC().run(drafting, [1, 2, 3], validate_settings(
+        max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
 
 def test_a_drafter_that_reads_the_target_falls_back_to_torch_for_ar_and_verify(pair_on_llama):
     head_like = SimpleNamespace(reads_target_features=True, name="head", describe=lambda: {})
-    with drafter_swapped(pair_on_llama, head_like):
-        assert active_engine(pair_on_llama) is None and isinstance(target_cache(pair_on_llama), CachedModel)
-        assert engine_label(pair_on_llama).startswith("torch (the drafter reads the target's hidden states")
+    drafting = pair_on_llama.with_drafter(head_like)
+    assert active_engine(drafting) is None and isinstance(target_cache(drafting), CachedModel)
+    assert engine_label(drafting).startswith("torch (the drafter reads the target's hidden states")
     assert engine_label(pair_on_llama).startswith("llama.cpp (target.gguf, ")
     assert pair_on_llama.describe()["target_engine"].startswith("llama.cpp")
 
@@ -234,17 +234,17 @@ def pair_adopting(tmp_path_factory):
 def test_a_gguf_draft_of_the_targets_layout_adopts_the_targets_prompt(pair_adopting, tmp_path):
     pair, prompt = pair_adopting, list(range(3, 60))
     drafter = load_drafter(pair, "gguf")
-    with drafter_swapped(pair, drafter):
-        target, draft = new_caches(pair)
-        assert draft.adopts_target_prompt and draft.context is not None
-        target.forward(prompt[:-1], keep=1)
+    drafting = pair.with_drafter(drafter)
+    target, draft = new_caches(drafting)
+    assert draft.adopts_target_prompt and draft.context is not None
+    target.forward(prompt[:-1], keep=1)
+    draft.adopt(target)
+    assert draft.length == len(prompt) - 1 and draft.row_tokens == target.row_tokens
+    adopted = draft.forward(prompt[-1:], keep=1)[0, -1]
+    own = drafter.new_cache().forward(prompt, keep=1)[0, -1]        # beside no target: its own prefill
+    assert torch.allclose(adopted, own, atol=1e-3)        # its own cells are float16, the adopted float32
+    with pytest.raises(ValueError, match="empty cache of one row"):
         draft.adopt(target)
-        assert draft.length == len(prompt) - 1 and draft.row_tokens == target.row_tokens
-        adopted = draft.forward(prompt[-1:], keep=1)[0, -1]
-        own = drafter.new_cache().forward(prompt, keep=1)[0, -1]        # beside no target: its own prefill
-        assert torch.allclose(adopted, own, atol=1e-3)        # its own cells are float16, the adopted float32
-        with pytest.raises(ValueError, match="empty cache of one row"):
-            draft.adopt(target)
     assert not drafter.new_cache(CachedModel(pair.target, 64)).adopts_target_prompt   # a torch target
     unrelated = tiny_pair(draft_noise=None)                             # a 1-layer draft: another layout
     path = write_llama_gguf(unrelated.draft, unrelated.tokenizer, tmp_path / "one-layer.gguf")
@@ -255,15 +255,15 @@ def test_a_gguf_draft_of_the_targets_layout_adopts_the_targets_prompt(pair_adopt
 def test_adopting_drafts_keep_ars_tokens_and_smc_runs(pair_adopting):
     pair = pair_adopting
     decoders = [FixedSpeculative(gamma) for gamma in (1, 4)] + [Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit")]
-    with drafter_swapped(pair, load_drafter(pair, "gguf")):
-        for prompt in ([5], [1, 2, 3], list(range(60)) + list(range(40))):
-            reference = run_result(Autoregressive(), pair, prompt, max_new_tokens=30).token_ids
-            for decoder in decoders:
-                result = run_result(decoder, pair, prompt, max_new_tokens=30)
-                assert result.token_ids == reference, (decoder.info(), prompt)
-                assert result.metrics.accepted_tokens > 0
-        *events, result = SMC().run(pair, list(range(30)), validate_settings(
-            max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
+    drafting = pair.with_drafter(load_drafter(pair, "gguf"))
+    for prompt in ([5], [1, 2, 3], list(range(60)) + list(range(40))):
+        reference = run_result(Autoregressive(), drafting, prompt, max_new_tokens=30).token_ids
+        for decoder in decoders:
+            result = run_result(decoder, drafting, prompt, max_new_tokens=30)
+            assert result.token_ids == reference, (decoder.info(), prompt)
+            assert result.metrics.accepted_tokens > 0
+    *events, result = SMC().run(drafting, list(range(30)), validate_settings(
+        max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
 
@@ -272,9 +272,9 @@ def test_sampling_with_an_adopting_draft_matches_the_engines_distribution(five_t
     five = five_token_pair_on_llama
     pair = dataclasses.replace(five, draft_gguf=str(write_llama_gguf(five.target, five.tokenizer, tmp_path / "d.gguf")))
     truth = engine_sequence_distribution(pair.target_engine, PROMPT, N_TOKENS, **FILTERED)
-    with drafter_swapped(pair, load_drafter(pair, "gguf")):
-        assert new_caches(pair)[1].adopts_target_prompt
-        counts = sample_counts(FixedSpeculative(2), pair, PROMPT, N_TOKENS, RUNS, **FILTERED)
+    drafting = pair.with_drafter(load_drafter(pair, "gguf"))
+    assert new_caches(drafting)[1].adopts_target_prompt
+    counts = sample_counts(FixedSpeculative(2), drafting, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
@@ -291,6 +291,6 @@ def test_a_runs_seconds_count_the_targets_prompt_fed_for_the_draft(pair_adopting
             time.sleep(0.5)
         return forward(cache, token_ids, *args, **kwargs)
     monkeypatch.setattr(LlamaTargetCache, "forward", slow_prefill)
-    with drafter_swapped(pair_adopting, load_drafter(pair_adopting, "gguf")):
-        result = run_result(FixedSpeculative(3), pair_adopting, list(range(40)), max_new_tokens=4)
+    drafting = pair_adopting.with_drafter(load_drafter(pair_adopting, "gguf"))
+    result = run_result(FixedSpeculative(3), drafting, list(range(40)), max_new_tokens=4)
     assert result.metrics.seconds >= 0.5

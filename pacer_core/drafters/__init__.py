@@ -20,8 +20,6 @@ the pair; nothing is reloaded). This package does not import ``models`` (the loa
 never the reverse). Docs: docs/drafters.md."""
 from __future__ import annotations
 
-import contextlib
-
 from ..kvcache import CachedModel, ModelCache
 from ..quantized_linear import QuantizationUnavailable
 from .caches import new_caches
@@ -30,27 +28,14 @@ from .feature_head import head_drafter
 from .gguf_drafter import GGUF_ENV, GGUFDrafter, gguf_drafter_for, gguf_path, gguf_unavailable
 from .independent import (IndependentDrafter, ReducedVocabularyCache, draft_folder, kept_output_layer,
                           reduced_vocabulary_drafter, small_drafter)
-from .kinds import (KINDS, DrafterEntry, DrafterKind, all_names_text, drafter_key, drafter_keys, entry_for_key,
-                    entry_for_name, entry_of_drafter, kind_for_key, kind_for_name, kind_of_drafter, load_drafter,
-                    valid_drafter_name)
+from .kinds import (KINDS, DrafterEntry, all_names_text, drafter_key, drafter_keys, entry_for_key, entry_for_name,
+                    entry_of_drafter, load_drafter, valid_drafter_name)
 from .measured import MEASURED_DEFAULTS_FILE, measured_defaults, measured_drafter, measured_gamma, measured_settings
 from .self_quantized import SELF_DRAFTERS, SelfQuantizedDrafter, self_drafter
 from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits, load_frequent_ids
 
 
-@contextlib.contextmanager
-def drafter_swapped(pair, drafter):
-    """Kept for callers written before ``ModelPair.with_drafter`` was the one way to swap: decode with
-    another drafter inside the block, then restore the pair's own."""
-    saved = pair.drafter, pair.draft_id
-    pair.drafter, pair.draft_id = drafter, drafter.name
-    try:
-        yield
-    finally:
-        pair.drafter, pair.draft_id = saved
-
-
 __all__ = ["Drafter", "ModelCache", "IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter", "KINDS", "DrafterEntry",
-           "drafter_keys", "kind_for_key", "new_caches", "load_drafter", "drafter_swapped", "valid_drafter_name",
+           "drafter_keys", "entry_for_key", "new_caches", "load_drafter", "valid_drafter_name",
            "all_names_text", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "drafter_key", "measured_drafter",
            "measured_gamma", "measured_settings"]

@@ -106,9 +106,6 @@ def load_drafter(pair, name: str, head_dir=None):
     return entry.build(pair, name, head_dir)
 
 
-# The names these had before the table's words were settled (issue 36), kept for callers.
-DrafterKind, kind_for_name, kind_for_key, kind_of_drafter = DrafterEntry, entry_for_name, entry_for_key, entry_of_drafter
-
 __all__ = ["DrafterEntry", "KINDS", "drafter_keys", "entry_for_name", "entry_for_key", "entry_of_drafter", "drafter_key",
            "all_names_text", "valid_drafter_name", "load_drafter", "gguf_path", "gguf_unavailable", "SELF_DRAFTERS",
-           "GGUF_ENV", "DrafterKind", "kind_for_name", "kind_for_key", "kind_of_drafter"]
+           "GGUF_ENV"]

@@ -33,7 +33,7 @@ import torch
 
 from ..decoders.autoregressive import Autoregressive
 from ..decoders.fixed import FixedSpeculative
-from ..drafters import MEASURED_DEFAULTS_FILE, draft_folder, drafter_key, drafter_swapped, load_drafter
+from ..drafters import MEASURED_DEFAULTS_FILE, draft_folder, drafter_key, load_drafter
 from ..drafters.measured import TORCH_TARGET_PART, target_verifies_on_torch_cpu
 from ..models import load_pair
 from ..prompts import load_prompts
@@ -176,12 +176,12 @@ def main(argv=None) -> int:
     drafter = load_drafter(pair, args.drafter)
     limits = Limits.from_env()
     prompts = load_prompts(args.prompts)[: args.limit or None]
-    with drafter_swapped(pair, drafter):
-        prompt_ids = [list(encode_prompt(pair, record["prompt"], None, limits).ids) for record in prompts]
-        progress = tqdm(total=args.repeats * len(prompt_ids) * len(gammas), file=sys.stderr)
-        observed = measure(pair, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats, progress)
-        progress.close()
-        key, device = drafter_key(pair.drafter), torch.device(pair.device).type
+    drafting = pair.with_drafter(drafter)
+    prompt_ids = [list(encode_prompt(drafting, record["prompt"], None, limits).ids) for record in prompts]
+    progress = tqdm(total=args.repeats * len(prompt_ids) * len(gammas), file=sys.stderr)
+    observed = measure(drafting, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats, progress)
+    progress.close()
+    key, device = drafter_key(drafting.drafter), torch.device(drafting.device).type
     source = (f"python -m pacer_core.training.pacer_costs --drafter {args.drafter} on {len(prompt_ids)} prompts of "
               f"{args.prompts}, T = {args.temperature}, {args.max_new_tokens} tokens, fixed SD at {gammas}, "
               f"{date.today().isoformat()}; AR step {observed.ar_seconds / observed.ar_tokens * 1000:.1f} ms; "
