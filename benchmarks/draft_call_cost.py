@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import random
 import statistics
 import sys
@@ -23,9 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from benchmarks.results_writer import print_and_write  # noqa: E402
 from pacer_core import sampling  # noqa: E402
 from pacer_core.drafters import load_drafter  # noqa: E402
-from pacer_core.drafters.gguf_drafter import llama_cpp_module  # noqa: E402
+from pacer_core.llama.model import llama_cpp_module  # noqa: E402
 from pacer_core.models import load_pair  # noqa: E402
 from pacer_core.preverifier import token_features  # noqa: E402
 
@@ -92,10 +92,7 @@ def main(argv=None) -> int:
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "repeats": args.repeats, "threads": drafter.model.threads,
               "torch_threads": torch.get_num_threads(), "median_microseconds": micro,
               "beyond_llama_decode_microseconds": {name: round(value, 1) for name, value in beyond.items()}}
-    print(json.dumps(report, indent=1))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print_and_write(report, args.out)
     return 0
 
 

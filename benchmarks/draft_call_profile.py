@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from benchmarks.llamacpp_peer import without_eos  # noqa: E402
-from pacer_core.drafters import gguf_drafter  # noqa: E402
-from pacer_core.drafters.builders import new_caches, target_cache  # noqa: E402
+from pacer_core.drafters import new_caches  # noqa: E402
+from pacer_core.llama.cache import GGUFCache  # noqa: E402
+from pacer_core.llama.engine import target_cache  # noqa: E402
 from pacer_core.models import load_pair  # noqa: E402
 from pacer_core.prompts import load_prompts  # noqa: E402
 
@@ -38,7 +39,7 @@ class DecodeLog:
 
     def __init__(self, drafter):
         self.drafter, self.calls = drafter, []
-        self.original = gguf_drafter.GGUFCache._decode_once
+        self.original = GGUFCache._decode_once
 
     def __enter__(self):
         log = self
@@ -50,11 +51,11 @@ class DecodeLog:
             role = "draft" if cache.owner is log.drafter else "target"
             log.calls.append((role, len(entries), ended - started, started, ended))
             return logits
-        gguf_drafter.GGUFCache._decode_once = timed
+        GGUFCache._decode_once = timed
         return self
 
     def __exit__(self, *exc):
-        gguf_drafter.GGUFCache._decode_once = self.original
+        GGUFCache._decode_once = self.original
 
 
 def nearest_prompts(lengths: list[int], pair) -> dict[int, dict]:

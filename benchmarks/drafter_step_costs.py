@@ -16,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.target_engine import timed_pass  # noqa: E402
 from pacer_core import load_pair  # noqa: E402
 from pacer_core.drafters import load_drafter  # noqa: E402
-from pacer_core.drafters.builders import new_caches, target_cache  # noqa: E402
+from pacer_core.drafters import new_caches  # noqa: E402
+from pacer_core.llama.engine import target_cache  # noqa: E402
 
 PROMPT_IDS = [(index * 37) % 40000 + 100 for index in range(100)]
 

@@ -7,7 +7,7 @@ verify of a run also runs the prompt through the target, so per-verify forward t
         --temperature 0.7 --out benchmarks/results/gguf-split/after-t0.7.json
 
 It times the two engines by wrapping ``GGUFCache._decode_once`` (the drafter's llama.cpp calls, and the target's
-when llama.cpp runs it: target_engine.py) and ``CachedModel._run`` (the target's model call in torch), runs each
+when llama.cpp runs it: llama/target.py) and ``CachedModel._run`` (the target's model call in torch), runs each
 method on the prompts through ``run_request`` (the app's path), and divides."""
 from __future__ import annotations
 
@@ -24,14 +24,14 @@ import torch  # noqa: E402
 
 from pacer_core.api import run_request  # noqa: E402
 from pacer_core.drafters import measured_settings  # noqa: E402
-from pacer_core.drafters.gguf_drafter import GGUFCache  # noqa: E402
+from pacer_core.llama.cache import GGUFCache  # noqa: E402
+from pacer_core.llama.target import LlamaTargetCache  # noqa: E402
 from pacer_core.kvcache import CachedModel  # noqa: E402
 from pacer_core.methods import parse_method  # noqa: E402
 from pacer_core.models import load_pair  # noqa: E402
 from pacer_core.prompts import load_prompts  # noqa: E402
 from pacer_core.request import encode_prompt, request_for  # noqa: E402
 from pacer_core.settings import Limits, validate_settings  # noqa: E402
-from pacer_core.target_engine import LlamaTargetCache  # noqa: E402
 
 
 @contextmanager

@@ -12,6 +12,7 @@ medians and their ratio."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -28,17 +29,7 @@ STEPS = 48
 
 def child(gguf_file: str, rows: int) -> dict:
     """Time STEPS decode steps of one token on each of ``rows`` rows after a 64-token prompt."""
-    import llama_cpp
-    from llama_cpp import _internals, _logger
-    _logger.set_verbose(False)
-    llama_cpp.llama_backend_init()
-    model = _internals.LlamaModel(path_model=gguf_file, params=llama_cpp.llama_model_default_params(), verbose=False)
-    params = llama_cpp.llama_context_default_params()
-    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 1024, 256, 256, rows
-    params.n_threads = params.n_threads_batch = 2
-    params.kv_unified, params.no_perf = True, True
-    context = _internals.LlamaContext(model=model, params=params, verbose=False)
-    batch = _internals.LlamaBatch(n_tokens=256, embd=0, n_seq_max=1, verbose=False)
+    _, model, context, batch = proof_module().open_context(gguf_file, 1024, 256, rows, 2)
     n_vocab = int(model.n_vocab())
 
     def decode(entries):
@@ -59,6 +50,15 @@ def child(gguf_file: str, rows: int) -> dict:
         decode([(row, len(prompt) + step, token) for row in range(rows)])
         times.append(time.perf_counter() - started)
     return {"step_ms": 1000 * statistics.median(times[4:])}
+
+
+def proof_module():
+    """pacer_core/llama/proof.py loaded by its path: the child imports nothing else of the project (no torch), so
+    the build on PYTHONPATH is the only native library it loads."""
+    spec = importlib.util.spec_from_file_location("llama_proof", ROOT / "pacer_core" / "llama" / "proof.py")
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)   # dataclasses look it up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def site_for(library: str, scratch: Path) -> str:
@@ -100,6 +100,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    from benchmarks.results_writer import print_and_write     # here: the child imports nothing of the project
     if not args.gguf:
         from pacer_core.embedded import find_gguf_file
         args.gguf = str(find_gguf_file())
@@ -119,10 +120,7 @@ def main(argv=None) -> int:
                                       text=True).stdout.strip(),
               "samples_ms": {f"{label} {rows}": [round(value, 2) for value in values]
                              for (label, rows), values in samples.items()}}
-    print(json.dumps(report, indent=1))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print_and_write(report, args.out)
     return 0
 
 

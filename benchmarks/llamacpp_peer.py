@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import json
 import os
 import re
 import shlex
@@ -39,6 +38,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.results_writer import write_folder  # noqa: E402
 
 LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
 TOOLS = ("llama-completion", "llama-speculative-simple", "llama-quantize")
@@ -458,11 +459,7 @@ def main(argv=None) -> int:
     except (PeerError, subprocess.TimeoutExpired) as failure:
         print(f"error: {failure}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / "report.md").write_text(markdown(report))
-    print(markdown(report))
+    write_folder(args.out, report, markdown(report))
     return 0
 
 

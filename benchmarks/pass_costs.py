@@ -9,7 +9,6 @@ one single-token draft pass per drafted token, AR one single-token target pass p
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.results_writer import print_and_write  # noqa: E402
 from pacer_core.kvcache import CachedModel  # noqa: E402
 from pacer_core.models import load_pair  # noqa: E402
 
@@ -70,9 +70,7 @@ def main(argv=None) -> int:
     medians = interleaved_medians(caches_by_config(args.dtypes.split(","), args.packed), args.repeats)
     report = {"threads": torch.get_num_threads(), "context": len(CONTEXT), "repeats": args.repeats, "medians": medians,
               "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    print(json.dumps(report, indent=2))
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print_and_write(report, args.out, indent=2)
     return 0
 
 

@@ -1,5 +1,5 @@
 """The target's engines side by side: the cost of a 1-token step and of a verify pass over T tokens, each after the
-same chat prompt, for torch (packed float32, the project's former path), the llama.cpp engine (target_engine.py:
+same chat prompt, for torch (packed float32, the project's former path), the llama.cpp engine (llama/target.py:
 row-invariant calls, in each context configuration tried) and llama.cpp's own F32 step on the same weights (a plain
 one-token llama_decode, what ``llama-completion`` runs). Interleaved: every configuration and every T once per
 repeat, in a shuffled order; medians over repeats.
@@ -11,7 +11,6 @@ verify pass over several tokens (with and without the engine's companion token a
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -22,9 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from pacer_core import target_engine  # noqa: E402
-from pacer_core.drafters.gguf_drafter import ContextPool, GGUFCache  # noqa: E402
+from benchmarks.results_writer import write_folder  # noqa: E402
 from pacer_core.kvcache import CachedModel  # noqa: E402
+from pacer_core.llama.target import COMPANION_SEQUENCE, LlamaTarget, LlamaTargetCache  # noqa: E402
+from pacer_core.llama.cache import GGUFCache  # noqa: E402
+from pacer_core.llama.model import ContextPool  # noqa: E402
 from pacer_core.models import load_pair  # noqa: E402
 
 VERIFY_TOKENS = (1, 2, 4, 8, 12, 16, 24, 36)
@@ -47,9 +48,9 @@ class Engine:
 def llama_engines(model, vocab_size: int) -> list[Engine]:
     engines = []
     for label, options in CONFIGURATIONS.items():
-        owner = target_engine.LlamaTarget(model, vocab_size)
-        owner.pool = ContextPool(model, sequences=target_engine.COMPANION_SEQUENCE + 1, options=options)
-        engines.append(Engine(f"engine ({label})", lambda owner=owner: target_engine.LlamaTargetCache(owner)))
+        owner = LlamaTarget(model, vocab_size)
+        owner.pool = ContextPool(model, sequences=COMPANION_SEQUENCE + 1, options=options)
+        engines.append(Engine(f"engine ({label})", lambda owner=owner: LlamaTargetCache(owner)))
         if label == "fa on, kv f16":      # llama.cpp's defaults: what its own tools run
             engines.append(Engine("llama.cpp plain step (fa on, kv f16)", lambda owner=owner: GGUFCache(owner)))
     return engines
@@ -108,7 +109,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="benchmarks/results/target-engine")
     args = parser.parse_args(argv)
     pair = load_pair("embedded", "small", target_engine="torch")
-    engine = target_engine.LlamaTarget.for_embedded(pair.tokenizer, pair.vocab_size)
+    engine = LlamaTarget.for_embedded(pair.tokenizer, pair.vocab_size)
     prompt = pair.encode_prompt(PROMPT)
     continuation = [int(token) for token in torch.randint(100, 40000, (max(VERIFY_TOKENS),),
                                                           generator=torch.Generator().manual_seed(args.seed))]
@@ -119,11 +120,7 @@ def main(argv=None) -> int:
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "threads": engine.model.threads,
               "torch_threads": torch.get_num_threads(), "prompt_tokens": len(prompt), "repeats": args.repeats,
               "milliseconds": curve, "row_invariance": checks}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / "report.md").write_text(markdown(report))
-    print(markdown(report))
+    write_folder(args.out, report, markdown(report))
     return 0
 
 

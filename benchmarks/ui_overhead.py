@@ -42,6 +42,7 @@ from pacer_core import load_pair  # noqa: E402
 from pacer_core.preverifier import default_preverifier  # noqa: E402
 from pacer_core.ui import handlers  # noqa: E402
 from pacer_core.ui.handlers import AppContext, PageInputs  # noqa: E402
+from pacer_core.ui.replay import RecordedPair  # noqa: E402
 from pacer_core.ui.session import RunSession  # noqa: E402
 
 PROMPT = "Write a Python function that checks whether a string is a palindrome."
@@ -126,17 +127,6 @@ def recording(session, calls: list, settings: dict, measure_ar: bool) -> dict:
             "logliks": dict(session.logliks), "proposal_kl": session.proposal_kl}
 
 
-class ReplayPair:
-    """Stands in for the pair in a replay: only what the page reads of it."""
-
-    def __init__(self, describe: dict):
-        self._describe = describe
-        self.drafter = None
-
-    def describe(self) -> dict:
-        return self._describe
-
-
 class VirtualClock:
     """``time`` for the handlers module during a replay: perf_counter runs at real speed plus every recorded
     model call's seconds (so the plots are redrawn on the real run's schedule); the rest is ``time``'s."""
@@ -157,7 +147,7 @@ def replay_session_class(clock: VirtualClock, recorded: dict):
 
     class ReplaySession(RunSession):
         def __init__(self, *args, **kwargs):      # noqa: D401 - no model, no validation: the recorded run's
-            self.pair, self.prompt, self.chat = ReplayPair(recorded["describe"]), recorded["prompt"], recorded["chat"]
+            self.pair, self.prompt, self.chat = RecordedPair(recorded["describe"]), recorded["prompt"], recorded["chat"]
             self.settings = self.validated = dict(recorded["session_settings"])
             self.raw_settings, self.preverifier, self.limits = dict(recorded["settings"]), None, None
             self.cancel, self.prompt_ids, self.prompt_note = threading.Event(), recorded["prompt_ids"], None
@@ -215,7 +205,7 @@ def replay_render_seconds(recorded: dict) -> tuple[float, float, int]:
     original_new_session, original_time = handlers.new_session, handlers.time
     handlers.new_session = lambda context, inputs: session_class()
     handlers.time = clock
-    context = AppContext(ReplayPair(recorded["describe"]), None, "trained")
+    context = AppContext(RecordedPair(recorded["describe"]), None, "trained")
     inputs = PageInputs(recorded["prompt"], dict(recorded["settings"]), chat=recorded["chat"],
                         measure_ar=recorded["measure_ar"])
     try:

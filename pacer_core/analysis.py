@@ -31,7 +31,7 @@ def step_starts(events) -> list[int]:
 def target_teacher_forced_logits(pair, prompt_ids, output_ids) -> torch.Tensor:
     """The target's logits predicting each output token: [len(output), V], from one feed on the target's own
     engine (``drafters.target_cache``: llama.cpp where it runs the target, a tenth of a torch forward's time)."""
-    from .drafters import target_cache
+    from .llama.engine import target_cache
     target = target_cache(pair)
     logits = target.forward(list(prompt_ids) + list(output_ids), keep=len(output_ids) + 1)
     return logits[0, :-1, : pair.vocab_size].float().cpu()
@@ -54,7 +54,7 @@ def draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support: bool
 def target_output_logits(pair, prompt_ids, outputs: dict) -> dict:
     """``target_teacher_forced_logits`` of several outputs after one prompt, {key: [len(output), V]}: the
     prompt is fed once and each output after it (the cache cropped back to the prompt in between)."""
-    from .drafters import target_cache
+    from .llama.engine import target_cache
     target = target_cache(pair)
     first = target.forward(list(prompt_ids), keep=1)[0, :, : pair.vocab_size].float().cpu()
     logits = {}

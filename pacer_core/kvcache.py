@@ -1,9 +1,9 @@
-"""The cache contract every model of a run meets (``DraftCache``), the one growing KV store the torch models
+"""The cache contract every model of a run meets, target and drafter alike (``ModelCache``), the one growing KV store the torch models
 write through (``GrowingLayer``), and a causal LM's cache (``CachedModel``).
 
 Invariant: a cache holds exactly the first ``length`` tokens of the sequence being decoded (every batch row the
 same length). Rolling back is ``crop``; SMC-SD copies rows with ``reorder``. Decoders never touch cache internals:
-they speak only ``DraftCache``, so fixed SD, PACER, the oracle and SMC-SD draft with every kind of drafter unchanged.
+they speak only ``ModelCache``, so fixed SD, PACER, the oracle and SMC-SD draft with every kind of drafter unchanged.
 
 Devices: ``device`` is the model's first parameter's (its input embedding's). Token ids are moved there
 before the forward and the logits and hidden states are returned there, even when ``device_map="auto"``
@@ -21,8 +21,8 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 
 @runtime_checkable
-class DraftCache(Protocol):
-    """One run's state of one model, as every decoder uses it (shape letters: B rows, T fed, V vocabulary, H hidden).
+class ModelCache(Protocol):
+    """One run's state of one model (the target on torch or llama.cpp, or a drafter), as every decoder uses it (shape letters: B rows, T fed, V vocabulary, H hidden).
 
     ``forward(new_token_ids, output_hidden_states=False, keep=None)``: append tokens (a list of ids for one row, or
     a [B, T] tensor) and return float32 logits [B, T, V] (and hidden states [B, T, H] when asked); with ``keep``
@@ -30,11 +30,15 @@ class DraftCache(Protocol):
     must for them. ``crop(length)``: forget every token past ``length``. ``reorder(ancestor_index)``: row i
     becomes old row ancestor_index[i]; the row count may change (SMC-SD's 1 → N after its prefill).
     ``feed_sequence``: see ``FeedsSequence``. ``length``: tokens held; ``calls``: forwards made; ``features``:
-    the target's recorded hidden states [B, length, H] (a target cache asked to keep them), else None."""
+    the target's recorded hidden states [B, length, H] (a target cache asked to keep them), else None;
+    ``feature_length``: positions of ``features`` held (0 without them); ``device``: where its input ids go and
+    its logits come back (the run's device when it is the target's cache)."""
 
     length: int
     calls: int
     features: torch.Tensor | None
+    feature_length: int
+    device: torch.device
 
     def forward(self, new_token_ids, output_hidden_states: bool = False, keep: int | None = None): ...
 
@@ -191,7 +195,7 @@ def accepts_logits_to_keep(model_class: type) -> bool:
 
 class CachedModel(FeedsSequence):
     """A causal LM run incrementally over one growing (or batched) token sequence, its KV store a
-    ``GrowingCache``; a ``DraftCache``. Subclasses change only ``_run`` (one model call over the new tokens)."""
+    ``GrowingCache``; a ``ModelCache``. Subclasses change only ``_run`` (one model call over the new tokens)."""
 
     def __init__(self, model, vocab_size: int, keep_features: bool = False):
         self.keep_logits: int | None = None   # this forward's ``keep`` (read by _run)
@@ -210,7 +214,7 @@ class CachedModel(FeedsSequence):
 
     @torch.inference_mode()
     def forward(self, new_token_ids, output_hidden_states: bool = False, keep: int | None = None):
-        """``DraftCache.forward``. With ``keep`` the model computes only those positions' logits when it can
+        """``ModelCache.forward``. With ``keep`` the model computes only those positions' logits when it can
         (``logits_to_keep``; not while features are recorded): a long prompt's logits for every position would
         cost a fifth of the target's prefill (docs/measurements.md)."""
         new_token_ids = token_rows(new_token_ids).to(self.device)

@@ -13,8 +13,10 @@ from pathlib import Path
 import torch
 
 from . import embedded
+from .drafters.drafter import Drafter
 from .drafters.feature_head import is_head_dir
-from .drafters.kinds import kind_for_name
+from .drafters.kinds import entry_for_name
+from .llama.target import LlamaTarget
 from .packed_linear import PackedLinear, pack_linear_layers, packing_wanted
 
 PROBE_STRINGS = (
@@ -47,10 +49,10 @@ class ModelPair:
     dtype: torch.dtype = torch.float32
     vocab_size: int = 0
     use_chat_template: bool = True
-    drafter: object = None   # what the decoders draft with (drafters.py); the draft model by default
+    drafter: Drafter | None = None   # what the decoders draft with (drafters/); the draft model by default
     draft_model_id: str = ""  # name of the independent draft model (kept when a head drafts instead)
     draft_gguf: str = ""      # a GGUF file for the ``gguf`` drafter (the embedded target's own file without one)
-    target_engine: object = None   # target_engine.LlamaTarget when llama.cpp runs the target; None: torch
+    target_engine: LlamaTarget | None = None   # when llama.cpp runs the target (llama/target.py); None: torch
     load_note: str = ""       # one line for the page about how this pair was chosen (e.g. a GPU default that fell back)
 
     def __post_init__(self):
@@ -60,13 +62,11 @@ class ModelPair:
             self.drafter = IndependentDrafter(self.draft, self.vocab_size, self.draft_id)
 
     def use_head(self, directory, name: str | None = None, kept=None, dtype=None) -> "ModelPair":
-        """Draft with a feature head (a folder with head_config.json) instead of the draft model;
-        ``dtype``: the head's (default: the target's)."""
+        """A view of this pair drafting with a feature head (a folder with head_config.json) instead of the draft
+        model (``with_drafter``; this pair is unchanged); ``dtype``: the head's (default: the target's)."""
         from .drafters.feature_head import FeatureHeadDrafter
-        self.drafter = FeatureHeadDrafter.load(directory, self.target, self.vocab_size, name or str(directory),
-                                               dtype=dtype, kept=kept)
-        self.draft_id = self.drafter.name
-        return self
+        return self.with_drafter(FeatureHeadDrafter.load(directory, self.target, self.vocab_size,
+                                                         name or str(directory), dtype=dtype, kept=kept))
 
     def with_drafter(self, drafter) -> "ModelPair":
         """Another view of this pair drafting with ``drafter``: the same target, draft model, tokenizer and
@@ -74,14 +74,13 @@ class ModelPair:
         return dataclasses.replace(self, drafter=drafter, draft_id=drafter.name, draft_model_id=self.draft_model_id)
 
     def use_drafter(self, name: str) -> "ModelPair":
-        """Draft with a drafter by name (``drafters.load_drafter``: small, head, self-int4, self-int8, ...)."""
+        """A view of this pair drafting with a drafter by name (``drafters.load_drafter``: small, head, self-int4,
+        self-int8, ...; ``with_drafter``: this pair is unchanged)."""
         from .drafters import load_drafter
         try:
-            self.drafter = load_drafter(self, name)
+            return self.with_drafter(load_drafter(self, name))
         except ValueError as failure:
             raise ModelLoadError(str(failure)) from failure
-        self.draft_id = self.drafter.name
-        return self
 
     @classmethod
     def from_models(cls, target_model, draft_model, tokenizer, target_id="target", draft_id="draft",
@@ -136,7 +135,7 @@ class ModelPair:
         return [self.tokenizer.decode([int(t)], skip_special_tokens=False) for t in token_ids]
 
     def describe(self) -> dict:
-        from .drafters import engine_label
+        from .llama.engine import engine_label
         return {"target": self.target_id, "draft": self.draft_id, "drafter": self.drafter.describe(),
                 "target_engine": engine_label(self),
                 "device": str(self.device), "linear_kernels": linear_kernels(self.target),
@@ -253,7 +252,7 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     ``draft_vocab``: how many of its most frequent ids the independent draft scores ("all", a number, or None
     for its folder's recommendation; see ``_apply_draft_vocabulary``). ``draft_gguf``: the GGUF file the
     ``gguf`` drafter runs (default: for the embedded target, the file it was converted from). ``target_engine``:
-    auto (default), torch or llama.cpp (target_engine.py: auto is llama.cpp for the embedded target in float32 on a
+    auto (default), torch or llama.cpp (llama/engine.py: auto is llama.cpp for the embedded target in float32 on a
     CPU with llama-cpp-python, torch otherwise)."""
     device = torch.device(device) if device else default_device()
     dtype = parse_dtype(dtype) or default_dtype(device)
@@ -265,7 +264,7 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     if target_location == str(embedded.converted_target_dir()):
         draft = default_embedded_drafter(draft, device)
     draft_location, draft_name = resolve_source(draft, "draft")
-    named = kind_for_name(draft_location)
+    named = entry_for_name(draft_location)
     built_from_target = draft_location if named is not None and named.kind in ("self-quantized", "gguf") else None
     head_location = draft_location if is_head_dir(draft_location) else None
     kept_alongside = head_location or built_from_target
@@ -290,11 +289,11 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
         _apply_draft_vocabulary(pair, draft_vocab)
     if head_location:
         try:
-            pair.use_head(head_location, draft_name, dtype=draft_dtype)
+            pair = pair.use_head(head_location, draft_name, dtype=draft_dtype)
         except (OSError, KeyError, RuntimeError, ValueError) as failure:
             raise ModelLoadError(f"Could not load the feature head '{draft_name}': {failure}") from failure
     if built_from_target:
-        pair.use_drafter(built_from_target)
+        pair = pair.use_drafter(built_from_target)
     pair.target_engine = load_target_engine(target_engine, target_location == str(embedded.converted_target_dir())
                                             and not device_map, pair)
     return pair
@@ -303,16 +302,15 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
 def load_target_engine(requested, is_embedded_target: bool, pair: ModelPair):
     """The llama.cpp engine for the pair's target when ``choose_engine`` picks it, else None (torch);
     ModelLoadError saying why an explicit llama.cpp cannot run."""
-    from . import target_engine
-    from .drafters.gguf_drafter import GGUFUnavailable
+    from .llama.engine import choose_engine, parse_engine
+    from .llama.model import GGUFUnavailable
     try:
-        requested = target_engine.parse_engine(requested)
-        chosen = target_engine.choose_engine(requested, is_embedded_target, pair.device.type,
-                                             str(pair.dtype).replace("torch.", ""))
+        requested = parse_engine(requested)
+        chosen = choose_engine(requested, is_embedded_target, pair.device.type, str(pair.dtype).replace("torch.", ""))
         if chosen == "torch":
             return None
-        return target_engine.LlamaTarget.for_embedded(pair.tokenizer, pair.vocab_size,
-                                                      log=lambda line: print(line, file=sys.stderr, flush=True))
+        return LlamaTarget.for_embedded(pair.tokenizer, pair.vocab_size,
+                                        log=lambda line: print(line, file=sys.stderr, flush=True))
     except (ValueError, GGUFUnavailable, embedded.EmbeddedModelMissing) as failure:
         if requested == "auto":      # the fastest engine could not start: say so and run the target in torch
             print(f"[pacer] target engine: torch ({failure})", file=sys.stderr, flush=True)
@@ -323,12 +321,12 @@ def load_target_engine(requested, is_embedded_target: bool, pair: ModelPair):
 def default_embedded_drafter(draft, device: torch.device) -> str:
     """What ``embedded`` (or no draft) means for the embedded target: ``gguf`` (the target's own GGUF file run by
     llama.cpp) on a CPU where llama-cpp-python is installed and its build passed its proof in a child process
-    (``drafters.native_proof``), the drafter with which the app's defaults show the
+    (``llama.proof``), the drafter with which the app's defaults show the
     most of the papers' claims on held-out prompts (README, "Measured"); else the small draft model. Any other
     name is kept."""
     if draft not in (None, "", embedded.EMBEDDED):
         return draft
-    from .drafters.kinds import embedded_gguf_unavailable
+    from .llama.availability import embedded_gguf_unavailable
     if device.type == "cpu":
         why_not = embedded_gguf_unavailable()
         if why_not is None:

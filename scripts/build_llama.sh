@@ -42,7 +42,7 @@ build() {   # $1: cmake flags; $2: "fresh" to build again even if a wheel with t
   # --force-reinstall: the same version built with other flags counts as installed to pip; then its dependencies
   $PY -m pip install -q --force-reinstall --no-deps "$wheel" && $PY -m pip install -q "$wheel"
 }
-prove() { $PY -W ignore::RuntimeWarning -m pacer_core.drafters.native_proof --again; }
+prove() { $PY -W ignore::RuntimeWarning -m pacer_core.llama.proof --again; }
 
 FLAGS="${CMAKE_ARGS:-$(bash scripts/llama_cpu_flags.sh)}"
 if ! command -v cmake >/dev/null 2>&1 || ! { command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1; }; then

@@ -6,7 +6,7 @@ Why: ggml-cpu (as vendored in llama-cpp-python 0.3.36) multiplies one activation
 (four 8-lane accumulators) and two or more rows with llamafile's tinyBLAS (one 8-lane accumulator per output).
 Both compute the same sums, rounded differently, so a position's logits depend on how many positions share its
 forward pass, and greedy speculative decoding could part from AR's tokens at a near tie. The project's target
-engine (pacer_core/target_engine.py) worked around it by giving every one-row call a companion token, which costs
+engine (pacer_core/llama/target.py) worked around it by giving every one-row call a companion token, which costs
 a second row on every AR step.
 
 The change: tinyBLAS also takes a float32 product over one row when that row is contiguous (``ldb == k``: a

@@ -1,4 +1,4 @@
-"""Every kind of cache a run drafts with meets one contract (``kvcache.DraftCache``), checked by the same
+"""Every kind of cache a run drafts with meets one contract (``kvcache.ModelCache``), checked by the same
 functions: a causal LM's ``CachedModel``, the independent draft over a reduced vocabulary, the self-quantized
 lean step (int8 and int4), the feature head, and the gguf drafter's llama.cpp context (a tiny GGUF written
 in-process; skipped without llama-cpp-python).
@@ -12,7 +12,7 @@ import torch
 from pacer_core.drafters.feature_head import random_head_drafter
 from pacer_core.drafters.independent import IndependentDrafter
 from pacer_core.drafters.self_quantized import SelfQuantizedDrafter
-from pacer_core.kvcache import CachedModel, DraftCache, GrowingLayer
+from pacer_core.kvcache import CachedModel, ModelCache, GrowingLayer
 from pacer_core.testing.tiny import tiny_pair
 
 VOCAB = 64
@@ -78,7 +78,7 @@ def fresh_logits(new_cache, tokens: list[int]) -> torch.Tensor:
 
 def test_every_cache_is_a_draft_cache_and_counts_what_it_holds(new_cache):
     cache = new_cache()
-    assert isinstance(cache, DraftCache) and cache.length == 0 and cache.calls == 0
+    assert isinstance(cache, ModelCache) and cache.length == 0 and cache.calls == 0
     logits = cache.forward(PROMPT)
     assert logits.shape == (1, len(PROMPT), VOCAB) and logits.dtype == torch.float32
     logits, hidden = cache.forward(MORE, output_hidden_states=True)
@@ -126,10 +126,10 @@ def test_a_cache_grows_past_its_capacity_and_keeps_every_position(new_cache, mon
     """Torch caches start with room for 4 more positions here; llama.cpp contexts with 256 cells (its least:
     one decode batch)."""
     monkeypatch.setattr(GrowingLayer, "GROW_BY", 4)
-    from pacer_core.drafters import gguf_drafter
-    monkeypatch.setattr(gguf_drafter.ContextPool.acquire, "__defaults__", (gguf_drafter.BATCH_TOKENS,))
+    from pacer_core.llama import model
+    monkeypatch.setattr(model.ContextPool.acquire, "__defaults__", (model.BATCH_TOKENS,))
     cache = new_cache()
-    tokens = [(7 * index + 3) % VOCAB for index in range(gguf_drafter.BATCH_TOKENS + 8)]
+    tokens = [(7 * index + 3) % VOCAB for index in range(model.BATCH_TOKENS + 8)]
     cache.forward(tokens[:3])
     for token in tokens[3:]:
         last = cache.forward([token])

@@ -22,14 +22,10 @@ import torch
 from pacer_core import Autoregressive, FixedSpeculative, Pacer, sampling, validate_settings
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
+from pacer_core.testing.runs import run_ids, sample_counts
 from pacer_core.testing.tiny import tiny_pair
 
 SIGNIFICANCE = 1e-3
-
-
-def run_ids(decoder, pair, prompt_ids, **settings):
-    *_, result = decoder.run(pair, prompt_ids, validate_settings(**settings))
-    return result.token_ids
 
 
 PROMPTS = [[1, 2, 3], [5], [7, 7, 7, 7, 9], [11, 40, 2, 63, 8, 0], list(range(20))]
@@ -81,13 +77,6 @@ N_TOKENS = 3
 RUNS = 1000                  # see the module docstring for the power reasoning
 
 
-def sample_counts(decoder, pair, runs=RUNS, **settings):
-    counts = Counter()
-    for seed in range(runs):
-        counts[tuple(run_ids(decoder, pair, PROMPT, max_new_tokens=N_TOKENS, seed=seed, **settings))] += 1
-    return counts
-
-
 @pytest.fixture(scope="module")
 def six_token_pair():
     return tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=16)
@@ -108,19 +97,20 @@ def filtered_truth(six_token_pair):
 
 @pytest.mark.statistical
 def test_ar_sampling_matches_target_distribution(six_token_pair, six_token_truth):
-    counts = sample_counts(Autoregressive(), six_token_pair, temperature=1.0)
+    counts = sample_counts(Autoregressive(), six_token_pair, PROMPT, N_TOKENS, RUNS, temperature=1.0)
     assert chi_square_p_value(counts, six_token_truth) > SIGNIFICANCE
 
 
 @pytest.mark.statistical
 def test_fixed_sampling_with_top_k_matches_filtered_target(six_token_pair, filtered_truth):
-    counts = sample_counts(FixedSpeculative(2), six_token_pair, **FILTERED)
+    counts = sample_counts(FixedSpeculative(2), six_token_pair, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, filtered_truth) > SIGNIFICANCE
 
 
 @pytest.mark.statistical
 def test_pacer_sampling_matches_target_distribution(six_token_pair, six_token_truth):
-    counts = sample_counts(Pacer(1, 2, 0.5, ConfidencePreVerifier(), "submit"), six_token_pair, temperature=1.0)
+    counts = sample_counts(Pacer(1, 2, 0.5, ConfidencePreVerifier(), "submit"), six_token_pair, PROMPT, N_TOKENS,
+                           RUNS, temperature=1.0)
     assert chi_square_p_value(counts, six_token_truth) > SIGNIFICANCE
 
 
@@ -139,7 +129,7 @@ def test_pacer_sampling_with_a_trained_sampling_layer_matches_target_distributio
                     list(decoder.run(six_token_pair, PROMPT, validate_settings(max_new_tokens=N_TOKENS,
                                                                                temperature=1.0, seed=seed)))[:-1])
     assert stops["preverifier"] >= 10 and stops["budget"] >= 10
-    counts = sample_counts(decoder, six_token_pair, temperature=1.0)
+    counts = sample_counts(decoder, six_token_pair, PROMPT, N_TOKENS, RUNS, temperature=1.0)
     assert chi_square_p_value(counts, six_token_truth) > SIGNIFICANCE
 
 
@@ -148,5 +138,5 @@ def test_broken_acceptance_rule_is_caught(six_token_pair, filtered_truth, monkey
     """The chi-square tests have power at RUNS: accepting every drafted token gives the draft's distribution,
     and the fixed-SD test's settings must reject it."""
     monkeypatch.setattr(sampling, "acceptance_probs", lambda target, draft: torch.ones_like(target))
-    counts = sample_counts(FixedSpeculative(2), six_token_pair, **FILTERED)
+    counts = sample_counts(FixedSpeculative(2), six_token_pair, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, filtered_truth) < SIGNIFICANCE

@@ -14,17 +14,13 @@ from pacer_core.drafters.feature_head import random_head_drafter
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.training.head_loss import head_losses, second_pass_mask
 from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
+from pacer_core.testing.runs import run_result
 from pacer_core.testing.tiny import tiny_pair
 
 pytestmark = pytest.mark.slow      # trains a head per module (~10 s); the fast tier keeps tests/test_cuda_tier.py's head check
 
 SIGNIFICANCE = 1e-3
 PROMPTS = [[1, 2, 3], [5, 9], [7, 7, 7, 7, 9], [11, 40, 2, 63, 8, 0], list(range(20))]
-
-
-def run_ids(decoder, pair, prompt_ids, **settings):
-    *_, result = decoder.run(pair, prompt_ids, validate_settings(**settings))
-    return result
 
 
 @torch.no_grad()
@@ -98,9 +94,9 @@ def test_greedy_speculative_decoders_equal_ar_with_a_head(head_pair):
         if threshold > 0 or on_fail == "submit"]
     accepted = 0
     for prompt in PROMPTS:
-        reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=30).token_ids
+        reference = run_result(Autoregressive(), pair, prompt, max_new_tokens=30).token_ids
         for decoder in decoders + [OracleLength(reference, 8)]:
-            result = run_ids(decoder, pair, prompt, max_new_tokens=30)
+            result = run_result(decoder, pair, prompt, max_new_tokens=30)
             assert result.token_ids == reference, (decoder.info(), prompt)
             accepted += result.metrics.accepted_tokens
     assert accepted > 100   # the head drafts tokens the target accepts, so both paths are exercised
@@ -111,9 +107,9 @@ def test_greedy_identity_with_a_reduced_vocabulary_head():
     pair = tiny_pair(scale=6.0, eos_token_id=63)
     pair.drafter, _ = fit_head(pair, kept_ids=list(range(0, 64, 2)) + [63])
     for prompt in PROMPTS:
-        reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=30).token_ids
+        reference = run_result(Autoregressive(), pair, prompt, max_new_tokens=30).token_ids
         for decoder in (FixedSpeculative(4), Pacer(1, 6, 0.3)):
-            assert run_ids(decoder, pair, prompt, max_new_tokens=30).token_ids == reference
+            assert run_result(decoder, pair, prompt, max_new_tokens=30).token_ids == reference
 
 
 def test_head_cache_depends_only_on_the_committed_sequence(head_pair):
@@ -162,14 +158,14 @@ def test_sampling_with_a_reduced_vocabulary_head_matches_the_target(five_token_p
     pair = five_token_pair
     pair.drafter = random_head_drafter(pair.target, pair.vocab_size, [0, 2, 3], seed=5, scale=2.0)
     truth = target_sequence_distribution(pair.target, [1, 2], 3, temperature=1.0)
-    counts = Counter(tuple(run_ids(FixedSpeculative(2), pair, [1, 2], max_new_tokens=3, seed=seed,
+    counts = Counter(tuple(run_result(FixedSpeculative(2), pair, [1, 2], max_new_tokens=3, seed=seed,
                                    temperature=1.0).token_ids) for seed in range(1000))
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
 def test_smc_runs_on_a_head_and_resampling_copies_its_rows(head_pair):
     pair, _ = head_pair
-    result = run_ids(SMC(4, 3, ess_threshold=1.0), pair, [1, 2, 3], max_new_tokens=20, temperature=1.0, seed=3)
+    result = run_result(SMC(4, 3, ess_threshold=1.0), pair, [1, 2, 3], max_new_tokens=20, temperature=1.0, seed=3)
     assert 0 < len(result.token_ids) <= 20
     assert result.info["resamples"] > 0
     target, head = new_caches(pair)

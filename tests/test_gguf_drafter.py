@@ -2,7 +2,6 @@
 feeds, crops and reorders), exactness of every decoder that drafts with it (greedy identity with AR,
 chi-square on sampling), SMC-SD's full-support proposal, clear errors for bad files, and the real embedded
 file on the embedded target."""
-from collections import Counter
 
 import pytest
 import torch
@@ -10,12 +9,13 @@ import torch
 from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
 from pacer_core.decoders.smc import SMC
 from pacer_core.drafters import drafter_key, load_drafter, valid_drafter_name
-from pacer_core.drafters.gguf_drafter import GGUFDrafter, GGUFUnavailable, vocabulary_mismatch
-from pacer_core.drafters.kinds import gguf_unavailable, kind_for_key
+from pacer_core.drafters.gguf_drafter import GGUFDrafter
+from pacer_core.drafters.kinds import entry_for_key, gguf_unavailable
 from pacer_core.kvcache import CachedModel
+from pacer_core.llama.model import vocabulary_mismatch
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.preverifier.model import ASSETS_DIR, load
-from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
+from pacer_core.testing.runs import greedy_rejections, p_value_against_target, run_result
 from pacer_core.testing.gguf_file import write_llama_gguf
 from pacer_core.testing.tiny import tiny_pair
 
@@ -81,8 +81,8 @@ def test_crop_and_reorder_equal_a_fresh_context_fed_the_same_tokens(tmp_path):
 
 
 def test_a_long_feed_grows_the_context_and_keeps_every_row(tmp_path, monkeypatch):
-    from pacer_core.drafters import gguf_drafter
-    monkeypatch.setattr(gguf_drafter, "START_CELLS", 256)      # the smallest context llama.cpp takes here
+    from pacer_core.llama import model
+    monkeypatch.setattr(model, "START_CELLS", 256)      # the smallest context llama.cpp takes here
     pair = tiny_pair(draft_noise=None)
     drafter = GGUFDrafter.load(gguf_of(pair.target, pair.tokenizer, tmp_path), pair.tokenizer, 64, "tiny")
     cache, reference = drafter.new_cache(), CachedModel(pair.target, 64)
@@ -94,27 +94,11 @@ def test_a_long_feed_grows_the_context_and_keeps_every_row(tmp_path, monkeypatch
     assert cache.context.n_ctx() > 256
 
 
-def run_ids(decoder, pair, prompt_ids, **settings):
-    *_, result = decoder.run(pair, prompt_ids, validate_settings(**settings))
-    return result
-
-
 def test_greedy_fixed_and_pacer_with_a_gguf_drafter_return_ars_tokens(pair_with_gguf):
-    pair = pair_with_gguf
-    decoders = [FixedSpeculative(gamma) for gamma in (1, 3, 6)] + [
-        Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit"), Pacer(2, 16, 0.9, ConfidencePreVerifier(), "discard"),
-        Pacer(1, 8, None, shipped_layer(), "submit"), Pacer(2, 12, None, shipped_layer(0.9), "discard")]
-    drafter = load_drafter(pair, "gguf")
+    drafter = load_drafter(pair_with_gguf, "gguf")
     assert drafter_key(drafter) == "gguf"
-    rejected = 0
-    drafting = pair.with_drafter(drafter)
-    for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20))):
-        reference = run_ids(Autoregressive(), drafting, prompt, max_new_tokens=40).token_ids
-        for decoder in decoders:
-            result = run_ids(decoder, drafting, prompt, max_new_tokens=40)
-            assert result.token_ids == reference, (decoder.info(), prompt)
-            rejected += result.metrics.drafted_tokens - result.metrics.accepted_tokens
-    assert rejected > 0      # the noisy draft is sometimes wrong, so verification did the work
+    with_layer = [Pacer(1, 8, None, shipped_layer(), "submit"), Pacer(2, 12, None, shipped_layer(0.9), "discard")]
+    assert greedy_rejections(pair_with_gguf.with_drafter(drafter), also=with_layer) > 0   # the draft is sometimes wrong
 
 
 PROMPT, N_TOKENS, RUNS = [1, 2], 3, 1000
@@ -126,7 +110,7 @@ def five_token_pair_with_gguf(tmp_path_factory):
     pair = tiny_pair(vocab_size=5, scale=6.0, target_layers=1, hidden=32, draft_noise=0.5)
     folder = tmp_path_factory.mktemp("gguf5")
     drafter = GGUFDrafter.load(gguf_of(pair.draft, pair.tokenizer, folder, float16=True), pair.tokenizer, 5, "t5")
-    return pair, drafter
+    return pair.with_drafter(drafter)
 
 
 @pytest.mark.statistical
@@ -134,14 +118,7 @@ def five_token_pair_with_gguf(tmp_path_factory):
                                      Pacer(1, 2, 0.9, shipped_layer(0.9), "submit")],
                          ids=["fixed", "pacer", "pacer-trained-layer"])
 def test_sampling_with_a_gguf_drafter_matches_the_target(five_token_pair_with_gguf, decoder):
-    pair, drafter = five_token_pair_with_gguf
-    truth = target_sequence_distribution(pair.target, PROMPT, N_TOKENS, **FILTERED)
-    counts = Counter()
-    drafting = pair.with_drafter(drafter)
-    for seed in range(RUNS):
-        result = run_ids(decoder, drafting, PROMPT, max_new_tokens=N_TOKENS, seed=seed, **FILTERED)
-        counts[tuple(result.token_ids)] += 1
-    assert chi_square_p_value(counts, truth) > SIGNIFICANCE
+    assert p_value_against_target(decoder, five_token_pair_with_gguf, PROMPT, N_TOKENS, RUNS, **FILTERED) > SIGNIFICANCE
 
 
 def test_smc_sd_runs_with_a_gguf_drafter_and_its_proposal_has_full_support(pair_with_gguf):
@@ -160,14 +137,14 @@ def test_contexts_are_reused_across_runs(pair_with_gguf):
     drafter = load_drafter(pair_with_gguf, "gguf")
     drafting = pair_with_gguf.with_drafter(drafter)
     for _ in range(3):
-        run_ids(FixedSpeculative(3), drafting, [1, 2, 3], max_new_tokens=8)
+        run_result(FixedSpeculative(3), drafting, [1, 2, 3], max_new_tokens=8)
     assert drafter.pool.created == 1
 
 
 @pytest.mark.pure
 def test_gguf_names_and_vocabulary_check():
     assert valid_drafter_name("gguf") and not valid_drafter_name("gguf-2")
-    assert kind_for_key("gguf").kind == "gguf"
+    assert entry_for_key("gguf").kind == "gguf"
     assert vocabulary_mismatch(["a", "b", "c"], ["a", "b", "c"], 3) is None
     assert "2 token ids" in vocabulary_mismatch(["a", "x", "y"], ["a", "b", "c"], 3)
     assert "scores 2 token ids" in vocabulary_mismatch(["a", "b"], ["a", "b", "c"], 3)
@@ -209,8 +186,8 @@ def test_the_embedded_gguf_drafts_ars_tokens_on_the_embedded_target(embedded_pai
     drafting = embedded_pair.with_drafter(drafter)
     for prompt in ("Name three primary colours.", "Write a haiku about rain."):
         prompt_ids = drafting.encode_prompt(prompt)
-        reference = run_ids(Autoregressive(), drafting, prompt_ids, max_new_tokens=24).token_ids
-        result = run_ids(FixedSpeculative(5), drafting, prompt_ids, max_new_tokens=24)
+        reference = run_result(Autoregressive(), drafting, prompt_ids, max_new_tokens=24).token_ids
+        result = run_result(FixedSpeculative(5), drafting, prompt_ids, max_new_tokens=24)
         assert result.token_ids == reference
         drafted += result.metrics.drafted_tokens
         accepted += result.metrics.accepted_tokens
@@ -241,13 +218,13 @@ def test_pacer_runs_the_shipped_layer_on_the_embedded_default_and_returns_ars_to
 
 @pytest.mark.pure
 def test_the_embedded_default_drafter_is_gguf_on_a_cpu_with_llama_cpp(monkeypatch):
-    from pacer_core.drafters import builders
+    from pacer_core.llama import availability
     from pacer_core.models import default_embedded_drafter
     assert default_embedded_drafter("embedded", torch.device("cpu")) == "gguf"
     assert default_embedded_drafter(None, torch.device("cpu")) == "gguf"
     assert default_embedded_drafter("small", torch.device("cpu")) == "small"
     assert default_embedded_drafter("embedded", torch.device("cuda")) == "embedded-small"
-    monkeypatch.setattr(builders, "llama_cpp_available", lambda: "not installed")
+    monkeypatch.setattr(availability, "llama_unavailable", lambda: "not installed")
     assert default_embedded_drafter("embedded", torch.device("cpu")) == "embedded-small"
 
 

@@ -13,8 +13,10 @@ import time
 import pytest
 import torch
 
-from pacer_core.drafters import load_drafter, native_proof
-from pacer_core.drafters.kinds import embedded_gguf_unavailable, gguf_unavailable
+from pacer_core.drafters import load_drafter
+from pacer_core.drafters.kinds import gguf_unavailable
+from pacer_core.llama import proof
+from pacer_core.llama.availability import embedded_gguf_unavailable
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash setup.sh builds it)")
 
@@ -23,8 +25,8 @@ llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not ins
 def fresh_proofs(tmp_path, monkeypatch):
     """Each test proves into its own cache and forgets the verdicts earlier tests kept in memory."""
     monkeypatch.setenv("PACER_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv(native_proof.CRASH_HOOK, raising=False)
-    monkeypatch.setattr(native_proof, "_VERDICTS", {})
+    monkeypatch.delenv(proof.CRASH_HOOK, raising=False)
+    monkeypatch.setattr(proof, "_VERDICTS", {})
 
 
 @pytest.fixture(scope="module")
@@ -41,42 +43,42 @@ def tiny_gguf_pair(tmp_path_factory):
 @pytest.mark.parametrize("number, named", [(signal.SIGILL, "SIGILL (an illegal instruction"),
                                            (signal.SIGSEGV, "SIGSEGV (a segmentation fault)")])
 def test_a_crash_is_named_with_its_signal_and_the_rebuild_command(number, named, tmp_path):
-    reason = native_proof.crash_reason(-int(number), tmp_path / "model.gguf", "")
-    assert named in reason and "model.gguf" in reason and native_proof.REBUILD_COMMAND in reason
-    assert "exit code 3: boom" in native_proof.crash_reason(3, tmp_path / "model.gguf", "loading\nboom\n")
+    reason = proof.crash_reason(-int(number), tmp_path / "model.gguf", "")
+    assert named in reason and "model.gguf" in reason and proof.REBUILD_COMMAND in reason
+    assert "exit code 3: boom" in proof.crash_reason(3, tmp_path / "model.gguf", "loading\nboom\n")
 
 
 def test_the_build_here_passes_its_proof_once_then_from_the_cache(tiny_gguf_pair):
     path = tiny_gguf_pair.draft_gguf
     assert gguf_unavailable(tiny_gguf_pair) is None
-    verdict = native_proof.prove(path)
+    verdict = proof.prove(path)
     assert verdict.ok and not verdict.cached                      # proven by the call above, kept in memory
-    native_proof._VERDICTS.clear()
-    cached = native_proof.prove(path)
+    proof._VERDICTS.clear()
+    cached = proof.prove(path)
     assert cached.ok and cached.cached and cached.key == verdict.key
-    assert len(list(native_proof.cache_dir().glob("*.json"))) == 1
+    assert len(list(proof.cache_dir().glob("*.json"))) == 1
 
 
 @pytest.mark.parametrize("hook, named", [("SIGSEGV", "SIGSEGV"), ("SIGILL", "SIGILL")])
 def test_a_build_that_dies_is_left_out_and_the_library_says_why(tiny_gguf_pair, monkeypatch, hook, named):
-    monkeypatch.setenv(native_proof.CRASH_HOOK, hook)
+    monkeypatch.setenv(proof.CRASH_HOOK, hook)
     reason = gguf_unavailable(tiny_gguf_pair)
-    assert reason and f"llama.cpp died with {named}" in reason and native_proof.REBUILD_COMMAND in reason
+    assert reason and f"llama.cpp died with {named}" in reason and proof.REBUILD_COMMAND in reason
     with pytest.raises(ValueError, match=named):
         load_drafter(tiny_gguf_pair, "gguf")
-    assert native_proof.read_cached(native_proof.proof_key(native_proof.Path(tiny_gguf_pair.draft_gguf))).ok is False
-    monkeypatch.delenv(native_proof.CRASH_HOOK)             # the hook is part of the key: the real build still passes
+    assert proof.read_cached(proof.proof_key(proof.Path(tiny_gguf_pair.draft_gguf))).ok is False
+    monkeypatch.delenv(proof.CRASH_HOOK)             # the hook is part of the key: the real build still passes
     assert gguf_unavailable(tiny_gguf_pair) is None
 
 
 def test_a_proof_that_hangs_is_stopped_left_out_and_not_cached(tiny_gguf_pair, monkeypatch):
-    monkeypatch.setenv(native_proof.CRASH_HOOK, "HANG")
-    monkeypatch.setenv(native_proof.TIMEOUT_ENV, "3")
+    monkeypatch.setenv(proof.CRASH_HOOK, "HANG")
+    monkeypatch.setenv(proof.TIMEOUT_ENV, "3")
     started = time.monotonic()
     reason = gguf_unavailable(tiny_gguf_pair)
     assert time.monotonic() - started < 30
     assert "did not finish within 3 s" in reason
-    assert not list(native_proof.cache_dir().glob("*.json"))
+    assert not list(proof.cache_dir().glob("*.json"))
 
 
 def test_the_bench_says_the_same_reason_for_at_gguf(tiny_gguf_pair, monkeypatch):
@@ -84,7 +86,7 @@ def test_the_bench_says_the_same_reason_for_at_gguf(tiny_gguf_pair, monkeypatch)
     from pacer_core.methods import parse_method
     from pacer_core.settings import SettingsError
 
-    monkeypatch.setenv(native_proof.CRASH_HOOK, "SIGILL")
+    monkeypatch.setenv(proof.CRASH_HOOK, "SIGILL")
     with pytest.raises(SettingsError, match="llama.cpp died with SIGILL"):
         load_row_drafters(tiny_gguf_pair, [parse_method("fixed:3@gguf")], None)
 
@@ -99,7 +101,7 @@ def test_the_default_drafter_moves_on_when_the_embedded_build_dies(monkeypatch):
         pytest.skip(str(missing))
     assert embedded_gguf_unavailable() is None
     assert default_embedded_drafter("embedded", torch.device("cpu")) == "gguf"
-    monkeypatch.setenv(native_proof.CRASH_HOOK, "SIGILL")
+    monkeypatch.setenv(proof.CRASH_HOOK, "SIGILL")
     assert "SIGILL" in embedded_gguf_unavailable()
     assert default_embedded_drafter("embedded", torch.device("cpu")) == embedded.DEFAULT_EMBEDDED_DRAFTER
 
@@ -107,10 +109,10 @@ def test_the_default_drafter_moves_on_when_the_embedded_build_dies(monkeypatch):
 def test_the_command_line_prints_one_verdict_line(tiny_gguf_pair, monkeypatch):
     from pacer_core.testing.app_runner import ROOT
 
-    command = [sys.executable, "-m", "pacer_core.drafters.native_proof", "--again", tiny_gguf_pair.draft_gguf]
+    command = [sys.executable, "-m", "pacer_core.llama.proof", "--again", tiny_gguf_pair.draft_gguf]
     passed = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert passed.returncode == 0 and passed.stdout.strip().startswith("gguf drafter proven"), passed
-    monkeypatch.setenv(native_proof.CRASH_HOOK, "SIGSEGV")
+    monkeypatch.setenv(proof.CRASH_HOOK, "SIGSEGV")
     failed = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert failed.returncode == 1 and failed.stdout.strip().startswith("gguf drafter left out: llama.cpp died "
                                                                        "with SIGSEGV"), failed

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from pacer_core import validate_settings  # noqa: E402
 from pacer_core.api import make_decoder  # noqa: E402
-from pacer_core.drafters import drafter_swapped, load_drafter  # noqa: E402
+from pacer_core.drafters import load_drafter  # noqa: E402
 from pacer_core.preverifier import default_preverifier  # noqa: E402
 from pacer_core.ui.workshop import starting_settings  # noqa: E402
 
@@ -83,8 +83,8 @@ def drafter_tokens(pair, prompt_ids: list[int], drafters: dict) -> dict:
     """Every drafter's tokens for every seed, as the page would run them."""
     tokens = {}
     for key, drafter in drafters.items():
-        with drafter_swapped(pair, drafter):
-            tokens[key] = {str(seed): page_run(pair, prompt_ids, seed)[1].token_ids for seed in SEEDS}
+        drafting = pair.with_drafter(drafter)
+        tokens[key] = {str(seed): page_run(drafting, prompt_ids, seed)[1].token_ids for seed in SEEDS}
     return tokens
 
 
@@ -118,12 +118,12 @@ def test_the_gguf_page_settings_take_the_cost_rule_at_the_pages_temperature(tiny
     pair, _, drafters = tiny
     if "gguf" not in drafters:
         pytest.skip("llama-cpp-python is not installed")
-    with drafter_swapped(pair, drafters["gguf"]):
-        preverifier = default_preverifier(pair)
-        starts = starting_settings(pair, preverifier)
-        assert starts["stop_rule"] == "auto" and starts["temperature"] > 0      # auto: the cost rule when sampling
-        settings = validate_settings(**(starts | {"seed": SEEDS[0], "max_draft_len": 32}))
-        *events, _ = make_decoder("pacer", preverifier).run(pair, TINY_PROMPT, settings)
+    drafting = pair.with_drafter(drafters["gguf"])
+    preverifier = default_preverifier(drafting)
+    starts = starting_settings(drafting, preverifier)
+    assert starts["stop_rule"] == "auto" and starts["temperature"] > 0      # auto: the cost rule when sampling
+    settings = validate_settings(**(starts | {"seed": SEEDS[0], "max_draft_len": 32}))
+    *events, _ = make_decoder("pacer", preverifier).run(drafting, TINY_PROMPT, settings)
     assert any(event.stop_reason == "cost" for event in events)   # past the page's short cap, the rule itself stops
 
 
@@ -131,8 +131,8 @@ def test_a_seeded_page_run_repeats_after_other_runs_in_one_process(tiny):
     pair, _, drafters = tiny
     before = drafter_tokens(pair, TINY_PROMPT, drafters)
     for drafter in drafters.values():
-        with drafter_swapped(pair, drafter):
-            other_runs(pair, TINY_PROMPT)
+        drafting = pair.with_drafter(drafter)
+        other_runs(drafting, TINY_PROMPT)
     assert drafter_tokens(pair, TINY_PROMPT, drafters) == before
 
 
@@ -149,8 +149,8 @@ def test_the_real_drafters_repeat_after_other_runs_and_in_another_process(tmp_pa
     pair, prompt_ids, drafters = embedded_setup()
     before = drafter_tokens(pair, prompt_ids, drafters)
     for drafter in drafters.values():
-        with drafter_swapped(pair, drafter):
-            other_runs(pair, prompt_ids)
+        drafting = pair.with_drafter(drafter)
+        other_runs(drafting, prompt_ids)
     assert drafter_tokens(pair, prompt_ids, drafters) == before
     assert tokens_in_another_process("embedded", tmp_path) == before
 

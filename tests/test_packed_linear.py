@@ -7,11 +7,12 @@ import pytest
 import torch
 from torch import nn
 
-from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
+from pacer_core import Autoregressive, FixedSpeculative, Pacer
 from pacer_core.models import ModelPair, linear_kernels
 from pacer_core.packed_linear import PackedLinear, pack_linear_layers, packing_available, packing_wanted
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
+from pacer_core.testing.runs import run_ids
 from pacer_core.testing.tiny import TinyTokenizer, tiny_llama, tiny_pair
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN linear packing")
@@ -23,11 +24,6 @@ def packed_copy_of(pair: ModelPair) -> ModelPair:
     pack_linear_layers(draft)
     return ModelPair.from_models(target, draft, TinyTokenizer(pair.vocab_size), "packed-target", "packed-draft",
                                  use_chat_template=False)
-
-
-def run_ids(decoder, pair, prompt_ids, **settings):
-    *_, result = decoder.run(pair, prompt_ids, validate_settings(**settings))
-    return result.token_ids
 
 
 @pytest.mark.pure

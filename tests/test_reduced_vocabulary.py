@@ -14,13 +14,9 @@ from pacer_core.drafters.vocabulary import (OFF_VOCABULARY_MASS, full_vocabulary
 from pacer_core.kvcache import CachedModel
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
+from pacer_core.testing.runs import run_ids
 from pacer_core.testing.tiny import tiny_pair
 from pacer_core.training.vocabulary import coverage, rank_ids
-
-
-def run_ids(decoder, pair, prompt_ids, **settings):
-    *_, result = decoder.run(pair, prompt_ids, validate_settings(**settings))
-    return result.token_ids
 
 
 def reduced(pair, kept_ids) -> IndependentDrafter:

@@ -1,11 +1,10 @@
 """The self-int4 / self-int8 drafters: the quantization math, the lean decode step against the module tree,
 and exactness of every decoder that drafts with them (greedy identity with AR, chi-square on sampling)."""
-from collections import Counter
 
 import pytest
 import torch
 
-from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
+from pacer_core import FixedSpeculative, Pacer, validate_settings
 from pacer_core.decoders.smc import SMC
 from pacer_core.drafters import load_drafter, valid_drafter_name
 from pacer_core.drafters.lean_decoder import LeanCache, lean_supported
@@ -14,7 +13,7 @@ from pacer_core.kvcache import CachedModel
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.quantized_linear import (QuantizationUnavailable, QuantizedLinear, check_kernel, dequantize_int4,
                                          dequantize_int8, int4_groupwise, int8_per_channel)
-from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
+from pacer_core.testing.runs import greedy_rejections, p_value_against_target
 from pacer_core.testing.tiny import tiny_pair
 
 SIGNIFICANCE = 1e-3
@@ -87,22 +86,11 @@ def test_the_copy_shares_everything_but_the_linear_weights():
     assert not any(isinstance(module, torch.nn.Linear) for module in copy.modules())
 
 
-def run_ids(decoder, pair, prompt_ids, **settings):
-    *_, result = decoder.run(pair, prompt_ids, validate_settings(**settings))
-    return result.token_ids
-
-
 @pytest.mark.parametrize("name", ["self-int4", "self-int8"])
 def test_greedy_fixed_and_pacer_with_the_targets_own_weights_return_ars_tokens(name):
     pair = tiny_pair(scale=6.0, eos_token_id=63)
     drafter = SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, name)
-    decoders = [FixedSpeculative(gamma) for gamma in (1, 3, 6)] + [
-        Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit"), Pacer(2, 16, 0.9, ConfidencePreVerifier(), "discard")]
-    drafting = pair.with_drafter(drafter)
-    for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20))):
-        reference = run_ids(Autoregressive(), drafting, prompt, max_new_tokens=40)
-        for decoder in decoders:
-            assert run_ids(decoder, drafting, prompt, max_new_tokens=40) == reference, (decoder.info(), prompt)
+    greedy_rejections(pair.with_drafter(drafter))
 
 
 PROMPT, N_TOKENS, RUNS = [1, 2], 3, 1000
@@ -112,25 +100,15 @@ FILTERED = {"temperature": 0.8, "top_k": 4}
 @pytest.fixture(scope="module")
 def five_token_pair_drafting_itself():
     pair = tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=32)
-    return pair, SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, "self-int4")
-
-
-def sample_counts(decoder, pair, **settings):
-    counts = Counter()
-    for seed in range(RUNS):
-        counts[tuple(run_ids(decoder, pair, PROMPT, max_new_tokens=N_TOKENS, seed=seed, **settings))] += 1
-    return counts
+    return pair.with_drafter(SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, "self-int4"))
 
 
 @pytest.mark.statistical
 @pytest.mark.parametrize("decoder", [FixedSpeculative(2), Pacer(1, 2, 0.5, ConfidencePreVerifier(), "submit")],
                          ids=["fixed", "pacer"])
 def test_sampling_with_the_targets_own_weights_matches_the_target(five_token_pair_drafting_itself, decoder):
-    pair, drafter = five_token_pair_drafting_itself
-    truth = target_sequence_distribution(pair.target, PROMPT, N_TOKENS, **FILTERED)
-    drafting = pair.with_drafter(drafter)
-    counts = sample_counts(decoder, drafting, **FILTERED)
-    assert chi_square_p_value(counts, truth) > SIGNIFICANCE
+    drafting = five_token_pair_drafting_itself
+    assert p_value_against_target(decoder, drafting, PROMPT, N_TOKENS, RUNS, **FILTERED) > SIGNIFICANCE
 
 
 def test_smc_sd_runs_with_the_targets_own_weights():
@@ -161,7 +139,9 @@ def test_self_drafters_load_by_name_and_a_missing_kernel_is_a_clear_error(monkey
 def test_a_pair_switches_to_its_own_weights_by_name():
     from pacer_core.models import ModelLoadError
     pair = tiny_pair()
-    assert pair.use_drafter("self-int4").drafter.kind == "self-quantized" and pair.draft_id == "self-int4"
+    drafting = pair.use_drafter("self-int4")
+    assert drafting.drafter.kind == "self-quantized" and drafting.draft_id == "self-int4"
+    assert pair.drafter.kind == "independent"                        # a view: the pair itself is unchanged
     view = tiny_pair()
     other = view.with_drafter(load_drafter(view, "self-int8"))
     assert other.target is view.target and view.drafter.kind == "independent"

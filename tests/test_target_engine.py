@@ -1,10 +1,9 @@
-"""The llama.cpp target engine (target_engine.py): its row invariance bit for bit (the reason for the companion token
+"""The llama.cpp target engine (llama/target.py): its row invariance bit for bit (the reason for the companion token
 and the chunking), greedy identity of every decoder with AR on the same engine, chi-square on sampling against the
 engine's own distribution, SMC-SD on it, the engine choice and its errors, and the embedded target's F32 file."""
 import dataclasses
 import itertools
 import os
-from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -12,13 +11,15 @@ import torch
 
 from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
 from pacer_core.decoders.smc import SMC
-from pacer_core.drafters import active_engine, drafter_swapped, engine_label, load_drafter, new_caches, target_cache
-from pacer_core.drafters.gguf_drafter import GGUFCache, GGUFDrafter
+from pacer_core.drafters import load_drafter, new_caches
+from pacer_core.drafters.gguf_drafter import GGUFDrafter
 from pacer_core.kvcache import CachedModel
+from pacer_core.llama.cache import GGUFCache
+from pacer_core.llama.engine import active_engine, choose_engine, engine_label, parse_engine, target_cache
+from pacer_core.llama.target import CHUNK_TOKENS, LlamaTarget, balanced_chunks, needs_companion
 from pacer_core.preverifier import ConfidencePreVerifier
-from pacer_core.target_engine import (CHUNK_TOKENS, LlamaTarget, balanced_chunks, choose_engine, needs_companion,
-                                      parse_engine)
 from pacer_core.testing.enumeration import chi_square_p_value, sequence_distribution
+from pacer_core.testing.runs import greedy_rejections, run_result, sample_counts
 from pacer_core.testing.gguf_file import write_llama_gguf
 from pacer_core.testing.tiny import tiny_pair
 
@@ -109,8 +110,8 @@ def test_the_engine_is_row_invariant_bit_for_bit_and_computes_the_models_logits(
 
 
 def test_crops_and_growth_keep_the_engine_row_invariant(pair_on_llama, engine_mode, monkeypatch):
-    from pacer_core.drafters import gguf_drafter
-    monkeypatch.setattr(gguf_drafter, "START_CELLS", 256)
+    from pacer_core.llama import model
+    monkeypatch.setattr(model, "START_CELLS", 256)
     engine = LlamaTarget(pair_on_llama.target_engine.model, 64)
     engine.one_row_invariant = engine_mode.one_row_invariant
     cache, prompt = engine.new_cache(), [index % 60 for index in range(250)]
@@ -143,27 +144,12 @@ def test_the_library_setup_builds_is_one_row_invariant(pair_on_llama):
         "llama-cpp-python is not the patched build: bash scripts/build_llama.sh --rebuild")
 
 
-def run_ids(decoder, pair, prompt_ids, **settings):
-    *_, result = decoder.run(pair, prompt_ids, validate_settings(**settings))
-    return result
-
-
 @pytest.mark.parametrize("drafter_name", ["small", "gguf"])
 def test_greedy_fixed_and_pacer_on_the_engine_return_ars_tokens(pair_on_llama, drafter_name):
     pair = pair_on_llama
-    drafter = load_drafter(pair, drafter_name)
-    decoders = [FixedSpeculative(gamma) for gamma in (1, 3, 6)] + [
-        Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit"), Pacer(2, 16, 0.9, ConfidencePreVerifier(), "discard")]
-    rejected = 0
-    with drafter_swapped(pair, drafter):
-        assert isinstance(target_cache(pair), GGUFCache)
-        for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(60))):
-            reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=40).token_ids
-            for decoder in decoders:
-                result = run_ids(decoder, pair, prompt, max_new_tokens=40)
-                assert result.token_ids == reference, (decoder.info(), prompt)
-                rejected += result.metrics.drafted_tokens - result.metrics.accepted_tokens
-    assert rejected > 0
+    drafting = pair.with_drafter(load_drafter(pair, drafter_name))
+    assert isinstance(target_cache(drafting), GGUFCache)
+    assert greedy_rejections(drafting, ([1, 2, 3], [7, 7, 7, 7, 9], list(range(60)))) > 0
 
 
 def engine_sequence_distribution(engine, prompt_ids, n_tokens, temperature, top_k=0, top_p=1.0) -> dict:
@@ -190,24 +176,22 @@ def five_token_pair_on_llama(tmp_path_factory):
 def test_sampling_on_the_engine_matches_the_engines_distribution(five_token_pair_on_llama, decoder):
     pair = five_token_pair_on_llama
     truth = engine_sequence_distribution(pair.target_engine, PROMPT, N_TOKENS, **FILTERED)
-    counts = Counter()
-    for seed in range(RUNS):
-        counts[tuple(run_ids(decoder, pair, PROMPT, max_new_tokens=N_TOKENS, seed=seed, **FILTERED).token_ids)] += 1
+    counts = sample_counts(decoder, pair, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
 def test_smc_sd_runs_on_the_engine(pair_on_llama):
-    with drafter_swapped(pair_on_llama, load_drafter(pair_on_llama, "gguf")):
-        *events, result = SMC().run(pair_on_llama, [1, 2, 3], validate_settings(
-            max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
+    drafting = pair_on_llama.with_drafter(load_drafter(pair_on_llama, "gguf"))
+    *events, result = SMC().run(drafting, [1, 2, 3], validate_settings(
+        max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
 
 def test_a_drafter_that_reads_the_target_falls_back_to_torch_for_ar_and_verify(pair_on_llama):
     head_like = SimpleNamespace(reads_target_features=True, name="head", describe=lambda: {})
-    with drafter_swapped(pair_on_llama, head_like):
-        assert active_engine(pair_on_llama) is None and isinstance(target_cache(pair_on_llama), CachedModel)
-        assert engine_label(pair_on_llama).startswith("torch (the drafter reads the target's hidden states")
+    drafting = pair_on_llama.with_drafter(head_like)
+    assert active_engine(drafting) is None and isinstance(target_cache(drafting), CachedModel)
+    assert engine_label(drafting).startswith("torch (the drafter reads the target's hidden states")
     assert engine_label(pair_on_llama).startswith("llama.cpp (target.gguf, ")
     assert pair_on_llama.describe()["target_engine"].startswith("llama.cpp")
 
@@ -229,9 +213,9 @@ def test_the_embedded_target_runs_on_llama_cpp_by_default_and_sd_keeps_ars_token
     assert torch.equal(stepped, verified)
     for prompt in ("Name three primary colours.", "Write a haiku about rain."):
         prompt_ids = pair.encode_prompt(prompt)
-        reference = run_ids(Autoregressive(), pair, prompt_ids, max_new_tokens=32).token_ids
+        reference = run_result(Autoregressive(), pair, prompt_ids, max_new_tokens=32).token_ids
         for decoder in (FixedSpeculative(10), Pacer(4, 32, 0.05, ConfidencePreVerifier(), "submit")):
-            assert run_ids(decoder, pair, prompt_ids, max_new_tokens=32).token_ids == reference
+            assert run_result(decoder, pair, prompt_ids, max_new_tokens=32).token_ids == reference
     torch_pair = load_pair("embedded", "gguf", device="cpu", target_engine="torch")
     assert torch_pair.target_engine is None and torch_pair.describe()["target_engine"] == "torch"
 
@@ -250,17 +234,17 @@ def pair_adopting(tmp_path_factory):
 def test_a_gguf_draft_of_the_targets_layout_adopts_the_targets_prompt(pair_adopting, tmp_path):
     pair, prompt = pair_adopting, list(range(3, 60))
     drafter = load_drafter(pair, "gguf")
-    with drafter_swapped(pair, drafter):
-        target, draft = new_caches(pair)
-        assert draft.adopts_target_prompt and draft.context is not None
-        target.forward(prompt[:-1], keep=1)
+    drafting = pair.with_drafter(drafter)
+    target, draft = new_caches(drafting)
+    assert draft.adopts_target_prompt and draft.context is not None
+    target.forward(prompt[:-1], keep=1)
+    draft.adopt(target)
+    assert draft.length == len(prompt) - 1 and draft.row_tokens == target.row_tokens
+    adopted = draft.forward(prompt[-1:], keep=1)[0, -1]
+    own = drafter.new_cache().forward(prompt, keep=1)[0, -1]        # beside no target: its own prefill
+    assert torch.allclose(adopted, own, atol=1e-3)        # its own cells are float16, the adopted float32
+    with pytest.raises(ValueError, match="empty cache of one row"):
         draft.adopt(target)
-        assert draft.length == len(prompt) - 1 and draft.row_tokens == target.row_tokens
-        adopted = draft.forward(prompt[-1:], keep=1)[0, -1]
-        own = drafter.new_cache().forward(prompt, keep=1)[0, -1]        # beside no target: its own prefill
-        assert torch.allclose(adopted, own, atol=1e-3)        # its own cells are float16, the adopted float32
-        with pytest.raises(ValueError, match="empty cache of one row"):
-            draft.adopt(target)
     assert not drafter.new_cache(CachedModel(pair.target, 64)).adopts_target_prompt   # a torch target
     unrelated = tiny_pair(draft_noise=None)                             # a 1-layer draft: another layout
     path = write_llama_gguf(unrelated.draft, unrelated.tokenizer, tmp_path / "one-layer.gguf")
@@ -271,15 +255,15 @@ def test_a_gguf_draft_of_the_targets_layout_adopts_the_targets_prompt(pair_adopt
 def test_adopting_drafts_keep_ars_tokens_and_smc_runs(pair_adopting):
     pair = pair_adopting
     decoders = [FixedSpeculative(gamma) for gamma in (1, 4)] + [Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit")]
-    with drafter_swapped(pair, load_drafter(pair, "gguf")):
-        for prompt in ([5], [1, 2, 3], list(range(60)) + list(range(40))):
-            reference = run_ids(Autoregressive(), pair, prompt, max_new_tokens=30).token_ids
-            for decoder in decoders:
-                result = run_ids(decoder, pair, prompt, max_new_tokens=30)
-                assert result.token_ids == reference, (decoder.info(), prompt)
-                assert result.metrics.accepted_tokens > 0
-        *events, result = SMC().run(pair, list(range(30)), validate_settings(
-            max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
+    drafting = pair.with_drafter(load_drafter(pair, "gguf"))
+    for prompt in ([5], [1, 2, 3], list(range(60)) + list(range(40))):
+        reference = run_result(Autoregressive(), drafting, prompt, max_new_tokens=30).token_ids
+        for decoder in decoders:
+            result = run_result(decoder, drafting, prompt, max_new_tokens=30)
+            assert result.token_ids == reference, (decoder.info(), prompt)
+            assert result.metrics.accepted_tokens > 0
+    *events, result = SMC().run(drafting, list(range(30)), validate_settings(
+        max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
 
@@ -288,12 +272,9 @@ def test_sampling_with_an_adopting_draft_matches_the_engines_distribution(five_t
     five = five_token_pair_on_llama
     pair = dataclasses.replace(five, draft_gguf=str(write_llama_gguf(five.target, five.tokenizer, tmp_path / "d.gguf")))
     truth = engine_sequence_distribution(pair.target_engine, PROMPT, N_TOKENS, **FILTERED)
-    counts = Counter()
-    with drafter_swapped(pair, load_drafter(pair, "gguf")):
-        assert new_caches(pair)[1].adopts_target_prompt
-        for seed in range(RUNS):
-            result = run_ids(FixedSpeculative(2), pair, PROMPT, max_new_tokens=N_TOKENS, seed=seed, **FILTERED)
-            counts[tuple(result.token_ids)] += 1
+    drafting = pair.with_drafter(load_drafter(pair, "gguf"))
+    assert new_caches(drafting)[1].adopts_target_prompt
+    counts = sample_counts(FixedSpeculative(2), drafting, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
@@ -302,7 +283,7 @@ def test_a_runs_seconds_count_the_targets_prompt_fed_for_the_draft(pair_adopting
     tokens/s: the speedups the page and the benchmarks print) must count it, as AR's counts its own prefill."""
     import time
 
-    from pacer_core.target_engine import LlamaTargetCache
+    from pacer_core.llama.target import LlamaTargetCache
     forward = LlamaTargetCache.forward
 
     def slow_prefill(cache, token_ids, *args, **kwargs):
@@ -310,6 +291,6 @@ def test_a_runs_seconds_count_the_targets_prompt_fed_for_the_draft(pair_adopting
             time.sleep(0.5)
         return forward(cache, token_ids, *args, **kwargs)
     monkeypatch.setattr(LlamaTargetCache, "forward", slow_prefill)
-    with drafter_swapped(pair_adopting, load_drafter(pair_adopting, "gguf")):
-        result = run_ids(FixedSpeculative(3), pair_adopting, list(range(40)), max_new_tokens=4)
+    drafting = pair_adopting.with_drafter(load_drafter(pair_adopting, "gguf"))
+    result = run_result(FixedSpeculative(3), drafting, list(range(40)), max_new_tokens=4)
     assert result.metrics.seconds >= 0.5

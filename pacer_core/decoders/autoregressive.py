@@ -6,30 +6,29 @@ from typing import Iterator
 
 from ..events import StepEvent, TokenRecord
 from ..settings import DecodeSettings
-from .base import commit, finish, make_state, pick_next
+from .base import CancelFlag, DecodeState, commit, finish, make_state, pick_next, steps_until_done
 
 
 class Autoregressive:
     name = "ar"
 
-    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel=None) -> Iterator:
+    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel: CancelFlag | None = None) -> Iterator:
         state = make_state(pair, prompt_ids, settings, with_draft=False)
-        events, step = [], 0
-        while state.finish_reason is None:
-            if cancel is not None and cancel.is_set():
-                state.finish_reason = "cancelled"
-                break
-            started = time.perf_counter()
-            target_logits_row = state.target.feed_sequence(state.sequence, keep=1)[-1]
-            token_id, shown_prob = pick_next(target_logits_row, settings, state.generator)
-            seconds = time.perf_counter() - started
-            emitted = commit(state, [token_id], settings)
-            event = StepEvent(method=self.name, step=step,
-                              tokens=[TokenRecord(token_id, pair.token_texts([token_id])[0], "target",
-                                                  target_prob=shown_prob)],
-                              emitted_ids=emitted, emitted_text=pair.decode(emitted), n_drafted=0, n_accepted=0,
-                              draft_seconds=0.0, verify_seconds=seconds, total_new_tokens=state.new_tokens)
-            events.append(event)
-            yield event
-            step += 1
+        events = []
+        if (yield from steps_until_done(lambda: state.finish_reason is not None,
+                                        lambda step: self.step(pair, state, settings, step), events, cancel)):
+            state.finish_reason = "cancelled"
         yield finish(self.name, pair, state, events, settings, {})
+
+    def step(self, pair, state: DecodeState, settings: DecodeSettings, step: int) -> StepEvent:
+        """One target call: the next token, committed."""
+        started = time.perf_counter()
+        target_logits_row = state.target.feed_sequence(state.sequence, keep=1)[-1]
+        token_id, shown_prob = pick_next(target_logits_row, settings, state.generator)
+        seconds = time.perf_counter() - started
+        emitted = commit(state, [token_id], settings)
+        return StepEvent(method=self.name, step=step,
+                         tokens=[TokenRecord(token_id, pair.token_texts([token_id])[0], "target",
+                                             target_prob=shown_prob)],
+                         emitted_ids=emitted, emitted_text=pair.decode(emitted), n_drafted=0, n_accepted=0,
+                         draft_seconds=0.0, verify_seconds=seconds, total_new_tokens=state.new_tokens)

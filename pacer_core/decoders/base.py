@@ -5,7 +5,7 @@ Fixed-length SD and PACER differ only in how they *propose* a draft (``propose``
 and acceptance below are the lossless rule of Leviathan et al. 2023 / Chen et al. 2023.
 
 Device rule (every decoder, SMC-SD included): a run computes on ONE device, the target cache's
-(``CachedModel.device``: where the target's input ids go and its logits come back). The sampling
+(``ModelCache.device``: where the target's input ids go and its logits come back). The sampling
 generator is created on that device, every probability row the decoder builds lives there, and a row
 that comes from another device (the draft on another GPU, or the target's last layer elsewhere under
 ``device_map="auto"``) is moved there before it is combined with anything. Random draws come from that
@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Iterator
+from typing import Callable, Generator, Iterator, Protocol, TypeVar
 
 import torch
 
 from .. import sampling
-from ..drafters import new_caches, target_cache
+from ..drafters import new_caches
 from ..events import Metrics, Result, StepEvent, TokenRecord
-from ..kvcache import CachedModel, DraftCache
+from ..kvcache import ModelCache
+from ..llama.engine import target_cache
 from ..settings import DecodeSettings
 
 
@@ -36,8 +37,8 @@ class DecodeState:
     """The growing sequence (prompt + output) and both models' caches over it."""
     prompt_len: int
     sequence: list[int]
-    target: CachedModel
-    draft: DraftCache | None
+    target: ModelCache
+    draft: ModelCache | None
     generator: torch.Generator
     eos_ids: set[int]
     finish_reason: str | None = None
@@ -88,6 +89,29 @@ class Proposal:
     stop_note: str | None = None       # why the cost rule stopped drafting
     token_phrase: list = field(default_factory=list)   # per token: copied as a phrase (q one-hot)
     seconds: float = 0.0
+
+
+Event = TypeVar("Event")
+
+
+class CancelFlag(Protocol):
+    """What stops a run between two target calls (a ``threading.Event``: the page's Stop button)."""
+
+    def is_set(self) -> bool: ...
+
+
+def steps_until_done(finished: Callable[[], bool], step: Callable[[int], Event], events: list,
+                     cancel: CancelFlag | None) -> Generator[Event, None, bool]:
+    """The run/cancel loop of every decoder (AR, the speculative decoders, SMC-SD): append and yield
+    ``step(len(events))`` until ``finished()``; returns True when ``cancel`` was set first (checked before each
+    step, so a step under way completes)."""
+    while not finished():
+        if cancel is not None and cancel.is_set():
+            return True
+        event = step(len(events))
+        events.append(event)
+        yield event
+    return False
 
 
 def pinned_values(**values) -> dict:
@@ -224,19 +248,14 @@ class SpeculativeDecoder:
     def describe(self, settings: DecodeSettings) -> dict:
         return {}
 
-    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel=None) -> Iterator:
+    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel: CancelFlag | None = None) -> Iterator:
         """Yield a StepEvent per target call, then the Result."""
         settings = with_pinned(settings, self.pinned)
         state = make_state(pair, prompt_ids, settings, with_draft=True)
-        events, step = [], 0
-        while state.finish_reason is None:
-            if cancel is not None and cancel.is_set():
-                state.finish_reason = "cancelled"
-                break
-            event = self.step(pair, state, settings, step)
-            events.append(event)
-            yield event
-            step += 1
+        events = []
+        if (yield from steps_until_done(lambda: state.finish_reason is not None,
+                                        lambda step: self.step(pair, state, settings, step), events, cancel)):
+            state.finish_reason = "cancelled"
         yield finish(self.name, pair, state, events, settings, self.info(settings))
 
     def step(self, pair, state: DecodeState, settings: DecodeSettings, step: int) -> StepEvent:

@@ -57,11 +57,11 @@ import torch
 
 from ..drafters import new_caches
 from ..events import Metrics, Result, SMCCycleEvent, TokenRecord, TokenState
-from ..kvcache import CachedModel, DraftCache
+from ..kvcache import ModelCache
 from ..particles import effective_sample_size, normalize_log_weights, systematic_resample
 from ..sampling import sample_rows, token_log_probs
 from ..settings import DecodeSettings, SettingsError
-from .base import new_generator, pinned_values, with_pinned
+from .base import CancelFlag, new_generator, pinned_values, steps_until_done, with_pinned
 
 
 @dataclass
@@ -78,8 +78,8 @@ class ParticleState:
     finished: torch.Tensor       # [N] bool
     ended_with_eos: torch.Tensor  # [N] bool
     log_weights: torch.Tensor    # [N] float64
-    target: CachedModel
-    draft: DraftCache
+    target: ModelCache
+    draft: ModelCache
     prefill_seconds: tuple[float, float] = (0.0, 0.0)   # (draft, target): the prompt's passes, not yet reported
 
     @property
@@ -169,7 +169,7 @@ class SMC:
                                     draft_temperature=draft_temperature, power=power, final=final)
 
     # ------------------------------------------------------------------ the loop
-    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel=None) -> Iterator:
+    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel: CancelFlag | None = None) -> Iterator:
         """Yield one SMCCycleEvent per cycle (= one target forward), then the Result."""
         if settings.greedy:
             raise SettingsError("SMC-SD samples, so it needs a temperature above 0 (for example 0.7 or 1.0). "
@@ -182,20 +182,18 @@ class SMC:
         eos_ids = torch.tensor(sorted_eos_ids, dtype=torch.long, device=state.device)
         pad_id = sorted_eos_ids[0] if sorted_eos_ids else 0
         prefill_calls = {"target": state.target.calls, "draft": state.draft.calls}
-        events, resamples, drafted_tokens, cancelled = [], 0, 0, False
-        while not bool(state.finished.all()):
-            if cancel is not None and cancel.is_set():
-                cancelled = True
-                break
+        events, counts = [], {"resamples": 0, "drafted_tokens": 0}
+
+        def cycle(index: int) -> SMCCycleEvent:
             n_draft = min(settings.draft_len, settings.max_new_tokens - state.generated - 1)
             outcome = self.cycle(state, n_draft, settings, eos_ids, pad_id, generator)
-            drafted_tokens += n_draft * state.n_particles  # every row is drafted, finished ones too
-            event = self.resample_and_report(pair, state, len(events), outcome, generator, settings.ess_threshold)
-            resamples += int(event.resampled)
-            events.append(event)
-            yield event
+            counts["drafted_tokens"] += n_draft * state.n_particles  # every row is drafted, finished ones too
+            event = self.resample_and_report(pair, state, index, outcome, generator, settings.ess_threshold)
+            counts["resamples"] += int(event.resampled)
+            return event
+        cancelled = yield from steps_until_done(lambda: bool(state.finished.all()), cycle, events, cancel)
         yield self.result(pair, state, events, settings, generator, started, cancelled,
-                          {"prefill_calls": prefill_calls, "resamples": resamples, "drafted_tokens": drafted_tokens})
+                          {"prefill_calls": prefill_calls} | counts)
 
     # ------------------------------------------------------------------ one cycle
     def cycle(self, state: ParticleState, n_draft: int, settings: DecodeSettings, eos_ids: torch.Tensor,

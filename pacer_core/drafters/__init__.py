@@ -1,6 +1,6 @@
 """Drafters: what proposes tokens for the target to verify.
 
-Every drafter hands each decoding run a cache that is a ``kvcache.DraftCache`` (feed tokens and get logits
+Every drafter hands each decoding run a cache that is a ``kvcache.ModelCache`` (feed tokens and get logits
 over the full vocabulary, crop to a length, reorder batch rows), so fixed SD, PACER, the oracle and SMC-SD
 draft with any of them unchanged. Five entries of one table (``kinds.py``, which also defines the words key,
 kind and name), four kinds of object:
@@ -14,42 +14,28 @@ kind and name), four kinds of object:
   target's own weights, quantized weight-only at load time (QSpec, Zhao et al. 2025, arXiv 2410.11305).
 * ``gguf`` (kind ``gguf``, ``gguf_drafter.py``): a GGUF file of the target run by llama.cpp.
 
-``builders.py`` builds each for a pair (or says why not) and makes a run's caches; ``measured.py`` reads the
-settings each starts with. A run drafts with another drafter through ``ModelPair.with_drafter`` (a view of
+Each kind's module also builds it for a pair (or says why not); ``drafter.py`` declares what every drafter
+has (``Drafter``), ``caches.py`` makes a run's two caches, ``measured.py`` reads the settings each starts with. A run drafts with another drafter through ``ModelPair.with_drafter`` (a view of
 the pair; nothing is reloaded). This package does not import ``models`` (the loader imports the drafters,
 never the reverse). Docs: docs/drafters.md."""
 from __future__ import annotations
 
-import contextlib
-
-from ..kvcache import CachedModel, DraftCache
+from ..kvcache import CachedModel, ModelCache
 from ..quantized_linear import QuantizationUnavailable
-from .builders import (GGUF_ENV, active_engine, draft_folder, engine_label, gguf_drafter_for, gguf_path,
-                       gguf_unavailable, head_drafter, new_caches, reduced_vocabulary_drafter, self_drafter,
-                       small_drafter, target_cache)
-from .gguf_drafter import GGUFDrafter, GGUFUnavailable
-from .independent import IndependentDrafter, ReducedVocabularyCache, kept_output_layer
-from .kinds import (KINDS, DrafterEntry, DrafterKind, all_names_text, drafter_key, drafter_keys, entry_for_key,
-                    entry_for_name, entry_of_drafter, kind_for_key, kind_for_name, kind_of_drafter, load_drafter,
-                    valid_drafter_name)
+from .caches import new_caches
+from .drafter import Drafter
+from .feature_head import head_drafter
+from .gguf_drafter import GGUF_ENV, GGUFDrafter, gguf_drafter_for, gguf_path, gguf_unavailable
+from .independent import (IndependentDrafter, ReducedVocabularyCache, draft_folder, kept_output_layer,
+                          reduced_vocabulary_drafter, small_drafter)
+from .kinds import (KINDS, DrafterEntry, all_names_text, drafter_key, drafter_keys, entry_for_key, entry_for_name,
+                    entry_of_drafter, load_drafter, valid_drafter_name)
 from .measured import MEASURED_DEFAULTS_FILE, measured_defaults, measured_drafter, measured_gamma, measured_settings
-from .self_quantized import SELF_DRAFTERS, SelfQuantizedDrafter
+from .self_quantized import SELF_DRAFTERS, SelfQuantizedDrafter, self_drafter
 from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits, load_frequent_ids
 
 
-@contextlib.contextmanager
-def drafter_swapped(pair, drafter):
-    """Kept for callers written before ``ModelPair.with_drafter`` was the one way to swap: decode with
-    another drafter inside the block, then restore the pair's own."""
-    saved = pair.drafter, pair.draft_id
-    pair.drafter, pair.draft_id = drafter, drafter.name
-    try:
-        yield
-    finally:
-        pair.drafter, pair.draft_id = saved
-
-
-__all__ = ["active_engine", "engine_label", "target_cache", "DraftCache", "IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter", "KINDS", "DrafterEntry",
-           "drafter_keys", "kind_for_key", "new_caches", "load_drafter", "drafter_swapped", "valid_drafter_name",
+__all__ = ["Drafter", "ModelCache", "IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter", "KINDS", "DrafterEntry",
+           "drafter_keys", "entry_for_key", "new_caches", "load_drafter", "valid_drafter_name",
            "all_names_text", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "drafter_key", "measured_drafter",
            "measured_gamma", "measured_settings"]

@@ -1,5 +1,5 @@
 """The feature-head drafter at decode time: weights on disk ↔ ``FeatureHeadDrafter``, and the per-run
-``FeatureHeadCache``, a ``kvcache.DraftCache`` (feed tokens, get logits over the full vocabulary; crop; reorder
+``FeatureHeadCache``, a ``kvcache.ModelCache`` (feed tokens, get logits over the full vocabulary; crop; reorder
 rows) whose keys and values live in the same growing store as every torch model's (``kvcache.GrowingLayer``).
 
 How the head's positions line up with the sequence: token x_j (j ≥ 1) is fed to the head as the input
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from ..kvcache import FeedsSequence, GrowingLayer, last_positions, token_rows
+from .. import embedded
+from ..kvcache import FeedsSequence, GrowingLayer, ModelCache, last_positions, token_rows
 from .head_model import FeatureHead, HeadConfig, kept_logits
 from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits
 
@@ -70,7 +71,7 @@ class FeatureHeadDrafter:
         head.to(device=parameter.device, dtype=dtype or parameter.dtype)
         return cls(head, kept_ids, target, vocab_size, name)
 
-    def new_cache(self, target_cache, full_support: bool = False) -> "FeatureHeadCache":
+    def new_cache(self, target_cache: ModelCache, full_support: bool = False) -> "FeatureHeadCache":
         """``full_support``: every id keeps some probability (SMC-SD's importance weights need q > 0
         wherever the target has mass); exact methods do not need it and draft only from the kept ids."""
         return FeatureHeadCache(self, target_cache, OFF_VOCABULARY_MASS if full_support else 0.0)
@@ -89,10 +90,12 @@ class FeatureHeadDrafter:
 class FeatureHeadCache(FeedsSequence):
     """Per-run state of the head: its keys/values, the tokens it has seen and its predicted features.
 
-    Invariant (``kvcache.DraftCache``'s): it accounts for the first ``length`` tokens of the sequence; entries
+    Invariant (``kvcache.ModelCache``'s): it accounts for the first ``length`` tokens of the sequence; entries
     exist for tokens 1..length-1; the first ``real_length`` tokens' entries used real target features."""
 
-    def __init__(self, drafter: FeatureHeadDrafter, target_cache, off_mass: float = 0.0):
+    feature_length = 0          # it records no features (it reads the target's)
+
+    def __init__(self, drafter: FeatureHeadDrafter, target_cache: ModelCache, off_mass: float = 0.0):
         self.drafter, self.target, self.off_mass = drafter, target_cache, off_mass
         self.vocab_size = drafter.vocab_size
         self.device = drafter.device
@@ -104,7 +107,7 @@ class FeatureHeadCache(FeedsSequence):
 
     @torch.inference_mode()
     def forward(self, new_token_ids, output_hidden_states: bool = False, keep: int | None = None):
-        """``DraftCache.forward``: logits [B, T, V] float32 (and f̂ [B, T, H]); the last ``keep`` positions only
+        """``ModelCache.forward``: logits [B, T, V] float32 (and f̂ [B, T, H]); the last ``keep`` positions only
         go through the output rows when given."""
         new_token_ids = token_rows(new_token_ids).to(self.device)
         fed = new_token_ids.shape[1]
@@ -184,3 +187,23 @@ def random_head_drafter(target, vocab_size: int, kept_ids=None, seed: int = 0, s
     head.to(device=parameter.device, dtype=parameter.dtype)
     kept = torch.arange(vocab_size) if kept_ids is None else torch.as_tensor(kept_ids)
     return FeatureHeadDrafter(head, kept, target, vocab_size, f"random head ({kept.numel()} ids)")
+
+
+# ---- for a pair: the builder and the availability check of the table's row (kinds.KINDS) ------------------------------
+
+def head_drafter(pair, name: str, head_dir=None) -> FeatureHeadDrafter:
+    """The feature head (``head``, ``head-N``, ``head-all``): ``head_dir``'s, else the embedded one."""
+    try:
+        head_dir, head_name = (str(head_dir), str(head_dir)) if head_dir else (
+            str(embedded.embedded_head_dir()), embedded.EMBEDDED_HEAD_LABEL)
+    except embedded.EmbeddedModelMissing as missing:
+        raise ValueError(str(missing)) from None
+    kept = "all" if name == "head-all" else (int(name[5:]) if name.startswith("head-") else None)
+    shown = head_name if kept is None else f"{head_name} [{name}]"
+    return FeatureHeadDrafter.load(head_dir, pair.target, pair.vocab_size, shown, kept=kept)
+
+
+def head_unavailable(pair) -> str | None:
+    if getattr(pair, "target_id", "") != embedded.TARGET_NAME or not embedded.EMBEDDED_HEAD_DIR.exists():
+        return "a feature head is shipped for the embedded target only (others: the bench's --head FOLDER)"
+    return None

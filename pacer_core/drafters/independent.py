@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..kvcache import CachedModel, last_positions
+from ..kvcache import CachedModel, ModelCache, last_positions
 from ..packed_linear import PackedLinear
-from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits
+from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits, load_frequent_ids
 
 
 class IndependentDrafter:
@@ -24,7 +24,7 @@ class IndependentDrafter:
         self.kept_ids = None if kept_ids is None else kept_ids.long()
         self.output_layer = None if kept_ids is None else kept_output_layer(model, self.kept_ids)
 
-    def new_cache(self, target_cache, full_support: bool = False) -> CachedModel:
+    def new_cache(self, target_cache: ModelCache | None, full_support: bool = False) -> CachedModel:
         if self.kept_ids is None:
             return CachedModel(self.model, self.vocab_size)   # a causal LM's softmax already has full support
         return ReducedVocabularyCache(self, OFF_VOCABULARY_MASS if full_support else 0.0)
@@ -71,3 +71,36 @@ class ReducedVocabularyCache(CachedModel):
         logits = full_vocabulary_logits(self.drafter.output_layer(hidden), self.drafter.kept_ids, self.vocab_size,
                                         self.off_mass)
         return logits, hidden
+
+
+# ---- for a pair: the builder and the availability check of the table's row (kinds.KINDS) ------------------------------
+
+def small_drafter(pair, name: str = "small", head_dir=None) -> IndependentDrafter:
+    """The pair's independent draft model (``small``), or its N most frequent ids (``small-N``)."""
+    if pair.draft is None:
+        raise ValueError(f"The drafter '{name}' needs an independent draft model in the pair.")
+    if name == "small":
+        return IndependentDrafter(pair.draft, pair.vocab_size, pair.draft_model_id)
+    return reduced_vocabulary_drafter(pair, int(name[len("small-"):]))
+
+
+def reduced_vocabulary_drafter(pair, count: int, name: str | None = None) -> IndependentDrafter:
+    """The pair's draft model scoring only its ``count`` most frequent ids (its folder's frequent_ids.json);
+    named ``name``, by default the draft model's name with [small-N]."""
+    frequent = load_frequent_ids(draft_folder(pair))
+    if frequent is None:
+        raise ValueError(f"The draft '{pair.draft_model_id}' has no frequent_ids.json in its folder, so it cannot "
+                         f"draft from its {count} most frequent ids (python -m pacer_core.training.vocabulary "
+                         "writes one).")
+    kept = frequent[:count]
+    return IndependentDrafter(pair.draft, pair.vocab_size, name or f"{pair.draft_model_id} [small-{kept.numel()}]",
+                              kept)
+
+
+def draft_folder(pair) -> str:
+    """Where the pair's draft model was loaded from (its frequent_ids.json and measured_defaults.json live there)."""
+    return getattr(pair.draft.config, "_name_or_path", "")
+
+
+def small_unavailable(pair) -> str | None:
+    return None if getattr(pair, "draft", None) is not None else "the pair has no independent draft model"

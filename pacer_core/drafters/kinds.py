@@ -1,5 +1,6 @@
 """The drafter table: one entry per drafter the page can offer, and every lookup by key, kind or name. A new
-drafter is one entry here (and its builder in ``builders.py``).
+drafter is one module (its class, a ``drafter.Drafter``, with a builder and an availability check for a pair) and
+one entry here.
 
 Three words, each for one thing:
 
@@ -17,9 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .builders import (GGUF_ENV, embedded_gguf_unavailable, gguf_drafter_for, gguf_path, gguf_unavailable,
-                       head_drafter, head_unavailable, self_drafter, self_unavailable, small_drafter, small_unavailable)
-from .self_quantized import SELF_DRAFTERS
+from .drafter import Drafter
+from .feature_head import head_drafter, head_unavailable
+from .gguf_drafter import GGUF_ENV, gguf_drafter_for, gguf_path, gguf_unavailable
+from .independent import small_drafter, small_unavailable
+from .self_quantized import SELF_DRAFTERS, self_drafter, self_unavailable
 
 
 @dataclass(frozen=True)
@@ -29,8 +32,8 @@ class DrafterEntry:
     words: str                                     # what it is, in a few words (the page's menu line)
     answers_to: Callable[[str], bool]              # does this entry build the drafter of that name
     unavailable: Callable[[object], str | None]    # why the page cannot offer it for a pair (None: it can)
-    build: Callable[..., object]                   # (pair, name, head_dir) -> the drafter
-    matches: Callable[[object], bool] = lambda drafter: True   # is a drafter object of this kind this entry's
+    build: Callable[..., Drafter]                  # (pair, name, head_dir) -> the drafter
+    matches: Callable[[Drafter], bool] = lambda drafter: True   # is a drafter object of this kind this entry's
 
 
 def numbered(base: str, extra: tuple[str, ...] = ()) -> Callable[[str], bool]:
@@ -103,9 +106,6 @@ def load_drafter(pair, name: str, head_dir=None):
     return entry.build(pair, name, head_dir)
 
 
-# The names these had before the table's words were settled (issue 36), kept for callers.
-DrafterKind, kind_for_name, kind_for_key, kind_of_drafter = DrafterEntry, entry_for_name, entry_for_key, entry_of_drafter
-
 __all__ = ["DrafterEntry", "KINDS", "drafter_keys", "entry_for_name", "entry_for_key", "entry_of_drafter", "drafter_key",
-           "all_names_text", "valid_drafter_name", "load_drafter", "gguf_path", "gguf_unavailable", "embedded_gguf_unavailable", "SELF_DRAFTERS",
-           "GGUF_ENV", "DrafterKind", "kind_for_name", "kind_for_key", "kind_of_drafter"]
+           "all_names_text", "valid_drafter_name", "load_drafter", "gguf_path", "gguf_unavailable", "SELF_DRAFTERS",
+           "GGUF_ENV"]

@@ -142,7 +142,7 @@ class LeanDecoder(nn.Module):
 
 
 class LeanCache(CachedModel):
-    """One run's state of the lean drafter: a ``CachedModel`` (so a ``DraftCache``) whose model call is the lean
+    """One run's state of the lean drafter: a ``CachedModel`` (so a ``ModelCache``) whose model call is the lean
     step, writing through the same ``GrowingCache``."""
 
     def _run(self, token_ids: torch.Tensor, output_hidden_states: bool):

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from .builders import active_engine, draft_folder
+from ..llama.engine import active_engine
+from .independent import draft_folder
 from .kinds import drafter_key
 
 MEASURED_DEFAULTS_FILE = "measured_defaults.json"
@@ -65,7 +66,7 @@ def laid_over(entry: dict, overlay: dict) -> dict:
 
 def target_verifies_on_torch_cpu(pair, key: str) -> bool:
     """Whether drafter ``key``'s runs verify with the target on torch on a CPU: for the pair's own drafter, where
-    ``builders.active_engine`` runs them; for another key, whether the pair has a llama.cpp engine at all."""
+    ``llama.engine.active_engine`` runs them; for another key, whether the pair has a llama.cpp engine at all."""
     if torch.device(pair.device).type != "cpu":
         return False
     drafter = getattr(pair, "drafter", None)

@@ -10,12 +10,14 @@ Exactness does not depend on the copy's numerics: fixed SD and PACER verify with
 SMC-SD's proposal is a causal LM's softmax, which has full support."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 
-from ..kvcache import CachedModel
+from ..kvcache import CachedModel, ModelCache
 from ..packed_linear import PackedLinear
-from ..quantized_linear import INT4_GROUP_SIZE, QuantizedLinear, check_kernel, storable_bits
+from ..quantized_linear import INT4_GROUP_SIZE, QuantizationUnavailable, QuantizedLinear, check_kernel, storable_bits
 from .lean_decoder import LeanCache, LeanDecoder, lean_supported
 
 SELF_DRAFTERS = {"self-int4": 4, "self-int8": 8}
@@ -51,7 +53,7 @@ class SelfQuantizedDrafter:
     def lean(self) -> bool:
         return isinstance(self.model, LeanDecoder)
 
-    def new_cache(self, target_cache, full_support: bool = False):
+    def new_cache(self, target_cache: ModelCache | None, full_support: bool = False) -> CachedModel:
         if self.lean:
             return LeanCache(self.model, self.vocab_size)
         return CachedModel(self.model, self.vocab_size)
@@ -99,3 +101,25 @@ def share_tensors(module: nn.Module, original: nn.Module) -> None:
     for name, value in list(vars(module).items()):
         if torch.is_tensor(value) and value.is_meta:
             setattr(module, name, getattr(original, name))
+
+
+# ---- for a pair: the builder and the availability check of the table's row (kinds.KINDS) ------------------------------
+
+def self_drafter(pair, name: str, head_dir=None) -> SelfQuantizedDrafter:
+    """self-int4 / self-int8: the pair's target with its linear layers quantized (seconds, nothing stored).
+    Always over the whole vocabulary: drafting from the most frequent ids only made it cheaper but agree
+    much less often (docs/drafters.md)."""
+    try:
+        return SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, name, pair.target_id)
+    except QuantizationUnavailable as missing:
+        raise ValueError(str(missing)) from None
+
+
+def self_unavailable(bits: int) -> Callable[[object], str | None]:
+    def unavailable(pair) -> str | None:
+        try:
+            check_kernel(bits, pair.device)
+        except QuantizationUnavailable as missing:
+            return str(missing)
+        return None
+    return unavailable

@@ -46,7 +46,7 @@ import torch
 from ..decoders.autoregressive import Autoregressive
 from ..decoders.base import make_state
 from ..decoders.fixed import FixedSpeculative
-from ..drafters import MEASURED_DEFAULTS_FILE, draft_folder, drafter_key, drafter_swapped, load_drafter
+from ..drafters import MEASURED_DEFAULTS_FILE, draft_folder, drafter_key, load_drafter
 from ..drafters.measured import TORCH_TARGET_PART, target_verifies_on_torch_cpu
 from ..models import load_pair
 from ..prompts import load_prompts
@@ -187,21 +187,21 @@ def median_tokens(prompt_ids: list[list[int]]) -> int:
     return int(statistics.median(len(ids) for ids in prompt_ids))
 
 
-def costs_by_length(pair, drafter, args, limits) -> list[tuple[int, StepCosts]]:
-    """(median prompt tokens, step costs) for each band (``category``) of each --length-sets file."""
+def costs_by_length(drafting, args, limits) -> list[tuple[int, StepCosts]]:
+    """(median prompt tokens, step costs) for each band (``category``) of each --length-sets file, ``drafting``: the
+    pair's view with the drafter measured."""
     gammas = [int(g) for g in args.length_gammas.split(",")]
     bands: dict[str, list] = defaultdict(list)
     for path in args.length_sets.split(","):
         for record in load_prompts(path)[: args.limit * 8 or None]:
             bands[f"{path}:{record.get('category', '')}"].append(record["prompt"])
     measured = []
-    with drafter_swapped(pair, drafter):
-        for band, prompts in bands.items():
-            prompt_ids = [list(encode_prompt(pair, prompt, None, limits).ids) for prompt in prompts[: args.limit]]
-            observed = measure(pair, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats)
-            measured.append((median_tokens(prompt_ids), observed.model(band).costs))
-            print(f"{band}: {measured[-1][0]} tokens, a drafted token {measured[-1][1].draft_per_token:.3f} AR steps",
-                  file=sys.stderr)
+    for band, prompts in bands.items():
+        prompt_ids = [list(encode_prompt(drafting, prompt, None, limits).ids) for prompt in prompts[: args.limit]]
+        observed = measure(drafting, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats)
+        measured.append((median_tokens(prompt_ids), observed.model(band).costs))
+        print(f"{band}: {measured[-1][0]} tokens, a drafted token {measured[-1][1].draft_per_token:.3f} AR steps",
+              file=sys.stderr)
     return measured
 
 
@@ -229,19 +229,19 @@ def main(argv=None) -> int:
     drafter = load_drafter(pair, args.drafter)
     limits = Limits.from_env()
     prompts = load_prompts(args.prompts)[: args.limit or None]
-    with drafter_swapped(pair, drafter):
-        prompt_ids = [list(encode_prompt(pair, record["prompt"], None, limits).ids) for record in prompts]
-        progress = tqdm(total=args.repeats * len(prompt_ids) * len(gammas), file=sys.stderr)
-        observed = measure(pair, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats, progress)
-        progress.close()
-        key, device = drafter_key(pair.drafter), torch.device(pair.device).type
+    drafting = pair.with_drafter(drafter)
+    prompt_ids = [list(encode_prompt(drafting, record["prompt"], None, limits).ids) for record in prompts]
+    progress = tqdm(total=args.repeats * len(prompt_ids) * len(gammas), file=sys.stderr)
+    observed = measure(drafting, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats, progress)
+    progress.close()
+    key, device = drafter_key(drafting.drafter), torch.device(drafting.device).type
     source = (f"python -m pacer_core.training.pacer_costs --drafter {args.drafter} on {len(prompt_ids)} prompts of "
               f"{args.prompts}, T = {args.temperature}, {args.max_new_tokens} tokens, fixed SD at {gammas}, "
               f"{date.today().isoformat()}; AR step {observed.ar_seconds / observed.ar_tokens * 1000:.1f} ms; "
               f"target on {pair.describe().get('target_engine', 'torch')}")
     model = observed.model(source)
     if args.length_sets:
-        by_length = costs_by_length(pair, drafter, args, limits) + [(median_tokens(prompt_ids), model.costs)]
+        by_length = costs_by_length(drafting, args, limits) + [(median_tokens(prompt_ids), model.costs)]
         model = replace(model, by_length=tuple(sorted(by_length)))
         source += (f"; by prompt length on {args.length_sets} (fixed SD at {args.length_gammas}, "
                    f"{args.repeats} repeat(s)): " + ", ".join(f"{length} tokens {costs.draft_per_token:.2f} a drafted "

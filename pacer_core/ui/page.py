@@ -60,8 +60,8 @@ def pair_status_html(describe: dict, preverifier_kind: str, note: str | None = N
     items = [("Target", describe.get("target", "?")), ("Drafter", drafter_text(describe)),
              ("Device", describe.get("device", "?")), ("dtype", describe.get("dtype", "?")),
              ("PACER pre-verifier", preverifier)]
-    on_llama_cpp = describe.get("target_engine", "torch").startswith("llama.cpp")
-    if describe.get("linear_kernels", "default") != "default" and not on_llama_cpp:
+    on_llama = describe.get("target_engine", "torch").startswith("llama.cpp")
+    if describe.get("linear_kernels", "default") != "default" and not on_llama:
         items.insert(4, ("Linear layers", describe["linear_kernels"]))
     if describe.get("target_engine"):
         items.insert(1, ("Target engine", describe["target_engine"]))

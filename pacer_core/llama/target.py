@@ -1,6 +1,7 @@
-"""The target's engine: torch (the model's own forward: ``kvcache.CachedModel``) or llama.cpp running a float32
-GGUF of the very same weights (``LlamaTarget``). Both speak ``CachedModel``'s interface (forward with ``keep``,
-crop, reorder, feed_sequence, length, calls), so every decoder runs on either unchanged.
+"""The target run by llama.cpp: a float32 GGUF of the very same weights as the torch model (``LlamaTarget``),
+its cache a ``kvcache.ModelCache`` like torch's ``kvcache.CachedModel`` (forward with ``keep``, crop, reorder,
+feed_sequence, length, calls), so every decoder runs on either unchanged. Which engine a run's target gets is
+``engine.py``'s choice.
 
 Why llama.cpp: on a 2-core CPU its float32 step over the embedded target costs ~27 ms against ~45-65 ms for
 torch's packed float32 path (docs/measurements.md, "The target run by llama.cpp"). The embedded target IS the
@@ -25,7 +26,7 @@ wants a single row) gets a companion token in a sequence of its own (dropped rig
 keep following the positions), which costs a second row on every AR step. Either way flash attention is off and
 long feeds are cut into balanced chunks below its 64-row tile. ``tests/test_target_engine.py`` checks the result
 bit for bit against one-token steps in both modes, and the greedy-identity tests are the referee. AR runs on the
-same engine as the verify passes (``drafters.target_cache``).
+same engine as the verify passes (``engine.target_cache``).
 
 The torch engine stays for GPU targets, other dtypes, targets without a GGUF, and drafters that read the target's
 hidden states (the feature head): llama.cpp's are not read."""
@@ -37,14 +38,11 @@ from pathlib import Path
 
 import torch
 
-from . import embedded
-from .drafters.gguf_drafter import (MAX_ROWS, ContextPool, GGUFCache, GGUFModel, GGUFUnavailable, check_gguf_file,
-                                    default_threads, llama_cpp_available, llama_cpp_module, target_token_strings,
-                                    vocabulary_mismatch)
+from .. import embedded
+from .cache import GGUFCache
+from .model import (MAX_ROWS, ContextPool, GGUFModel, GGUFUnavailable, check_gguf_file, default_threads,
+                    llama_cpp_module, target_token_strings, vocabulary_mismatch)
 
-ENGINE_ENV = "PACER_TARGET_ENGINE"
-ENGINES = ("auto", "torch", "llama.cpp")
-ENGINE_ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "llama.cpp", "gguf": "llama.cpp"}
 CHUNK_TOKENS = 48                     # tokens per llama_decode at most: below flash attention's 64-row tile
 COMPANION_SEQUENCE = 2 * MAX_ROWS     # the companion token's sequence (0..2*MAX_ROWS-1: rows and reorder's scratch)
 F32_FILE_NAME = "smollm2-135m-instruct-f32.gguf"
@@ -52,15 +50,6 @@ LLAMA_FTYPE_ALL_F32 = 0
 # The context the target engine decodes in; chosen by benchmarks/target_engine.py (see its results file):
 # flash attention off, keys and values stored in float32 like the torch target's cache.
 CONTEXT_OPTIONS = {"flash_attn_type": 0, "type_k": 0, "type_v": 0}
-
-
-def parse_engine(text) -> str:
-    """``auto``, ``torch`` or ``llama.cpp`` (a few spellings of llama.cpp accepted); ValueError otherwise."""
-    key = str(text or "auto").strip().lower()
-    key = ENGINE_ALIASES.get(key, key)
-    if key not in ENGINES:
-        raise ValueError(f"Unknown target engine '{text}': use auto, torch or llama.cpp.")
-    return key
 
 
 def balanced_chunks(count: int, limit: int) -> list[int]:
@@ -89,33 +78,6 @@ def one_row_is_invariant(engine) -> bool:
     second = alone.forward(probe[6:], keep=1)[0, -1]
     both = together.forward(probe, keep=2)[0]
     return bool(torch.equal(first, both[0]) and torch.equal(second, both[1]))
-
-
-def engine_unavailable(is_embedded_target: bool, device_type: str, dtype_name: str) -> str | None:
-    """Why the llama.cpp engine cannot run this target (None: it can)."""
-    if device_type != "cpu":
-        return f"llama.cpp runs the target on the CPU; this target is on {device_type}"
-    if dtype_name != "float32":
-        return f"the llama.cpp engine runs the target in float32 (asked: {dtype_name})"
-    if not is_embedded_target:
-        return "only the embedded target has a GGUF of its own weights for llama.cpp to run"
-    from .drafters.builders import embedded_gguf_unavailable   # the native build's proof (drafters/native_proof.py)
-    return embedded_gguf_unavailable()
-
-
-def choose_engine(requested: str, is_embedded_target: bool, device_type: str, dtype_name: str) -> str:
-    """The engine a pair gets: ``auto`` is llama.cpp where it can run the target (the embedded target in float32 on
-    a CPU with llama-cpp-python: measured fastest there), torch otherwise. An explicit llama.cpp that cannot run
-    raises ValueError saying why."""
-    requested = parse_engine(requested)
-    if requested == "torch":
-        return "torch"
-    why_not = engine_unavailable(is_embedded_target, device_type, dtype_name)
-    if why_not is None:
-        return "llama.cpp"
-    if requested == "llama.cpp":
-        raise ValueError(f"The llama.cpp target engine is not available: {why_not}.")
-    return "torch"
 
 
 def convert_to_f32(source: Path, destination: Path, threads: int | None = None) -> Path:
@@ -206,7 +168,3 @@ class LlamaTarget:
     def describe(self) -> str:
         rows = "one-row invariant" if self.one_row_invariant else "one-row calls with a companion token"
         return f"llama.cpp ({self.model.path.name}, {self.model.threads} threads, {rows})"
-
-
-__all__ = ["ENGINES", "ENGINE_ENV", "LlamaTarget", "LlamaTargetCache", "parse_engine", "choose_engine",
-           "balanced_chunks", "needs_companion", "one_row_is_invariant", "embedded_f32_gguf", "convert_to_f32", "engine_unavailable"]

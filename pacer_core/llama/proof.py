@@ -5,13 +5,13 @@ CPU features the machine lacks (or with kernels that fault on it, such as ggml's
 dies with SIGILL or SIGSEGV at its first decode, and takes every visitor of a shared server with it. So the
 first time a GGUF file is to be drafted with a given llama-cpp-python library on a given CPU, a child process
 loads the file and decodes a few tokens on two rows with a row copy and a crop: the calls the drafter makes
-(``gguf_drafter.GGUFCache``). The child's verdict is cached under ``$PACER_CACHE/gguf-proof/``, keyed by the
+(``cache.GGUFCache``). The child's verdict is cached under ``$PACER_CACHE/gguf-proof/``, keyed by the
 library's files, the GGUF file and the CPU's feature flags; a pass or a crash is kept, a time-out is not (a
 busy machine may pass next time).
 
 The child needs only the standard library and ``llama_cpp``: this file runs as a script
-(``python native_proof.py --child FILE``), importing nothing of the project, so a proof does not pay for
-torch. ``python -m pacer_core.drafters.native_proof [--again] [FILE]`` proves a file from a shell and prints
+(``python proof.py --child FILE``), importing nothing of the project, so a proof does not pay for
+torch. ``python -m pacer_core.llama.proof [--again] [FILE]`` proves a file from a shell and prints
 the one-line verdict (setup.sh does; README, "The gguf drafter's build").
 
 Test hook: ``PACER_GGUF_PROOF_CRASH=SIGSEGV`` (or ``SIGILL``) makes the child kill itself with that signal
@@ -197,23 +197,31 @@ def stand_in_for_a_broken_build(hook: str) -> None:
         os.kill(os.getpid(), getattr(signal, hook if hook.startswith("SIG") else "SIG" + hook))
 
 
-def child_decode(gguf_file: str) -> dict:
-    """Load the file; decode a short prompt on sequence 0, copy it to sequence 1, decode one token on both rows
-    in one batch, crop both and decode again. Rows that share a history must score alike."""
-    import ctypes
-    import math
-
+def open_context(gguf_file: str, cells: int, batch_tokens: int, sequences: int, threads: int):
+    """(llama_cpp, model, context, batch): the file loaded quietly and a context with a unified KV buffer of
+    ``cells`` cells for ``sequences`` sequences, decoding ``batch_tokens`` tokens a call. Standard library and
+    llama_cpp only, for a child process (this one's, and benchmarks/llama_build_flags.py's)."""
     import llama_cpp
     from llama_cpp import _internals, _logger
     _logger.set_verbose(False)
     llama_cpp.llama_backend_init()
     model = _internals.LlamaModel(path_model=gguf_file, params=llama_cpp.llama_model_default_params(), verbose=False)
     params = llama_cpp.llama_context_default_params()
-    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 256, 32, 32, 4
-    params.n_threads = params.n_threads_batch = max(1, min(2, os.cpu_count() or 1))
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = cells, batch_tokens, batch_tokens, sequences
+    params.n_threads = params.n_threads_batch = threads
     params.kv_unified, params.no_perf = True, True
     context = _internals.LlamaContext(model=model, params=params, verbose=False)
-    batch = _internals.LlamaBatch(n_tokens=32, embd=0, n_seq_max=1, verbose=False)
+    batch = _internals.LlamaBatch(n_tokens=batch_tokens, embd=0, n_seq_max=1, verbose=False)
+    return llama_cpp, model, context, batch
+
+
+def child_decode(gguf_file: str) -> dict:
+    """Load the file; decode a short prompt on sequence 0, copy it to sequence 1, decode one token on both rows
+    in one batch, crop both and decode again. Rows that share a history must score alike."""
+    import ctypes
+    import math
+
+    llama_cpp, model, context, batch = open_context(gguf_file, 256, 32, 4, max(1, min(2, os.cpu_count() or 1)))
     n_vocab = int(model.n_vocab())
     prompt = [(7 * index + 1) % n_vocab for index in range(8)]      # any ids: the proof is of the arithmetic
 

@@ -1,0 +1,28 @@
+"""How a benchmark script hands back its results: the report printed and written as JSON (``print_and_write``), or a
+results folder with results.json and report.md (``write_folder``). One writer, so every results file has the
+same layout."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def as_json(report: dict, indent: int = 1) -> str:
+    return json.dumps(report, indent=indent)
+
+
+def print_and_write(report: dict, out: str | Path | None, indent: int = 1) -> None:
+    """Print the report as JSON, and write it to ``out`` (its folder made) when one is given."""
+    print(as_json(report, indent))
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(as_json(report, indent) + "\n")
+
+
+def write_folder(out: str | Path, report: dict, markdown: str) -> None:
+    """``out``/results.json and ``out``/report.md (the folder made); the report printed."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(as_json(report) + "\n")
+    (out / "report.md").write_text(markdown)
+    print(markdown)

@@ -1,0 +1,93 @@
+"""Which engine runs a pair's target, torch (``kvcache.CachedModel``) or llama.cpp (``target.LlamaTarget``): chosen
+once when the pair loads (``choose_engine``), then for each run (``active_engine``: a drafter that reads the
+target's hidden states keeps the torch target, llama.cpp's are not read). AR and the verify passes of one pair
+always get the same engine (``target_cache``)."""
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from ..kvcache import CachedModel, ModelCache
+from .availability import embedded_gguf_unavailable
+from .target import LlamaTarget
+
+ENGINES = ("auto", "torch", "llama.cpp")
+ENGINE_ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "llama.cpp", "gguf": "llama.cpp"}
+
+
+class ReadsFeatures(Protocol):
+    reads_target_features: bool
+
+
+class TargetSide(Protocol):
+    """What the choice reads of a pair: its torch target, the llama.cpp engine loaded for it (None: none) and the
+    drafter a run drafts with (None: AR alone)."""
+    target: torch.nn.Module
+    vocab_size: int
+    target_engine: LlamaTarget | None
+    drafter: ReadsFeatures | None
+
+
+def parse_engine(text) -> str:
+    """``auto``, ``torch`` or ``llama.cpp`` (a few spellings of llama.cpp accepted); ValueError otherwise."""
+    key = str(text or "auto").strip().lower()
+    key = ENGINE_ALIASES.get(key, key)
+    if key not in ENGINES:
+        raise ValueError(f"Unknown target engine '{text}': use auto, torch or llama.cpp.")
+    return key
+
+
+def engine_unavailable(is_embedded_target: bool, device_type: str, dtype_name: str) -> str | None:
+    """Why the llama.cpp engine cannot run this target (None: it can)."""
+    if device_type != "cpu":
+        return f"llama.cpp runs the target on the CPU; this target is on {device_type}"
+    if dtype_name != "float32":
+        return f"the llama.cpp engine runs the target in float32 (asked: {dtype_name})"
+    if not is_embedded_target:
+        return "only the embedded target has a GGUF of its own weights for llama.cpp to run"
+    return embedded_gguf_unavailable()          # no llama-cpp-python, no file, or a build that fails its proof
+
+
+def choose_engine(requested: str, is_embedded_target: bool, device_type: str, dtype_name: str) -> str:
+    """The engine a pair gets: ``auto`` is llama.cpp where it can run the target (the embedded target in float32 on
+    a CPU with llama-cpp-python: measured fastest there), torch otherwise. An explicit llama.cpp that cannot run
+    raises ValueError saying why."""
+    requested = parse_engine(requested)
+    if requested == "torch":
+        return "torch"
+    why_not = engine_unavailable(is_embedded_target, device_type, dtype_name)
+    if why_not is None:
+        return "llama.cpp"
+    if requested == "llama.cpp":
+        raise ValueError(f"The llama.cpp target engine is not available: {why_not}.")
+    return "torch"
+
+
+def active_engine(pair: TargetSide) -> LlamaTarget | None:
+    """The engine the pair's target runs on in a run: its llama.cpp engine (``pair.target_engine``) unless it has
+    none or the drafter reads the target's hidden states (llama.cpp's are not read); None means torch. AR and the
+    verify passes of one pair always get the same engine."""
+    engine = getattr(pair, "target_engine", None)
+    drafter = getattr(pair, "drafter", None)
+    if engine is None or (drafter is not None and drafter.reads_target_features):
+        return None
+    return engine
+
+
+def engine_label(pair: TargetSide) -> str:
+    """What the page's model line says about the target's engine."""
+    engine = active_engine(pair)
+    if engine is not None:
+        return engine.describe()
+    if getattr(pair, "target_engine", None) is not None:
+        return "torch (the drafter reads the target's hidden states, which llama.cpp does not give)"
+    return "torch"
+
+
+def target_cache(pair: TargetSide, keep_features: bool = False) -> ModelCache:
+    """A fresh cache of the pair's target on its engine (``active_engine``)."""
+    engine = active_engine(pair)
+    if engine is not None and not keep_features:
+        return engine.new_cache()
+    return CachedModel(pair.target, pair.vocab_size, keep_features=keep_features)
