@@ -62,13 +62,13 @@ def chosen_names(raw: dict) -> frozenset[str]:
 
 def preverifier_for(method: str, pair, settings: DecodeSettings, preverifier=None):
     """PACER's pre-verifier: the one given, else the pair's trained layer or the confidence rule; the confidence
-    rule whenever the run chose it (setting ``preverifier``)."""
+    rule whenever the run chose it (setting ``preverifier_choice``)."""
     if method != "pacer":
         return None
     from .preverifier import chosen_preverifier, default_preverifier
 
     available = preverifier if preverifier is not None else default_preverifier(pair)
-    return chosen_preverifier(pair, available, settings.preverifier)
+    return chosen_preverifier(pair, available, settings.preverifier_choice)
 
 
 def with_preverifier_defaults(settings: DecodeSettings, preverifier, explicit: frozenset[str]) -> DecodeSettings:

@@ -82,7 +82,7 @@ FIELDS = (
     SettingField("on_fail", "On a failed block", "submit", "choice", methods=("pacer",),
                  options=("submit", "discard"),
                  help="submit sends the failing block too (lossless); discard drops it (exact only when greedy)."),
-    SettingField("preverifier", "Pre-verifier", "trained", "choice", methods=("pacer",),
+    SettingField("preverifier_choice", "Pre-verifier", "trained", "choice", methods=("pacer",),
                  options=("trained", "confidence"),
                  help="trained: the layer trained for this drafter (the confidence rule where it has none); "
                       "confidence: the draft's own probability of its token (greedy), the run's acceptance so far "
@@ -91,7 +91,7 @@ FIELDS = (
                  options=("threshold", "cost", "auto"),
                  help="threshold: stop at the first block the pre-verifier scores below the threshold; cost: draft "
                       "another block only while it raises the expected tokens per unit of measured time; auto: "
-                      "threshold with a trained layer or when greedy, cost when sampling with the confidence rule."),
+                      "threshold when greedy, cost when sampling."),
     SettingField("phrase_len", "Phrase draft length (0 = off)", 8, "int", 0, 32, methods=("pacer",),
                  help="Copy up to this many tokens that followed an earlier occurrence of the last tokens "
                       "(from the prompt or the output) as a draft block, without a draft model call."),
@@ -125,7 +125,7 @@ class DecodeSettings:
     max_draft_len: int = DEFAULTS["max_draft_len"]
     threshold: float | None = DEFAULTS["threshold"]     # None: the pre-verifier's own (trained) threshold
     on_fail: str = DEFAULTS["on_fail"]                  # submit (lossless) | discard (exact only when greedy)
-    preverifier: str = DEFAULTS["preverifier"]          # trained (the drafter's layer, when shipped) | confidence
+    preverifier_choice: str = DEFAULTS["preverifier_choice"]   # trained (the drafter's layer, when shipped) | confidence
     stop_rule: str = DEFAULTS["stop_rule"]              # threshold | cost | auto (docs/algorithms.md#cost-aware-stopping)
     phrase_len: int = DEFAULTS["phrase_len"]            # 0: no phrase drafts (docs/algorithms.md#phrase-drafts)
     n_particles: int = DEFAULTS["n_particles"]          # SMC-SD

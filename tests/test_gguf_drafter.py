@@ -211,8 +211,11 @@ def test_pacer_runs_the_shipped_layer_on_the_embedded_default_and_returns_ars_to
         assert result.info["preverifier"] == "trained" and "trained pre-verification layer" in result.info["stopped_by"]
     sampled = generate(drafting, "pacer", "Write a haiku about rain.", max_new_tokens=32, temperature=0.7,
                        stop_rule="auto")
-    assert "trained pre-verification layer" in sampled.info["stopped_by"]
-    rule = generate(drafting, "pacer", "Write a haiku about rain.", max_new_tokens=16, preverifier="confidence")
+    assert "the trained layer's acceptance estimates" in sampled.info["stopped_by"]
+    threshold = generate(drafting, "pacer", "Write a haiku about rain.", max_new_tokens=16, temperature=0.7)
+    assert "trained pre-verification layer at threshold 0.70" in threshold.info["stopped_by"]
+    rule = generate(drafting, "pacer", "Write a haiku about rain.", max_new_tokens=16,
+                    preverifier_choice="confidence")
     assert rule.info["preverifier"] == "heuristic" and rule.settings["threshold"] == 0.05   # the drafter's measured
 
 

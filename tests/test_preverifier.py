@@ -255,25 +255,23 @@ def test_a_run_that_chooses_the_confidence_rule_gets_it_though_a_layer_exists():
     pair = tiny_pair(scale=6.0)
     trained = scalar_trained()
     assert build_request(pair, "pacer", "t1 t2", {}, preverifier=trained).preverifier is trained
-    chosen = build_request(pair, "pacer", "t1 t2", {"preverifier": "confidence"}, preverifier=trained)
+    chosen = build_request(pair, "pacer", "t1 t2", {"preverifier_choice": "confidence"}, preverifier=trained)
     assert isinstance(chosen.preverifier, ConfidencePreVerifier)
     assert chosen.settings.threshold == ConfidencePreVerifier().default_threshold
 
 
-def test_auto_takes_the_threshold_when_a_layer_was_trained_for_sampled_tokens():
-    from pacer_core.decoders.pacer import effective_stop_rule
+def test_auto_samples_with_the_cost_rule_priced_by_a_layer_trained_for_sampled_tokens():
+    from pacer_core.decoders.pacer import block_acceptance, effective_stop_rule, stop_rule_summary, trained_for_sampling
+    from pacer_core.stopping import AcceptanceByEntropy, PacerCostModel
 
     sampling = validate_settings(stop_rule="auto", temperature=0.7)
-    assert effective_stop_rule(sampling, ConfidencePreVerifier()) == "cost"
-    assert effective_stop_rule(sampling, random_trained(16)) == "cost"       # a greedy-only layer
-    assert effective_stop_rule(sampling, scalar_trained()) == "threshold"
-
-
-def test_a_scalar_layer_scores_in_numpy_what_the_module_computes():
-    trained = scalar_trained(seed=5)
-    logits = torch.randn(50)
-    block = [token_features(logits, torch.zeros(0), token, position, history_context(3, 2, True))
-             for position, token in enumerate((3, 7, 11))]
-    with torch.no_grad():
-        expected = torch.sigmoid(trained.layer(torch.zeros(3, 0), block_scalars(block, with_history=True))).tolist()
-    assert trained.token_probs(block) == pytest.approx(expected, abs=1e-6)
+    for preverifier in (ConfidencePreVerifier(), random_trained(16), scalar_trained()):
+        assert effective_stop_rule(sampling, preverifier) == "cost"
+    assert effective_stop_rule(validate_settings(stop_rule="auto"), scalar_trained()) == "threshold"
+    model = PacerCostModel(acceptance=AcceptanceByEntropy((10.0,), (0.5,)))
+    sampled = [token_features(torch.randn(50), torch.zeros(0), 3, 0, sampled=True)]
+    rows = [torch.softmax(torch.randn(50), -1)]
+    assert block_acceptance(model, sampled, rows, [0.9], trained_for_sampling(scalar_trained())) == [0.9]
+    assert block_acceptance(model, sampled, rows, [0.9], trained_for_sampling(random_trained(16))) == [0.5]
+    assert "the trained layer's acceptance estimates" in stop_rule_summary(scalar_trained(), sampling, 0.7)
+    assert "entropy" in stop_rule_summary(ConfidencePreVerifier(), sampling, 0.3)

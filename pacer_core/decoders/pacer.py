@@ -118,15 +118,15 @@ class Pacer(SpeculativeDecoder):
 
 
 def effective_stop_rule(settings: DecodeSettings, preverifier=None) -> str:
-    """``auto``: the threshold rule when greedy or when a layer was trained for sampled tokens, else the cost
-    rule. Greedy, the draft's own q(x) says how likely the target's argmax is its token, so a threshold on it
-    stops at the risky blocks; sampling with a drafter close to the target, acceptance is about 1 - TV(p, q)
-    whatever the token, so the confidence rule has no per-token signal left but the draft's entropy
-    (``block_acceptance``), and the economics decide: draft another block while it raises the expected tokens
-    per unit of time (docs/algorithms.md#cost-aware-stopping). A layer trained on sampled tokens' acceptance
-    reads what signal there is, and its tuned threshold decides."""
+    """``auto`` is the threshold rule when greedy and the cost rule when sampling. Greedy, the pre-verifier's
+    estimate (the trained layer's, or the draft's own q(x)) says how likely the target's argmax is the token, so a
+    threshold on it stops at the risky blocks; sampling with a drafter close to the target, acceptance is about
+    1 - TV(p, q) whatever the token, so little per-token signal is left, and the economics decide: draft another
+    block while it raises the expected tokens per unit of time (docs/algorithms.md#cost-aware-stopping), priced
+    with a layer trained on sampled tokens where there is one (``block_acceptance``), else the draft's entropy.
+    On held-out prompts at T = 0.7 that beat the sampled layer's own threshold (README, "Measured")."""
     if settings.stop_rule == "auto":
-        return "threshold" if settings.greedy or trained_for_sampling(preverifier) else "cost"
+        return "threshold" if settings.greedy else "cost"
     return settings.stop_rule
 
 

@@ -29,7 +29,7 @@ def default_preverifier(pair):
 
 def chosen_preverifier(pair, available, choice: str):
     """The pre-verifier a run uses: ``available`` (the pair's default, or one given) unless the run chose the
-    confidence rule (setting ``preverifier``) while a trained layer is available."""
+    confidence rule (setting ``preverifier_choice``) while a trained layer is available."""
     if choice == "confidence" and getattr(available, "kind", None) == "trained":
         return confidence_rule(pair)
     return available

@@ -148,12 +148,12 @@ def settings_panel(pair, limits: Limits, starts: dict) -> tuple[dict, gr.Checkbo
             pacer["on_fail"] = gr.Radio([("submit failing block (lossless)", "submit"),
                                          ("discard it (exact only when greedy)", "discard")],
                                         value=FIELD_BY_NAME["on_fail"].default, label=FIELD_BY_NAME["on_fail"].label)
-            pacer["preverifier"] = gr.Radio([("trained layer", "trained"), ("confidence rule", "confidence")],
-                                            value=FIELD_BY_NAME["preverifier"].default,
-                                            label=FIELD_BY_NAME["preverifier"].label,
-                                            info=FIELD_BY_NAME["preverifier"].help, elem_id="preverifier-choice")
+            pacer["preverifier_choice"] = gr.Radio([("trained layer", "trained"), ("confidence rule", "confidence")],
+                                            value=FIELD_BY_NAME["preverifier_choice"].default,
+                                            label=FIELD_BY_NAME["preverifier_choice"].label,
+                                            info=FIELD_BY_NAME["preverifier_choice"].help, elem_id="preverifier-choice")
             pacer["stop_rule"] = gr.Radio([("pre-verifier threshold", "threshold"), ("expected gain vs measured cost", "cost"),
-                                           ("auto: threshold, or cost when sampling with the confidence rule", "auto")],
+                                           ("auto: threshold greedy, cost sampling", "auto")],
                                           value=starts["stop_rule"], label=FIELD_BY_NAME["stop_rule"].label,
                                           info=FIELD_BY_NAME["stop_rule"].help)
             pacer["phrase_len"] = control("phrase_len", limits, starts["phrase_len"])
