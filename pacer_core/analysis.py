@@ -39,31 +39,52 @@ def target_teacher_forced_logits(pair, prompt_ids, output_ids) -> torch.Tensor:
 
 @torch.inference_mode()
 def draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support: bool = False) -> torch.Tensor:
-    """The drafter's logits predicting each output token given the true prefix: [len(output), V].
-    A feature head reads the target's real hidden states here, so these are its first-token
-    predictions (deeper drafted tokens read its own predicted states)."""
+    """The drafter's logits predicting each output token given the true prefix: [len(output), V], with the
+    prompt given to the drafter as a run gives it (``decoders.base.make_state``). A feature head reads the
+    target's real hidden states here, so these are its first-token predictions (deeper drafted tokens read its
+    own predicted states); a draft cache that adopts the target's prompt (the gguf drafter beside the llama.cpp
+    target) takes the target's keys and values for prompt[:-1] and computes the rest."""
     from .drafters import new_caches
     target, draft = new_caches(pair, full_support)
     ids = list(prompt_ids) + list(output_ids)
     if pair.drafter.reads_target_features:
         target.forward(ids)
+    elif len(prompt_ids) > 1 and getattr(draft, "adopts_target_prompt", False):
+        target.forward(list(prompt_ids[:-1]), keep=1)
+        draft.adopt(target)
+        return draft.forward(ids[len(prompt_ids) - 1: -1])[0].float().cpu()
     return draft.forward(ids)[0, len(prompt_ids) - 1: -1].float().cpu()
 
 
 @torch.inference_mode()
-def target_output_logits(pair, prompt_ids, outputs: dict) -> dict:
-    """``target_teacher_forced_logits`` of several outputs after one prompt, {key: [len(output), V]}: the
-    prompt is fed once and each output after it (the cache cropped back to the prompt in between)."""
+def output_logits(pair, prompt_ids, outputs: dict, drafted: dict | None = None) -> tuple[dict, dict]:
+    """The target's teacher-forced logits of every output (``outputs``: {key: output ids}) and the drafter's of
+    some (``drafted``: {key: full_support}), [len(output), V] each, as ``target_teacher_forced_logits`` and
+    ``draft_teacher_forced_logits`` give them, after ONE target pass over prompt[:-1]: each output continues it
+    (the cache cropped back in between), and a draft cache that adopts the target's prompt takes its cells."""
     from .llama.engine import target_cache
     target = target_cache(pair)
-    first = target.forward(list(prompt_ids), keep=1)[0, :, : pair.vocab_size].float().cpu()
-    logits = {}
+    prefix, last = list(prompt_ids[:-1]), list(prompt_ids[-1:])
+    if prefix:
+        target.forward(prefix, keep=1)
+    draft_logits = {key: drafted_after(pair, target, prompt_ids, outputs[key], full_support)
+                    for key, full_support in (drafted or {}).items()}
+    target_logits = {}
     for key, output_ids in outputs.items():
-        target.crop(len(prompt_ids))
-        rest = list(output_ids[:-1])
-        later = target.forward(rest, keep=len(rest))[0, :, : pair.vocab_size].float().cpu() if rest else first[:0]
-        logits[key] = torch.cat([first, later])
-    return logits
+        target.crop(len(prefix))
+        fed = last + list(output_ids[:-1])
+        target_logits[key] = target.forward(fed, keep=len(fed))[0, :, : pair.vocab_size].float().cpu()
+    return target_logits, draft_logits
+
+
+def drafted_after(pair, target, prompt_ids, output_ids, full_support: bool) -> torch.Tensor:
+    """``draft_teacher_forced_logits`` from a target cache holding prompt[:-1], as a run's drafter starts."""
+    draft = None if pair.drafter.reads_target_features else pair.drafter.new_cache(target, full_support)
+    if draft is None or len(prompt_ids) < 2 or not getattr(draft, "adopts_target_prompt", False):
+        return draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support)
+    draft.adopt(target)
+    fed = list(prompt_ids[-1:]) + list(output_ids[:-1])
+    return draft.forward(fed)[0].float().cpu()
 
 
 def target_log_likelihood(pair, prompt_ids: list[int], output_ids: list[int],
@@ -82,17 +103,19 @@ def target_log_likelihood(pair, prompt_ids: list[int], output_ids: list[int],
 
 def proposal_divergence(pair, prompt_ids: list[int], output_ids: list[int], temperature: float,
                         draft_temperature: float | None = None, top_k: int = 0, top_p: float = 1.0,
-                        target_logits: torch.Tensor | None = None) -> tuple[float, int]:
+                        target_logits: torch.Tensor | None = None,
+                        draft_logits: torch.Tensor | None = None) -> tuple[float, int]:
     """Sum over the output's positions of KL(p_T || q_Td) in nats (the target's sampling distribution at
     ``temperature`` against the draft's at ``draft_temperature`` as SMC-SD proposes it (full support: a
     reduced-vocabulary head keeps a little mass on every id), both after top-k/top-p, each given the
     true prefix), and the number of positions. Divided, it is SMC-SD's per-token proposal divergence.
-    ``target_logits``: the output's ``target_teacher_forced_logits``, when already computed."""
+    ``target_logits``, ``draft_logits`` (full support): the output's teacher-forced logits, when already computed."""
     if not output_ids:
         return 0.0, 0
     if target_logits is None:
         target_logits = target_teacher_forced_logits(pair, prompt_ids, output_ids)
-    draft_logits = draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support=True)
+    if draft_logits is None:
+        draft_logits = draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support=True)
     divergence = proposal_kl(token_log_probs(target_logits, temperature, top_k, top_p),
                              token_log_probs(draft_logits, draft_temperature or temperature, top_k, top_p))
     return float(divergence.sum()), len(output_ids)
@@ -171,16 +194,20 @@ def expected_run_lengths(accept_rates: list[float], starts: list[int], max_len: 
 
 
 def oracle_lengths(pair, prompt_ids, output_ids, starts, temperature: float = 0.0, top_k: int = 0,
-                   top_p: float = 1.0, max_len: int = 16) -> list[float]:
-    """γ*_t for every step start (see module docstring for the sampling definition)."""
+                   top_p: float = 1.0, max_len: int = 16, target_logits: torch.Tensor | None = None,
+                   draft_logits: torch.Tensor | None = None) -> list[float]:
+    """γ*_t for every step start (see module docstring for the sampling definition). ``target_logits``,
+    ``draft_logits``: the output's teacher-forced logits, when already computed (sampling only)."""
     if temperature <= 0 and pair.drafter.reads_target_features:
         return [float(n) for n in drafted_run_lengths(pair, prompt_ids, output_ids, starts, max_len)]
     if temperature <= 0:
         return [float(n) for n in run_lengths(greedy_match_flags(pair, prompt_ids, output_ids), starts, max_len)]
-    draft_probs = logits_to_probs(draft_teacher_forced_logits(pair, prompt_ids, output_ids),
-                                  temperature, top_k, top_p)
-    target_probs = logits_to_probs(target_teacher_forced_logits(pair, prompt_ids, output_ids),
-                                   temperature, top_k, top_p)
+    if draft_logits is None:
+        draft_logits = draft_teacher_forced_logits(pair, prompt_ids, output_ids)
+    draft_probs = logits_to_probs(draft_logits, temperature, top_k, top_p)
+    if target_logits is None:
+        target_logits = target_teacher_forced_logits(pair, prompt_ids, output_ids)
+    target_probs = logits_to_probs(target_logits, temperature, top_k, top_p)
     accept_rates = torch.minimum(draft_probs, target_probs).sum(-1).tolist()
     return expected_run_lengths(accept_rates, starts, max_len)
 

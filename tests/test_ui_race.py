@@ -62,20 +62,22 @@ def test_run_times_each_method_alone_one_after_another(context, monkeypatch):
     assert table.loc["Autoregressive (AR)", "seconds"] == round(session.ar.busy_seconds, 3)
 
 
-def test_nothing_is_drawn_between_a_methods_steps_but_a_progress_line(context):
+def test_nothing_is_drawn_between_a_methods_steps_but_its_progress(context):
     ticks = iter(range(0, 10_000))
 
-    def clock():                                                  # 0.3 s per call: a progress line every 4th
+    def clock():                                                  # 0.3 s per call: a progress tick every 4th
         return next(ticks) * 0.3
 
     session = handlers.new_session(context, inputs())
-    updates = list(handlers.time_each_alone(context, session, clock=clock, sleep=lambda s: None,
-                                                   progress_interval_s=1.0))
+    updates = list(handlers.time_each_alone(session, clock=clock, sleep=lambda s: None, progress_interval_s=1.0))
     steps = sum(len(run.events) for run in session.runs.values()) + len(session.ar.events)
-    drawn = [update for update in updates if update.columns is not None]   # the rest repeat the status line:
-    polls = [update for update in updates if update.columns is None]      # where Gradio may end a cancelled Run
-    assert len(drawn) < 4 + steps / 2                            # far fewer drawn updates than steps
-    assert all(poll.status == previous.status for previous, poll in zip(updates, updates[1:]) if poll in polls)
+    turns = [update for update in updates if update.columns and len(update.columns) == len(session.runs)]
+    ticks_drawn = [update for update in updates if update not in turns]
+    assert len(turns) == 4                                       # each method's turn redraws the columns once
+    assert len(ticks_drawn) < steps / 2                           # far fewer updates than steps
+    for tick in ticks_drawn:                                      # a tick: the progress line and one column at most
+        assert tick.columns is None or len(tick.columns) == 1
+        assert tick.columns is None or "Timing alone now" in next(iter(tick.columns.values()))
     assert all(update.plots is None and update.narration is None for update in updates)
     assert all("Timing each method alone" in update.status for update in updates)
     first = updates[0].columns
@@ -84,7 +86,7 @@ def test_nothing_is_drawn_between_a_methods_steps_but_a_progress_line(context):
 
 def test_the_replay_ends_with_every_column_finished_at_its_own_time(context):
     updates = list(handlers.run(context, inputs(), frame_s=0.0, settle_s=0.0))
-    replay = [update for update in updates if update.status and "Replay at the pace" in update.status]
+    replay = [update for update in updates if update.status and "Replay of the race" in update.status]
     assert replay, "the columns were never replayed"
     assert all(set(update.columns) == set(COLUMN_METHODS) for update in replay)
     assert "✓" in replay[-1].status and "AR" in replay[-1].status
@@ -97,7 +99,7 @@ def test_stop_during_the_replay_skips_to_the_end_and_keeps_every_result(context)
     run = handlers.run(context, inputs(), frame_s=10.0)         # a frame every 10 s: Stop must not wait for it
     session = next(run).session
     update = next(run)
-    while "Replay at the pace" not in (update.status or ""):
+    while "Replay of the race" not in (update.status or ""):
         update = next(run)
     handlers.stop(session)
     *_, final = run

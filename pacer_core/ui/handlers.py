@@ -3,11 +3,12 @@ No Gradio here: ``layout`` maps each ViewUpdate onto its components, the tests a
 benchmarks/ui_overhead.py call these functions directly.
 
 Run has two phases (``ui/race.py``). First it times each method alone, one after another, the AR baseline
-last (``time_each_alone``): nothing is drawn while a method's steps run, only a progress line every few
-seconds, drawn while decoding waits, so each method's seconds are its decoder's own. Then it replays the
-columns side by side at the pace each ran (``replay_race``: each running column in parts from kept state, so a
-frame costs and sends only the new steps) while a thread computes the oracle γ* and the target
-log-likelihoods and builds the finished page: plots, metrics table and downloads. Step is
+last (``time_each_alone``): nothing is drawn while a method's steps run but its progress (a line and its
+column) every 1.5 s, so each method's seconds are its decoder's own. Then it replays the columns side by side
+at the pace each ran (``replay_race``: each running column in parts from kept state, so a frame costs and sends
+only the new steps) while a thread computes the oracle γ* and the target log-likelihoods and builds the
+finished page: plots (sent as soon as they are ready, drawn hidden until the race ends), metrics table and
+downloads. Step is
 a two-click state machine per target pass (``RunSession.pending_verdict``): first what each draft proposed
 (grey), then the target's verdict. Bad settings give a ViewUpdate with an error line and a warning, never
 an exception."""
@@ -243,45 +244,47 @@ def finish_run(context: AppContext, session: RunSession, measure_ar: bool, start
 
 # ---------------------------------------------------------------- Run's two phases
 
-def timing_columns(context: AppContext, session: RunSession, current) -> dict[str, str]:
-    """The columns while the methods are timed: each its progress, its time alone, or its turn to come."""
-    return {method: columns.column_html(method, [], None, run.error if not run.skipped else None,
-                                        running=run is current, note=None,
-                                        placeholder=None if run.error else race.waiting_text(run, run is current))
-            for method, run in session.runs.items()}
+def timing_column(run, current) -> str:
+    """A column while the methods are timed: its progress, its time alone, or its turn to come."""
+    return columns.column_html(run.method, [], None, run.error if not run.skipped else None, running=run is current,
+                               note=None, placeholder=None if run.error else race.waiting_text(run, run is current))
 
 
-def timing_update(context: AppContext, session: RunSession, current, position: int, count: int) -> ViewUpdate:
+def timing_columns(session: RunSession, current) -> dict[str, str]:
+    return {method: timing_column(run, current) for method, run in session.runs.items()}
+
+
+def timing_update(session: RunSession, current, position: int, count: int, every_column: bool) -> ViewUpdate:
+    """The progress line, with every column (a method's turn begins) or the current method's alone (a tick; the
+    AR baseline has no column)."""
     tokens = columns.live_numbers(current.events)["tokens"]
     line = race.timing_line(current.method, position, count, tokens, current.busy_seconds)
-    return ViewUpdate(columns=timing_columns(context, session, current), status=page.run_status_html(line, "busy"))
+    shown = (timing_columns(session, current) if every_column
+             else {current.method: timing_column(current, current)} if current.method in session.runs else None)
+    return ViewUpdate(columns=shown, status=page.run_status_html(line, "busy"))
 
 
-def time_each_alone(context: AppContext, session: RunSession, clock=time.perf_counter, sleep=time.sleep,
+def time_each_alone(session: RunSession, clock=time.perf_counter, sleep=time.sleep,
                     progress_interval_s: float = race.PROGRESS_INTERVAL_S,
                     settle_s: float = race.SETTLE_S) -> Iterator[ViewUpdate]:
     """Run's first phase: each method decodes alone, one after another (``RunSession.timing_queue``); between
-    its steps only a progress line, at most every ``progress_interval_s``. Decoding waits (outside any
-    method's time) while the browser draws: ``settle_s`` after the first update, which redraws the whole
-    page, a sixth of that after each progress line. An empty update every ``race.CANCEL_POLL_S`` lets Gradio end
-    a Run whose client cancelled or left. Stop ends the current method and skips the rest."""
+    its steps only its progress (the status line and its column), at most every ``progress_interval_s``; that
+    tick is also where Gradio can end a Run whose client left (Stop reaches the decoder through
+    ``session.cancel``). Decoding waits (outside any method's time) while the browser draws: ``settle_s`` after
+    the first update, which redraws the whole page, ``race.SETTLE_TURN_S`` (scaled alike) when a method's turn
+    redraws the columns; a tick (a line and one column) costs the browser a few ms and waits for nothing.
+    Stop ends the current method and skips the rest."""
     queue, settle = session.timing_queue(), settle_s
     for position, current in enumerate(queue, 1):
-        update = timing_update(context, session, current, position, len(queue))
-        yield update
+        yield timing_update(session, current, position, len(queue), every_column=True)
         sleep(settle)
-        settle = settle_s * race.SETTLE_LINE_S / race.SETTLE_S
-        shown = polled = clock()
+        settle = settle_s * race.SETTLE_TURN_S / race.SETTLE_S
+        shown = clock()
         while not current.done:
             session.advance_one(current)
             if not current.done and clock() - shown >= progress_interval_s:
-                update = timing_update(context, session, current, position, len(queue))
-                yield update
-                sleep(settle)
-                shown = polled = clock()
-            elif not current.done and clock() - polled >= race.CANCEL_POLL_S:
-                yield ViewUpdate(status=update.status)   # unchanged; lets Gradio end a Run its client cancelled or left
-                polled = clock()
+                yield timing_update(session, current, position, len(queue), every_column=False)
+                shown = clock()
         if session.cancel.is_set():
             session.skip_unstarted()
             return
@@ -290,7 +293,7 @@ def time_each_alone(context: AppContext, session: RunSession, clock=time.perf_co
 TIMING_TURN = TimingTurn()     # one Run's timing phase at a time in this process (PACER_CONCURRENCY > 1)
 
 
-def timed_alone(context: AppContext, session: RunSession, settle_s: float = race.SETTLE_S,
+def timed_alone(session: RunSession, settle_s: float = race.SETTLE_S,
                 wait_s: float = 0.5, sleep=time.sleep) -> Iterator[ViewUpdate]:
     """``time_each_alone`` once no other Run of this app is timing its methods: with more than one run at a time
     (PACER_CONCURRENCY) two decoders would share the cores and each would be timed slower than it is. Stop
@@ -304,7 +307,7 @@ def timed_alone(context: AppContext, session: RunSession, settle_s: float = race
                                                      "methods: one decodes at a time, so each is timed alone…", "busy"))
         sleep(wait_s)
     try:
-        for update in time_each_alone(context, session, settle_s=settle_s):
+        for update in time_each_alone(session, settle_s=settle_s):
             TIMING_TURN.seen(session)
             yield update
     finally:
@@ -327,27 +330,32 @@ def race_columns(context: AppContext, session: RunSession, lanes: list, live: Li
 
 def replay_race(context: AppContext, session: RunSession, frame_s: float = race.RACE_FRAME_S,
                 clock=time.perf_counter, sleep=time.sleep) -> Iterator[ViewUpdate]:
-    """Run's second phase: the columns side by side at the pace each method ran alone, a frame at most every
-    ``frame_s`` (the plots come with the finished view). Meanwhile (nothing is timed now) a thread computes
-    the oracle and log-likelihoods and builds the finished view, which this generator returns. Stop skips to
-    the end."""
+    """Run's second phase: the columns side by side at the pace each method ran alone (``race.REPLAY_SPEED``
+    times faster), a frame at most every ``frame_s``. Meanwhile (nothing is timed now) a thread computes the oracle and log-likelihoods and builds
+    the finished view, which this generator returns. Its plots also go with the next frame once they are
+    ready: the browser draws them while the race plays and shows them when it ends (style.css hides a running
+    page's charts). Stop skips to the end."""
     lanes, prepared = race.lanes_of(session), []
     worker = threading.Thread(target=lambda: (session.analyse(), prepared.append(finished_view(context, session))),
                               name="pacer-finish", daemon=True)
     worker.start()
-    live, start = LiveColumns(), clock()
+    live, start, plots_sent = LiveColumns(), clock(), False
     while True:
         frame_start = clock()
-        elapsed = frame_start - start
-        yield ViewUpdate(columns=race_columns(context, session, lanes, live, elapsed),
-                         status=page.run_status_html(race.race_line(lanes, elapsed), "busy"))
+        elapsed = (frame_start - start) * race.REPLAY_SPEED       # the methods' own seconds
+        update = ViewUpdate(columns=race_columns(context, session, lanes, live, elapsed),
+                            status=page.run_status_html(race.race_line(lanes, elapsed), "busy"))
+        if prepared and not plots_sent:
+            update.plots, plots_sent = prepared[0].plots, True
+        yield update
         if elapsed >= race.duration(lanes) or session.cancel.is_set():
             break
         sleep(max(0.0, frame_s - (clock() - frame_start)))
     if worker.is_alive():
         yield ViewUpdate(status=page.run_status_html("Scoring each output under the target…", "busy"))
     worker.join()
-    return prepared[0] if prepared else None
+    return prepared[0] if prepared else None    # with the plots again: the API's last values carry them (the
+                                                  # page redraws nothing for an unchanged figure)
 
 
 # ---------------------------------------------------------------- the three buttons
@@ -365,10 +373,10 @@ def run(context: AppContext, inputs: PageInputs, frame_s: float = race.RACE_FRAM
         yield error_update(user_message(error))
         return
     started = time.perf_counter()
-    yield ViewUpdate(columns=timing_columns(context, session, None),
+    yield ViewUpdate(columns=timing_columns(session, None),
                      status=page.run_status_html("Running… each method is timed alone, then replayed.", "busy"),
                      narration=narration.narration_html({}), table=table_view(session), session=session)
-    yield from timed_alone(context, session, settle_s)
+    yield from timed_alone(session, settle_s)
     session.phase_seconds["timing"] = time.perf_counter() - started
     prepared = None
     if not session.cancel.is_set():

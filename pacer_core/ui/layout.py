@@ -194,7 +194,8 @@ def live_outputs(session_state: gr.State) -> tuple[PageView, gr.Checkbox, gr.Che
         with gr.Row():
             for name in row:
                 label, empty = PLOTS[name]
-                plot_boxes[name] = gr.Plot(empty(), elem_id=f"plot-{name}", show_label=False, label=label)
+                plot_boxes[name] = gr.Plot(empty(), elem_id=f"plot-{name}", show_label=False, label=label,
+                                           elem_classes=["pacer-run-plot"])
     table = gr.Dataframe(tables.empty_frame(), label=tables.LABEL, interactive=False,
                          elem_id="metrics-table", wrap=True)
     with gr.Row():

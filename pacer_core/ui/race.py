@@ -4,9 +4,10 @@ A page that decodes three or four methods interleaved while it draws them measur
 browser, Gradio's per-update work and the methods' caches taking turns share the cores the decoders use, so
 each column took 1.2-2.5x its decoder's own time and the printed speedups moved with the machine (issue 41;
 docs/measurements.md, "What the page shows"). So Run times each method alone, one after another, drawing
-nothing while its steps run (a progress line at most once a second), recording when each event arrived on
+nothing while its steps run (its progress at most every 1.5 s), recording when each event arrived on
 the method's own clock (``MethodRun.event_seconds``). Then the columns are replayed side by side at the pace
-each ran: a race whose finishing order and gaps are the measured ones, AR included as a lane.
+each ran, fast-forwarded by ``REPLAY_SPEED``: a race whose finishing order, gaps and clock are the measured
+ones, AR included as a lane.
 
 ``Lane`` is one method's recorded clock; ``shown`` says how many of its events the replay shows after
 ``elapsed`` seconds; ``race_line`` and ``timing_line`` are the status lines of the two phases."""
@@ -18,11 +19,15 @@ from dataclasses import dataclass
 from . import METHOD_LABELS
 from .columns import live_numbers
 
-RACE_FRAME_S = 0.25          # one replay frame at most this often (the oracle and likelihoods share the cores)
-PROGRESS_INTERVAL_S = 3.0    # while a method is timed, the progress line at most this often
-SETTLE_S = 0.3               # after Run's first update (the whole page), decoding waits (untimed) while it is drawn
-SETTLE_LINE_S = 0.05         # ... and after each later progress line
-CANCEL_POLL_S = 0.2          # an empty update at most this often: where Gradio can end a cancelled or abandoned Run
+RACE_FRAME_S = 0.3           # one replay frame at most this often (the oracle and likelihoods share the cores)
+REPLAY_SPEED = 1.5           # the race plays 1.5x faster than the methods ran: order, proportions and the clock
+                             # (in the methods' own seconds) are the measured ones, and a Run waits for the timing
+                             # plus two thirds of the slowest method instead of all of it (issue 41: a whole Run
+                             # within 1.5x the four decoders' own seconds)
+PROGRESS_INTERVAL_S = 1.5    # while a method is timed, its progress (status line and its column) this often: each
+                             # such update is also where Gradio can end a Run whose client left (Stop needs none)
+SETTLE_S = 0.2               # after Run's first update (the whole page), decoding waits (untimed) while it is drawn
+SETTLE_TURN_S = 0.02         # ... and when a method's turn begins (every column redrawn)
 SHORT_NAMES = {"ar": "AR", "fixed": "fixed SD", "pacer": "PACER", "smc": "SMC-SD"}
 HOW_TIMED = "each method timed alone"      # the finished status line: "Done in 12.3 s, each method timed alone."
 
@@ -72,7 +77,7 @@ def lane_word(lane: Lane, elapsed: float) -> str:
 def race_line(lanes: list[Lane], elapsed: float) -> str:
     """The replay's status: the clock and every lane's progress or finishing time."""
     clock = min(elapsed, duration(lanes))
-    return (f"Replay at the pace each method ran alone: {clock:.1f} s · "
+    return (f"Replay of the race at {REPLAY_SPEED:g}× speed, on each method's own clock: {clock:.1f} s · "
             + " · ".join(lane_word(lane, elapsed) for lane in lanes))
 
 
@@ -80,8 +85,8 @@ def timing_line(method: str, position: int, count: int, tokens: int, seconds: fl
     """The timing phase's status: which method runs alone now and how far it has got."""
     name = METHOD_LABELS.get(method, method)
     return (f"Timing each method alone, one after another ({position} of {count}: {name}, {tokens} tokens in "
-            f"{seconds:.1f} s); nothing is drawn while it decodes. Then the columns replay side by side at the "
-            "pace each ran.")
+            f"{seconds:.1f} s); only this line moves while it decodes. Then the columns replay side by side at the "
+            f"pace each ran ({REPLAY_SPEED:g}× speed).")
 
 
 def waiting_text(run, current: bool) -> str:

@@ -17,7 +17,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-from ..analysis import oracle_lengths, proposal_divergence, target_log_likelihood, target_output_logits
+from ..analysis import oracle_lengths, output_logits, proposal_divergence, target_log_likelihood
 from ..api import run_request
 from ..decoders.pacer import stop_rule_summary
 from ..drafters import drafter_key
@@ -115,6 +115,8 @@ class RunSession:
         self.oracle_greedy = True
         self.logliks: dict[str, float] = {}        # sampling runs: target log-prob per output token, by method
         self.proposal_kl: float | None = None      # sampling runs: KL(p_T || q_Td) per token along SMC-SD's output
+        self.output_logits: dict = {}              # sampling runs, while analysing: the target's logits along each
+        self.drafted_logits: dict = {}             # output, the drafter's along PACER's and SMC-SD's
         self.pending_verdict: dict | None = None   # step-through: events drafted but not yet shown verified
         self.analysed = False
         self.phase_seconds: dict[str, float] = {}  # Run's wall time timing the methods alone ("timing")
@@ -213,9 +215,24 @@ class RunSession:
         """After the decoding: oracle γ* and the target log-likelihoods, once (Run starts it during the replay)."""
         if self.analysed:
             return
-        self.compute_oracle()
+        self.teacher_force()
         self.compute_likelihoods()
+        self.compute_oracle()
+        self.output_logits, self.drafted_logits = {}, {}     # 0.2 MB a token of each: not kept with the session
         self.analysed = True
+
+    def teacher_force(self) -> None:
+        """Sampling runs: the target's logits along every output and the drafter's along PACER's (its q, for
+        the oracle) and SMC-SD's (full support, for the proposal divergence), from one target pass over the
+        prompt (``analysis.output_logits``)."""
+        if self.settings["temperature"] == 0:
+            return
+        outputs = {method: list(result.token_ids) for method, result in self.results().items() if result.token_ids}
+        drafted = {method: method == "smc" for method in ("pacer", "smc") if method in outputs}
+        try:
+            self.output_logits, self.drafted_logits = output_logits(self.pair, self.prompt_ids, outputs, drafted)
+        except Exception:  # noqa: BLE001 - each figure then computes its own or is left out
+            traceback.print_exc(file=sys.stderr)
 
     @property
     def finished(self) -> bool:
@@ -247,7 +264,9 @@ class RunSession:
         try:
             lengths = oracle_lengths(self.pair, self.prompt_ids, pacer.result.token_ids, step_starts,
                                      temperature=settings["temperature"], top_k=settings["top_k"],
-                                     top_p=settings["top_p"], max_len=max_len)
+                                     top_p=settings["top_p"], max_len=max_len,
+                                     target_logits=self.output_logits.get("pacer"),
+                                     draft_logits=self.drafted_logits.get("pacer"))
             self.oracle = [round(float(value), 3) for value in lengths]
             self.oracle_steps = [event.step + 1 for event in pacer.events][: len(self.oracle)]
             self.oracle_greedy = settings["temperature"] == 0
@@ -264,7 +283,8 @@ class RunSession:
         outputs = {method: list(result.token_ids) for method, result in self.results().items()
                    if method not in self.logliks and result.token_ids}
         try:
-            logits = target_output_logits(self.pair, self.prompt_ids, outputs) if outputs else {}
+            missing = {method: ids for method, ids in outputs.items() if method not in self.output_logits}
+            logits = self.output_logits | (output_logits(self.pair, self.prompt_ids, missing)[0] if missing else {})
         except Exception:  # noqa: BLE001 - the column simply stays empty
             traceback.print_exc(file=sys.stderr)
             return
@@ -283,7 +303,8 @@ class RunSession:
         try:
             total, count = proposal_divergence(self.pair, self.prompt_ids, smc.token_ids, settings["temperature"],
                                                settings.get("draft_temperature"), settings.get("top_k", 0),
-                                               settings.get("top_p", 1.0), target_logits=target_logits)
+                                               settings.get("top_p", 1.0), target_logits=target_logits,
+                                               draft_logits=self.drafted_logits.get("smc"))
         except Exception:  # noqa: BLE001 - the note simply leaves the figure out
             traceback.print_exc(file=sys.stderr)
             return

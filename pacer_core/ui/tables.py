@@ -16,7 +16,7 @@ from . import METHOD_LABELS
 COLUMNS = ["method", "drafter", "tau", "alpha", "target_calls", "draft_calls", "new_tokens", "seconds", "tokens_per_s",
            "speedup", "same_as_ar", "target_loglik"]
 ORDER = ("ar", "fixed", "pacer", "smc")
-LABEL = ("Metrics · each method timed alone, one after another, nothing drawn while it ran · "
+LABEL = ("Metrics · each method timed alone, one after another, only a progress line drawn while it ran · "
          "speedup = tokens/s ÷ AR tokens/s")      # the live page's table; how it was timed, in one line
 
 
