@@ -49,11 +49,22 @@ def draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support: bool
     ids = list(prompt_ids) + list(output_ids)
     if pair.drafter.reads_target_features:
         target.forward(ids)
-    elif len(prompt_ids) > 1 and getattr(draft, "adopts_target_prompt", False):
+    elif adopts_prompt(draft, prompt_ids):
         target.forward(list(prompt_ids[:-1]), keep=1)
-        draft.adopt(target)
-        return draft.forward(ids[len(prompt_ids) - 1: -1])[0].float().cpu()
+        return adopted_draft_logits(draft, target, prompt_ids, output_ids)
     return draft.forward(ids)[0, len(prompt_ids) - 1: -1].float().cpu()
+
+
+def adopts_prompt(draft, prompt_ids) -> bool:
+    """Whether a run's draft cache takes the target's prompt[:-1] rather than computing it (``make_state``)."""
+    return len(prompt_ids) > 1 and getattr(draft, "adopts_target_prompt", False)
+
+
+def adopted_draft_logits(draft, target, prompt_ids, output_ids) -> torch.Tensor:
+    """The drafter's logits predicting each output token, [len(output), V], its cache adopting ``target``, a
+    target cache holding prompt[:-1]."""
+    draft.adopt(target)
+    return draft.forward(list(prompt_ids[-1:]) + list(output_ids[:-1]))[0].float().cpu()
 
 
 @torch.inference_mode()
@@ -80,11 +91,9 @@ def output_logits(pair, prompt_ids, outputs: dict, drafted: dict | None = None) 
 def drafted_after(pair, target, prompt_ids, output_ids, full_support: bool) -> torch.Tensor:
     """``draft_teacher_forced_logits`` from a target cache holding prompt[:-1], as a run's drafter starts."""
     draft = None if pair.drafter.reads_target_features else pair.drafter.new_cache(target, full_support)
-    if draft is None or len(prompt_ids) < 2 or not getattr(draft, "adopts_target_prompt", False):
+    if draft is None or not adopts_prompt(draft, prompt_ids):
         return draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support)
-    draft.adopt(target)
-    fed = list(prompt_ids[-1:]) + list(output_ids[:-1])
-    return draft.forward(fed)[0].float().cpu()
+    return adopted_draft_logits(draft, target, prompt_ids, output_ids)
 
 
 def target_log_likelihood(pair, prompt_ids: list[int], output_ids: list[int],

@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
+from pacer_core.analysis import (draft_teacher_forced_logits, output_logits,
+                                 target_teacher_forced_logits)
 from pacer_core.decoders.smc import SMC
 from pacer_core.drafters import drafter_key, load_drafter, valid_drafter_name
 from pacer_core.drafters.gguf_drafter import GGUFDrafter
@@ -192,6 +194,23 @@ def test_the_embedded_gguf_drafts_ars_tokens_on_the_embedded_target(embedded_pai
         drafted += result.metrics.drafted_tokens
         accepted += result.metrics.accepted_tokens
     assert accepted / drafted > 0.9
+
+
+@pytest.mark.embedded
+def test_the_pages_shared_scoring_pass_gives_each_outputs_own_logits(embedded_pair):
+    """``output_logits`` (one target pass over the prompt, the drafter adopting its cells) against scoring each
+    output alone, on the embedded target with its gguf drafter."""
+    drafting = embedded_pair.with_drafter(load_drafter(embedded_pair, "gguf"))
+    prompt_ids = drafting.encode_prompt("Name three primary colours.")
+    outputs = {"a": run_result(Autoregressive(), drafting, prompt_ids, max_new_tokens=12).token_ids,
+               "b": run_result(Autoregressive(), drafting, prompt_ids, max_new_tokens=12, temperature=1.0,
+                               seed=1).token_ids}
+    target_logits, draft_logits = output_logits(drafting, prompt_ids, outputs, {"a": False, "b": True})
+    for key, output_ids in outputs.items():
+        alone = target_teacher_forced_logits(drafting, prompt_ids, output_ids)
+        assert target_logits[key].shape == alone.shape and torch.allclose(target_logits[key], alone, atol=1e-3)
+        drafted = draft_teacher_forced_logits(drafting, prompt_ids, output_ids, full_support=key == "b")
+        assert torch.allclose(draft_logits[key], drafted, atol=1e-3)
 
 
 @pytest.mark.embedded

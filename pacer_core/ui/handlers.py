@@ -331,10 +331,10 @@ def race_columns(context: AppContext, session: RunSession, lanes: list, live: Li
 def replay_race(context: AppContext, session: RunSession, frame_s: float = race.RACE_FRAME_S,
                 clock=time.perf_counter, sleep=time.sleep) -> Iterator[ViewUpdate]:
     """Run's second phase: the columns side by side at the pace each method ran alone (``race.REPLAY_SPEED``
-    times faster), a frame at most every ``frame_s``. Meanwhile (nothing is timed now) a thread computes the oracle and log-likelihoods and builds
-    the finished view, which this generator returns. Its plots also go with the next frame once they are
-    ready: the browser draws them while the race plays and shows them when it ends (style.css hides a running
-    page's charts). Stop skips to the end."""
+    times faster), a frame at most every ``frame_s``. Meanwhile (nothing is timed now) a thread computes the
+    oracle and log-likelihoods and builds the finished view, which this generator returns. Its plots also go
+    with the next frame once they are ready: the browser draws them while the race plays and shows them when
+    it ends (style.css hides a running page's charts). Stop skips to the end."""
     lanes, prepared = race.lanes_of(session), []
     worker = threading.Thread(target=lambda: (session.analyse(), prepared.append(finished_view(context, session))),
                               name="pacer-finish", daemon=True)
