@@ -47,8 +47,6 @@ class DecodeState:
     first_verified: int = 0                    # steps whose first drafted token the target judged
     first_accepted: int = 0                    # of those, steps that accepted it
     last_first_accepted: bool | None = None    # the latest such step's verdict
-    phrase_index: object = None                # PACER's phrases.PhraseIndex over ``sequence`` (built on first use)
-    cost_model: object = None                  # PACER's stopping.PacerCostModel for this pair (read on first use)
     started: float = field(default_factory=time.perf_counter)
 
     def record_verdict(self, verified: int, accepted: int) -> None:
@@ -76,19 +74,26 @@ class DecodeState:
 
 @dataclass
 class Proposal:
-    """What a proposer drafted this step: ids, their draft distributions, per-token extras."""
+    """What a proposer drafted this step: ids, their draft distributions, the q(x) shown, the time it took. A
+    decoder with more to say about its tokens adds it in a subclass (PACER: ``pacer_state.PacerProposal``)
+    through ``verified``, ``token_fields`` and ``event_fields``."""
     drafted_ids: list[int]
     draft_probs: torch.Tensor          # [G, V] the distribution each token was drawn from
     draft_display_probs: list[float]   # q(x) shown in the UI (temperature-1 softmax when greedy)
-    blocks: list = field(default_factory=list)
-    token_blocks: list = field(default_factory=list)
-    token_preverifier_probs: list = field(default_factory=list)
-    stopped_from: int | None = None    # index of the first token of the failed block
-    discarded: int = 0                 # trailing tokens not sent to the target (discard mode)
-    stop_reason: str | None = None
-    stop_note: str | None = None       # why the cost rule stopped drafting
-    token_phrase: list = field(default_factory=list)   # per token: copied as a phrase (q one-hot)
     seconds: float = 0.0
+
+    @property
+    def verified(self) -> int:
+        """The drafted tokens sent to the target: all of them."""
+        return len(self.drafted_ids)
+
+    def token_fields(self, index: int) -> dict:
+        """More of drafted token ``index``'s TokenRecord fields (none)."""
+        return {}
+
+    def event_fields(self) -> dict:
+        """More of the step's StepEvent fields (none)."""
+        return {}
 
 
 Event = TypeVar("Event")
@@ -130,7 +135,8 @@ def new_generator(seed: int, device="cpu") -> torch.Generator:
     return generator
 
 
-def make_state(pair, prompt_ids: list[int], settings: DecodeSettings, with_draft: bool) -> DecodeState:
+def make_state(pair, prompt_ids: list[int], settings: DecodeSettings, with_draft: bool,
+               state_type: type[DecodeState] = DecodeState) -> DecodeState:
     """Fresh caches for one run. A drafter that reads the target's hidden states needs them for the
     prompt before it can draft, and a draft cache that adopts the target's prompt (the gguf drafter beside the
     llama.cpp target) takes the target's keys and values instead of computing its own: for both the target first
@@ -146,7 +152,7 @@ def make_state(pair, prompt_ids: list[int], settings: DecodeSettings, with_draft
             draft.adopt(target)
         elif len(prompt_ids) > 1 and pair.drafter.reads_target_features:
             target.forward(list(prompt_ids[:-1]))
-    return DecodeState(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target, draft=draft,
+    return state_type(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target, draft=draft,
                        generator=new_generator(settings.seed, target.device), eos_ids=pair.eos_token_ids,
                        started=started)
 
@@ -234,6 +240,7 @@ class SpeculativeDecoder:
     """Shared loop; subclasses implement ``propose`` and set ``name``."""
 
     name = "speculative"
+    state_type: type[DecodeState] = DecodeState     # a decoder that keeps more per run subclasses it
 
     def __init__(self, **pinned):
         self.pinned = pinned_values(**pinned)
@@ -251,7 +258,7 @@ class SpeculativeDecoder:
     def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel: CancelFlag | None = None) -> Iterator:
         """Yield a StepEvent per target call, then the Result."""
         settings = with_pinned(settings, self.pinned)
-        state = make_state(pair, prompt_ids, settings, with_draft=True)
+        state = make_state(pair, prompt_ids, settings, with_draft=True, state_type=self.state_type)
         events = []
         if (yield from steps_until_done(lambda: state.finish_reason is not None,
                                         lambda step: self.step(pair, state, settings, step), events, cancel)):
@@ -261,7 +268,7 @@ class SpeculativeDecoder:
     def step(self, pair, state: DecodeState, settings: DecodeSettings, step: int) -> StepEvent:
         budget = settings.max_new_tokens - state.new_tokens
         proposal = self.propose(pair, state, settings, budget)
-        verified_ids = proposal.drafted_ids[: len(proposal.drafted_ids) - proposal.discarded]
+        verified_ids = proposal.drafted_ids[: proposal.verified]
         started = time.perf_counter()
         target_logits = self.verify(state, verified_ids)
         verdict = judge(verified_ids, proposal.draft_probs[: len(verified_ids)], target_logits,
@@ -282,7 +289,7 @@ class SpeculativeDecoder:
     def make_event(self, pair, state, step, proposal, verdict, emitted, verify_seconds) -> StepEvent:
         texts = pair.token_texts(proposal.drafted_ids + [verdict.next_token])
         tokens = []
-        verified = len(proposal.drafted_ids) - proposal.discarded
+        verified = proposal.verified
         for index, token_id in enumerate(proposal.drafted_ids):
             if index >= verified:
                 state_name, target_prob, accept_prob = "discarded", None, None
@@ -292,17 +299,13 @@ class SpeculativeDecoder:
             tokens.append(TokenRecord(
                 token_id=token_id, text=texts[index], state=state_name,
                 draft_prob=proposal.draft_display_probs[index], target_prob=target_prob, accept_prob=accept_prob,
-                block=proposal.token_blocks[index] if proposal.token_blocks else None,
-                preverifier_prob=proposal.token_preverifier_probs[index] if proposal.token_preverifier_probs else None,
-                stopped=proposal.stopped_from is not None and index >= proposal.stopped_from,
-                phrase=bool(proposal.token_phrase and proposal.token_phrase[index])))
+                **proposal.token_fields(index)))
         tokens.append(TokenRecord(token_id=verdict.next_token, text=texts[-1], state=verdict.next_kind,
                                   target_prob=verdict.next_prob))
         return StepEvent(method=self.name, step=step, tokens=tokens, emitted_ids=emitted,
                          emitted_text=pair.decode(emitted), n_drafted=verified, n_accepted=verdict.n_accepted,
                          draft_seconds=proposal.seconds, verify_seconds=verify_seconds,
-                         total_new_tokens=state.new_tokens, blocks=proposal.blocks,
-                         stop_reason=proposal.stop_reason, stop_note=proposal.stop_note)
+                         total_new_tokens=state.new_tokens, **proposal.event_fields())
 
 
 def draft_one(pair, state: DecodeState, draft_sequence: list[int], settings: DecodeSettings,
@@ -390,8 +393,9 @@ class DraftBuilder:
             rows.append((token_id, logits_row, hidden_row))
         return rows
 
-    def proposal(self, **extra) -> Proposal:
+    def proposal(self, proposal_type: type[Proposal] = Proposal, **extra) -> Proposal:
+        """What was drafted, as ``proposal_type`` (``extra``: its own fields)."""
         draft_probs = (torch.stack(self.rows) if self.rows
                        else torch.zeros(0, self.pair.vocab_size, device=self.state.device))
-        return Proposal(self.drafted_ids, draft_probs, self.shown, token_phrase=list(self.phrase_flags),
-                        seconds=time.perf_counter() - self.started, **extra)
+        return proposal_type(self.drafted_ids, draft_probs, self.shown, seconds=time.perf_counter() - self.started,
+                             **extra)

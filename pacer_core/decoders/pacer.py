@@ -23,11 +23,13 @@ from ..preverifier import ConfidencePreVerifier, own_threshold, token_features
 from ..preverifier.features import DraftContext, history_context
 from ..settings import DecodeSettings
 from ..stopping import PRIOR_COSTS, PacerCostModel, decide_extension, entropy_nats
-from .base import DecodeState, DraftBuilder, Proposal, SpeculativeDecoder
+from .base import DecodeState, DraftBuilder, SpeculativeDecoder
+from .pacer_state import PacerProposal, PacerState
 
 
 class Pacer(SpeculativeDecoder):
     name = "pacer"
+    state_type = PacerState
 
     def __init__(self, block_size: int | None = None, max_draft_len: int | None = None,
                  threshold: float | None = None, preverifier=None, on_fail: str | None = None):
@@ -39,7 +41,7 @@ class Pacer(SpeculativeDecoder):
         return own_threshold(self.preverifier, settings.temperature) if settings.threshold is None \
             else float(settings.threshold)
 
-    def propose(self, pair, state: DecodeState, settings: DecodeSettings, budget: int) -> Proposal:
+    def propose(self, pair, state: PacerState, settings: DecodeSettings, budget: int) -> PacerProposal:
         threshold = self.threshold(settings)
         limit = min(settings.max_draft_len, max(budget - 1, 0))
         draft, plan = DraftBuilder(pair, state, settings), BlockPlan()
@@ -76,7 +78,7 @@ class Pacer(SpeculativeDecoder):
                 break
         if plan.stop_reason == "max_len" and limit < settings.max_draft_len:
             plan.stop("budget")
-        return draft.proposal(**plan.proposal_fields())
+        return draft.proposal(PacerProposal, token_phrase=list(draft.phrase_flags), **plan.proposal_fields())
 
     def _drafted_features(self, draft: DraftBuilder, size: int, state: DecodeState,
                           context: DraftContext) -> tuple[list, bool]:
@@ -148,7 +150,7 @@ def trained_for_sampling(preverifier) -> bool:
     return getattr(preverifier, "sampling_layer", None) is not None
 
 
-def phrase_index(state: DecodeState) -> PhraseIndex:
+def phrase_index(state: PacerState) -> PhraseIndex:
     """The run's phrase index over its committed sequence, brought up to date (built on first use)."""
     if state.phrase_index is None:
         state.phrase_index = PhraseIndex()
@@ -195,7 +197,7 @@ def block_acceptance(model: PacerCostModel | None, features: list, draft_rows: l
             for feature, entropy, prob in zip(features, entropies, token_probs)]
 
 
-def run_cost_model(pair, state: DecodeState) -> PacerCostModel:
+def run_cost_model(pair, state: PacerState) -> PacerCostModel:
     """The run's cost model at its prompt's length, read once per run (kept on the state)."""
     if state.cost_model is None:
         state.cost_model = pair_cost_model(pair).at_prompt_length(state.prompt_len)
