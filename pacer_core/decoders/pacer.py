@@ -112,10 +112,10 @@ class Pacer(SpeculativeDecoder):
         return features, token_ids[-1] in state.eos_ids
 
     def describe(self, settings: DecodeSettings) -> dict:
+        threshold = self.threshold(settings)
         return {"preverifier": getattr(self.preverifier, "kind", "custom"),
-                "stopped_by": stop_rule_summary(self.preverifier, settings, self.threshold(settings)),
-                "block_size": settings.block_size,
-                "max_draft_len": settings.max_draft_len, "threshold": self.threshold(settings),
+                "stopped_by": stop_rule_summary(self.preverifier, settings, threshold),
+                "block_size": settings.block_size, "max_draft_len": settings.max_draft_len, "threshold": threshold,
                 "on_fail": settings.on_fail, "stop_rule": settings.stop_rule, "phrase_len": settings.phrase_len}
 
 

@@ -108,7 +108,7 @@ def contexts_for(context: AppContext, inputs: PageInputs):
 def column_note(context: AppContext, session: RunSession, method: str) -> str | None:
     """The small print under a column: what stops PACER's drafting and its discard mode, SMC-SD's error."""
     settings, notes = session.settings, []
-    if method == "pacer" and getattr(session, "pacer_rule", None):
+    if method == "pacer" and session.pacer_rule:
         notes.append(session.pacer_rule)
     elif method == "pacer" and context.preverifier_kind != "trained":   # a trace recorded before the rule was kept
         notes.append("Pre-verifier: heuristic confidence rule (no trained layer for this pair).")
