@@ -25,14 +25,20 @@ def token_states(page, method: str) -> set[str]:
     return set(page.eval_on_selector_all(f"#col-{method} .tok", "els => els.map(e => e.dataset.state)"))
 
 
+def plot_visibility(page) -> str:
+    return page.eval_on_selector("#plot-timeline", "el => getComputedStyle(el).visibility")
+
+
 def test_run_shows_three_live_columns_plots_and_metrics(page, tmp_path):
     page.fill("#prompt textarea", "List the first five planets of the solar system.")
     set_max_new_tokens(page, 8)
     started = time.time()
     page.click("#run-button")
     page.wait_for_selector("#run-status .run-busy", timeout=RUN_TIMEOUT_S * 1000)
+    assert plot_visibility(page) == "hidden"            # a running page's charts are drawn unseen (style.css)
     page.wait_for_selector("#run-status .run-done", timeout=RUN_TIMEOUT_S * 1000)
     print(f"run (three methods + AR baseline, 8 tokens) took {time.time() - started:.1f} s")
+    assert plot_visibility(page) == "visible"
     for method in ("fixed", "pacer", "smc"):
         states = token_states(page, method)
         assert len(states) >= 2, (method, states)

@@ -343,12 +343,15 @@ def replay_race(context: AppContext, session: RunSession, frame_s: float = race.
     while True:
         frame_start = clock()
         elapsed = (frame_start - start) * race.REPLAY_SPEED       # the methods' own seconds
+        over = elapsed >= race.duration(lanes) or session.cancel.is_set()
+        if over and prepared:
+            break                 # the finished view comes next and shows every column's end: no frame to draw first
         update = ViewUpdate(columns=race_columns(context, session, lanes, live, elapsed),
                             status=page.run_status_html(race.race_line(lanes, elapsed), "busy"))
         if prepared and not plots_sent:
             update.plots, plots_sent = prepared[0].plots, True
         yield update
-        if elapsed >= race.duration(lanes) or session.cancel.is_set():
+        if over:
             break
         sleep(max(0.0, frame_s - (clock() - frame_start)))
     if worker.is_alive():
