@@ -89,11 +89,14 @@ def output_logits(pair, prompt_ids, outputs: dict, drafted: dict | None = None) 
 
 
 def drafted_after(pair, target, prompt_ids, output_ids, full_support: bool) -> torch.Tensor:
-    """``draft_teacher_forced_logits`` from a target cache holding prompt[:-1], as a run's drafter starts."""
-    draft = None if pair.drafter.reads_target_features else pair.drafter.new_cache(target, full_support)
-    if draft is None or not adopts_prompt(draft, prompt_ids):
+    """``draft_teacher_forced_logits`` from a target cache holding prompt[:-1], as a run's drafter starts: a draft
+    cache that adopts the target's prompt takes its cells; any other drafter scores prompt and output itself."""
+    if pair.drafter.reads_target_features:
         return draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support)
-    return adopted_draft_logits(draft, target, prompt_ids, output_ids)
+    draft = pair.drafter.new_cache(target, full_support)
+    if adopts_prompt(draft, prompt_ids):
+        return adopted_draft_logits(draft, target, prompt_ids, output_ids)
+    return draft.forward(list(prompt_ids) + list(output_ids))[0, len(prompt_ids) - 1: -1].float().cpu()
 
 
 def target_log_likelihood(pair, prompt_ids: list[int], output_ids: list[int],

@@ -115,8 +115,6 @@ class RunSession:
         self.oracle_greedy = True
         self.logliks: dict[str, float] = {}        # sampling runs: target log-prob per output token, by method
         self.proposal_kl: float | None = None      # sampling runs: KL(p_T || q_Td) per token along SMC-SD's output
-        self.output_logits: dict = {}              # sampling runs, while analysing: the target's logits along each
-        self.drafted_logits: dict = {}             # output, the drafter's along PACER's and SMC-SD's
         self.pending_verdict: dict | None = None   # step-through: events drafted but not yet shown verified
         self.analysed = False
         self.phase_seconds: dict[str, float] = {}  # Run's wall time timing the methods alone ("timing")
@@ -215,24 +213,25 @@ class RunSession:
         """After the decoding: oracle γ* and the target log-likelihoods, once (Run starts it during the replay)."""
         if self.analysed:
             return
-        self.teacher_force()
-        self.compute_likelihoods()
-        self.compute_oracle()
-        self.output_logits, self.drafted_logits = {}, {}     # 0.2 MB a token of each: not kept with the session
+        target_logits, draft_logits = self.teacher_force()
+        self.compute_likelihoods(target_logits, draft_logits.get("smc"))
+        self.compute_oracle(target_logits.get("pacer"), draft_logits.get("pacer"))
         self.analysed = True
 
-    def teacher_force(self) -> None:
+    def teacher_force(self) -> tuple[dict, dict]:
         """Sampling runs: the target's logits along every output and the drafter's along PACER's (its q, for
         the oracle) and SMC-SD's (full support, for the proposal divergence), from one target pass over the
-        prompt (``analysis.output_logits``)."""
+        prompt (``analysis.output_logits``); ({}, {}) when greedy or when it fails (each figure then computes
+        its own or is left out)."""
         if self.settings["temperature"] == 0:
-            return
+            return {}, {}
         outputs = {method: list(result.token_ids) for method, result in self.results().items() if result.token_ids}
         drafted = {method: method == "smc" for method in ("pacer", "smc") if method in outputs}
         try:
-            self.output_logits, self.drafted_logits = output_logits(self.pair, self.prompt_ids, outputs, drafted)
-        except Exception:  # noqa: BLE001 - each figure then computes its own or is left out
+            return output_logits(self.pair, self.prompt_ids, outputs, drafted)
+        except Exception:  # noqa: BLE001
             traceback.print_exc(file=sys.stderr)
+            return {}, {}
 
     @property
     def finished(self) -> bool:
@@ -251,10 +250,11 @@ class RunSession:
             self.advance_one(self.ar)
             yield self.ar
 
-    def compute_oracle(self) -> None:
+    def compute_oracle(self, target_logits=None, draft_logits=None) -> None:
         """γ* per PACER step (pacer_core.analysis.oracle_lengths): the accepted length of a forced long
         draft (greedy), or its expectation along the emitted path (sampling). If it fails, the plot
-        leaves the oracle out and ``oracle_note`` says why."""
+        leaves the oracle out and ``oracle_note`` says why. ``target_logits``, ``draft_logits``: along PACER's
+        output, when already computed (``teacher_force``)."""
         pacer = self.runs.get("pacer")
         if pacer is None or pacer.result is None or not pacer.events:
             return
@@ -265,8 +265,7 @@ class RunSession:
             lengths = oracle_lengths(self.pair, self.prompt_ids, pacer.result.token_ids, step_starts,
                                      temperature=settings["temperature"], top_k=settings["top_k"],
                                      top_p=settings["top_p"], max_len=max_len,
-                                     target_logits=self.output_logits.get("pacer"),
-                                     draft_logits=self.drafted_logits.get("pacer"))
+                                     target_logits=target_logits, draft_logits=draft_logits)
             self.oracle = [round(float(value), 3) for value in lengths]
             self.oracle_steps = [event.step + 1 for event in pacer.events][: len(self.oracle)]
             self.oracle_greedy = settings["temperature"] == 0
@@ -274,26 +273,29 @@ class RunSession:
             self.oracle_note = f"Oracle γ* could not be computed: {user_message(error)}"
             traceback.print_exc(file=sys.stderr)
 
-    def compute_likelihoods(self) -> None:
+    def compute_likelihoods(self, target_logits: dict | None = None, smc_draft_logits=None) -> None:
         """Sampling runs: the target's mean log-probability (temperature 1) per generated token of every
         finished method's output, the prompt fed once and each output after it. Exact samplers agree up to
-        noise; SMC-SD's distance from them is its approximation error on this prompt. Greedy runs skip it."""
+        noise; SMC-SD's distance from them is its approximation error on this prompt. Greedy runs skip it.
+        ``target_logits``: {method: logits along its output}, ``smc_draft_logits``: the drafter's along SMC-SD's
+        (full support), when already computed (``teacher_force``)."""
         if self.settings["temperature"] == 0:
             return
         outputs = {method: list(result.token_ids) for method, result in self.results().items()
                    if method not in self.logliks and result.token_ids}
         try:
-            missing = {method: ids for method, ids in outputs.items() if method not in self.output_logits}
-            logits = self.output_logits | (output_logits(self.pair, self.prompt_ids, missing)[0] if missing else {})
+            known = target_logits or {}
+            missing = {method: ids for method, ids in outputs.items() if method not in known}
+            logits = known | (output_logits(self.pair, self.prompt_ids, missing)[0] if missing else {})
         except Exception:  # noqa: BLE001 - the column simply stays empty
             traceback.print_exc(file=sys.stderr)
             return
         for method, output_ids in outputs.items():
             total, count = target_log_likelihood(self.pair, self.prompt_ids, output_ids, logits[method])
             self.logliks[method] = total / count
-        self.compute_proposal_divergence(logits.get("smc"))
+        self.compute_proposal_divergence(logits.get("smc"), smc_draft_logits)
 
-    def compute_proposal_divergence(self, target_logits=None) -> None:
+    def compute_proposal_divergence(self, target_logits=None, draft_logits=None) -> None:
         """KL(p_T || q_Td) per token along SMC-SD's output: how far apart the distributions are that its
         importance weights must reconcile (the note under its column turns it into a particle count)."""
         smc = self.results().get("smc")
@@ -304,7 +306,7 @@ class RunSession:
             total, count = proposal_divergence(self.pair, self.prompt_ids, smc.token_ids, settings["temperature"],
                                                settings.get("draft_temperature"), settings.get("top_k", 0),
                                                settings.get("top_p", 1.0), target_logits=target_logits,
-                                               draft_logits=self.drafted_logits.get("smc"))
+                                               draft_logits=draft_logits)
         except Exception:  # noqa: BLE001 - the note simply leaves the figure out
             traceback.print_exc(file=sys.stderr)
             return
