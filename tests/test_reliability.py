@@ -102,6 +102,7 @@ def run_kwargs(api: Api, **by_label) -> dict:
     return {api.params[label]: value for label, value in by_label.items()}
 
 
+CALL_S = 0.05     # each target call's added delay while a run is stopped, cancelled or left
 LONG_RUN = {"Prompt": "t1 t2 t3", "Max new tokens": 240, "Temperature (0 = greedy)": 0.8, "Seed": 5,
             "Measure the AR baseline too": True}
 
@@ -110,7 +111,7 @@ LONG_RUN = {"Prompt": "t1 t2 t3", "Max new tokens": 240, "Temperature (0 = greed
 def slow_long_run(counting, client, run):
     """Submit LONG_RUN with every target call slowed down, yield its job once 12 calls have happened,
     and restore full speed afterwards."""
-    counting.delay = 0.05
+    counting.delay = CALL_S
     try:
         job = client.submit(api_name="/run", **run_kwargs(run, **LONG_RUN))
         counting.wait_for_calls(counting.calls + 12)
@@ -219,11 +220,11 @@ def test_a_cancelled_job_does_not_keep_running(narrow_app):
         job.cancel()
         last_call = counting.settle()
         after = counting.calls - before
-    assert after <= 12 and last_call < 3, f"{after} target calls in {last_call:.1f} s after cancel"
+    # Gradio ends a cancelled generator at its next yield: while a method is timed, its progress tick
+    # (race.PROGRESS_INTERVAL_S apart); the cancel request itself returns only then.
+    most_calls = round(race.PROGRESS_INTERVAL_S / CALL_S) + 6
+    assert after <= most_calls and last_call < 3, f"{after} target calls in {last_call:.1f} s after cancel"
     assert_next_request_is_served_promptly(counting, url)
-
-
-CALL_S = 0.05     # each target call's added delay while a client disconnects
 
 
 def test_a_client_that_disconnects_does_not_leave_its_run_going(narrow_app, tmp_path):
