@@ -126,13 +126,23 @@ def default_gpu_pair_ids(device: torch.device) -> tuple[str, str]:
     return chosen.target, chosen.draft
 
 
-def random_pair(dry_run: bool, device: torch.device, dtype: torch.dtype) -> ModelPair:
+def named_gpu_pair_ids(target_id: str) -> tuple[str, str]:
+    """The hub ids of the GPU default pair whose target is ``target_id`` (--target)."""
+    from pacer_core.models import GPU_DEFAULT_PAIRS
+
+    chosen = next((pair for pair in GPU_DEFAULT_PAIRS if pair.target == target_id), None)
+    if chosen is None:
+        raise SystemExit(f"device_check: --target must be one of {[pair.target for pair in GPU_DEFAULT_PAIRS]}")
+    return chosen.target, chosen.draft
+
+
+def random_pair(dry_run: bool, device: torch.device, dtype: torch.dtype, target_id: str | None = None) -> ModelPair:
     if dry_run:
         target = random_model("llama", DRY_TARGET_SHAPE, DRY_VOCAB_SIZE, device, dtype, seed=0)
         draft = random_model("llama", DRY_DRAFT_SHAPE, DRY_VOCAB_SIZE, device, dtype, seed=1)
         return ModelPair.from_models(target, draft, NumberTokenizer(DRY_VOCAB_SIZE), "tiny random target",
                                      "tiny random draft", use_chat_template=False)
-    target_id, draft_id = default_gpu_pair_ids(device)
+    target_id, draft_id = named_gpu_pair_ids(target_id) if target_id else default_gpu_pair_ids(device)
     (target_type, target_vocab, target_shape), (draft_type, draft_vocab, draft_shape) = \
         REAL_SHAPES[target_id], REAL_SHAPES[draft_id]
     target = random_model(target_type, target_shape, target_vocab, device, dtype, seed=0)
@@ -244,6 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt-tokens", type=int, default=None, help="default 128 (8 with --dry-run)")
     parser.add_argument("--repeats", type=int, default=None, help="default 2 (1 with --dry-run)")
     parser.add_argument("--budget-seconds", type=float, default=360.0, help="skip the remaining rows after this")
+    parser.add_argument("--target", default=None, help="a GPU default pair by its target's hub id (default: the "
+                        "pair the app loads on this GPU, by its memory)")
     parser.add_argument("--out", default=None, help="folder for device_check.json and summary.txt")
     return parser
 
@@ -262,7 +274,7 @@ def run_check(args) -> dict:
     dtype = torch.float32 if args.dry_run else torch.bfloat16
     if args.dry_run:
         torch.set_num_threads(1)   # tiny models are dispatch-bound; one thread is fastest on a shared CPU
-    pair = random_pair(args.dry_run, args.device, dtype)
+    pair = random_pair(args.dry_run, args.device, dtype, args.target)
     prompt_ids = torch.randint(pair.vocab_size, (args.prompt_tokens,), generator=torch.Generator().manual_seed(0)).tolist()
     rows, skipped = [], []
     for row in ROWS:

@@ -193,6 +193,38 @@ def accepts_logits_to_keep(model_class: type) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=None)
+def cache_keyword(model_class: type) -> str:
+    """The name under which a model class's forward takes its KV cache: ``cache`` from transformers 5.24,
+    ``past_key_values`` before (a name the forward does not know would be swallowed by its ``**kwargs`` and
+    every call would decode without context)."""
+    try:
+        parameters = inspect.signature(model_class.forward).parameters
+    except (TypeError, ValueError):
+        return "cache"
+    return "cache" if "cache" in parameters or "past_key_values" not in parameters else "past_key_values"
+
+
+def cache_argument(model, cache) -> dict:
+    """The keyword argument that hands ``cache`` to ``model``'s forward (``cache_keyword``)."""
+    return {cache_keyword(type(model)): cache}
+
+
+def returned_cache(outputs):
+    """The KV cache a forward returned (``cache`` from transformers 5.24, ``past_key_values`` before)."""
+    cache = getattr(outputs, "cache", None)
+    return cache if cache is not None else getattr(outputs, "past_key_values", None)
+
+
+def check_cache_grew(cache: Cache, before: int, fed: int) -> None:
+    """A model call over ``fed`` tokens must leave them in ``cache``: else the model ignored it and decoded
+    without context (``cache_keyword``), which would give wrong tokens silently."""
+    if cache.get_seq_length() != before + fed:
+        raise RuntimeError(f"The model did not use the KV cache handed to it (it holds {cache.get_seq_length()} "
+                           f"tokens, {before + fed} expected): this transformers release takes the cache under "
+                           "another argument name.")
+
+
 class CachedModel(FeedsSequence):
     """A causal LM run incrementally over one growing (or batched) token sequence, its KV store a
     ``GrowingCache``; a ``ModelCache``. Subclasses change only ``_run`` (one model call over the new tokens)."""
@@ -235,12 +267,14 @@ class CachedModel(FeedsSequence):
         keep = self.keep_logits
         extra = ({"logits_to_keep": int(keep)} if keep and not self.keep_features
                  and accepts_logits_to_keep(type(self.model)) else {})
+        cached = self.cache.get_seq_length()
         try:
-            outputs = self.model(input_ids=token_ids, cache=self.cache, use_cache=True,
-                                 output_hidden_states=output_hidden_states, **extra)
+            outputs = self.model(input_ids=token_ids, use_cache=True, output_hidden_states=output_hidden_states,
+                                 **cache_argument(self.model, self.cache), **extra)
         finally:
             if hook is not None:
                 hook.remove()
+        check_cache_grew(self.cache, cached, token_ids.shape[1])
         if self.keep_features:
             new_features = captured["features"]
             self.features = new_features if self.features is None else torch.cat([self.features, new_features], 1)

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from ..kvcache import cache_argument, returned_cache
 from .instructions import extra_instructions, training_instructions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +107,7 @@ def generate_batch(target, prompts: list[list[int]], max_new_tokens: int, temper
     input_ids, attention_mask = left_pad(prompts)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     output = target(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
-    cache, next_logits = output.cache, output.logits[:, -1].float()
+    cache, next_logits = returned_cache(output), output.logits[:, -1].float()
     next_positions = position_ids[:, -1] + 1
     finished = torch.zeros(len(prompts), dtype=torch.bool)
     tokens, top_ids, top_probs = [], [], []
@@ -123,8 +124,8 @@ def generate_batch(target, prompts: list[list[int]], max_new_tokens: int, temper
             break
         attention_mask = torch.cat([attention_mask, torch.ones((len(prompts), 1), dtype=torch.long)], dim=1)
         output = target(input_ids=next_tokens[:, None], attention_mask=attention_mask,
-                        position_ids=next_positions[:, None], cache=cache, use_cache=True)
-        cache, next_logits = output.cache, output.logits[:, -1].float()
+                        position_ids=next_positions[:, None], use_cache=True, **cache_argument(target, cache))
+        cache, next_logits = returned_cache(output), output.logits[:, -1].float()
         next_positions = next_positions + 1
     return unpack_replies(prompts, torch.stack(tokens, 1), torch.stack(top_ids, 1), torch.stack(top_probs, 1))
 
