@@ -4,7 +4,7 @@ app.py is started on its default pair (the embedded target, its default drafter)
 Chromium: an example's prompt typed, Run clicked, the finished table awaited (the click-to-table wall time is
 recorded), the run's JSON trace downloaded. Then, in this process, the same four decoders run alone through
 the library (``pacer_core.generate``) with exactly the settings the page ran (read from that trace), one after
-another, on a pair loaded the way app.py loads it (``pair_from_env``). Both sides are on this machine in the
+another in the page's order once the browser has finished drawing, on a pair loaded the way app.py loads it (``pair_from_env``). Both sides are on this machine in the
 same hour, interleaved round by round, so what differs is only how the page measures.
 
 Per example and method (medians over rounds): page seconds / alone seconds, and page speedup / alone speedup
@@ -41,6 +41,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 RUN_TIMEOUT_S = 600
 WARM_UP_PROMPT = "Say hello."
+DRAWN_S = 1.0          # a quiet second after the browser reports idle, before the decoders run alone
 
 
 def examples(indices) -> list[dict]:
@@ -64,6 +65,7 @@ def page_round(page, prompt: str, downloads: Path) -> dict:
     path = downloads / f"trace-{time.time_ns()}.json"
     download.value.save_as(str(path))
     trace = json.loads(path.read_text(encoding="utf-8"))
+    wait_until_drawn(page)
     return {"click_to_table_s": click_to_table, "status": page.inner_text("#run-status"), "trace": trace}
 
 
@@ -77,15 +79,27 @@ def page_methods(trace: dict) -> dict:
 
 # ---------------------------------------------------------------- the same decoders alone
 
+def page_order(trace: dict) -> list[str]:
+    """The order the page timed its methods in (``RunSession.timing_queue``): the columns, then AR."""
+    ran = [method for method in trace.get("results", {}) if method in METHODS]
+    return [method for method in ran if method != "ar"] + [method for method in ran if method == "ar"]
+
+
+def wait_until_drawn(page) -> None:
+    """Let the browser finish drawing the finished page (nine charts, the columns, the table) before the alone
+    round, so that none of its work lands on the first decoder timed alone."""
+    for _ in range(2):
+        page.evaluate("() => new Promise(resolve => requestIdleCallback(resolve, {timeout: 5000}))")
+    time.sleep(DRAWN_S)
+
+
 def alone_round(pair, trace: dict) -> dict:
-    """The page's four decoders alone, one after another, with the settings the page ran."""
+    """The page's four decoders alone, one after another in the page's order, with the settings the page ran."""
     from pacer_core import generate
 
     settings = {name: value for name, value in trace["settings"].items() if value is not None}
     out = {}
-    for method in METHODS:
-        if method not in trace.get("results", {}):
-            continue
+    for method in page_order(trace):
         started = time.perf_counter()
         result = generate(pair, method, trace["prompt"], chat=trace.get("chat_template"), **settings)
         out[method] = {"seconds": time.perf_counter() - started, "tokens": result.metrics.new_tokens,

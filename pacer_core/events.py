@@ -119,6 +119,7 @@ class Result:
     info: dict = field(default_factory=dict)   # e.g. {"preverifier": "heuristic"}, {"approximate": True}
     finish_reason: str = "length"              # eos | length | cancelled
     kind: str = "result"
+    target_log_probs: list[float] = field(default_factory=list)   # per token, T = 1, when the run recorded them
 
     def to_dict(self) -> dict:
         return asdict(self)

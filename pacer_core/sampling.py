@@ -37,6 +37,16 @@ def token_log_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, to
     return torch.log_softmax(filtered.double(), dim=-1)
 
 
+def chosen_log_probs(logits_rows: torch.Tensor, token_ids: list[int]) -> list[float]:
+    """log p(token_ids[i]) under row i of [>= len(token_ids), V] logits at temperature 1: the target's
+    log-likelihood of the tokens a run emitted, read from the rows that judged them."""
+    if not token_ids:
+        return []
+    log_probs = torch.log_softmax(logits_rows[: len(token_ids)].float(), dim=-1)
+    chosen = torch.tensor(token_ids, dtype=torch.long, device=log_probs.device).unsqueeze(-1)
+    return log_probs.gather(-1, chosen).squeeze(-1).tolist()
+
+
 def display_probs(logits: torch.Tensor) -> torch.Tensor:
     """Plain softmax at temperature 1, used to report p and q under greedy decoding."""
     return torch.softmax(logits.float(), dim=-1)

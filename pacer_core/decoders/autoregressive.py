@@ -27,6 +27,7 @@ class Autoregressive:
         token_id, shown_prob = pick_next(target_logits_row, settings, state.generator)
         seconds = time.perf_counter() - started
         emitted = commit(state, [token_id], settings)
+        state.record_log_probs(target_logits_row[None], emitted, settings)
         return StepEvent(method=self.name, step=step,
                          tokens=[TokenRecord(token_id, pair.token_texts([token_id])[0], "target",
                                              target_prob=shown_prob)],

@@ -48,6 +48,14 @@ class DecodeState:
     first_accepted: int = 0                    # of those, steps that accepted it
     last_first_accepted: bool | None = None    # the latest such step's verdict
     started: float = field(default_factory=time.perf_counter)
+    target_log_probs: list[float] = field(default_factory=list)   # log p(token) at T = 1 of each emitted token
+
+    def record_log_probs(self, target_logits_rows: torch.Tensor, emitted: list[int], settings: DecodeSettings) -> None:
+        """When sampling, the target's log-probability (temperature 1) of each token just emitted, read from
+        the rows that judged them (row i scores emitted[i]): the run's own log-likelihood, which the page
+        would otherwise compute with another target pass (greedy runs show none)."""
+        if not settings.greedy:
+            self.target_log_probs += sampling.chosen_log_probs(target_logits_rows, emitted)
 
     def record_verdict(self, verified: int, accepted: int) -> None:
         """Count one verify pass: ``verified`` drafted tokens judged, the first ``accepted`` of them kept."""
@@ -276,6 +284,7 @@ class SpeculativeDecoder:
         verify_seconds = time.perf_counter() - started
         old_length = len(state.sequence)
         emitted = commit(state, verified_ids[: verdict.n_accepted] + [verdict.next_token], settings)
+        state.record_log_probs(target_logits, emitted, settings)
         state.target.crop(old_length + verdict.n_accepted)
         state.draft.crop(min(state.draft.length, old_length + verdict.n_accepted))
         state.record_verdict(len(verified_ids), verdict.n_accepted)
@@ -346,7 +355,7 @@ def finish(method: str, pair, state: DecodeState, events: list, settings: Decode
         drafted_tokens=state.drafted_tokens, accepted_tokens=state.accepted_tokens)
     return Result(method=method, text=pair.decode(state.output_ids), token_ids=state.output_ids, events=events,
                   metrics=metrics, settings=settings.to_dict(), info=info,
-                  finish_reason=state.finish_reason or "length")
+                  finish_reason=state.finish_reason or "length", target_log_probs=list(state.target_log_probs))
 
 
 class DraftBuilder:

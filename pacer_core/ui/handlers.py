@@ -336,8 +336,14 @@ def replay_race(context: AppContext, session: RunSession, frame_s: float = race.
     with the next frame once they are ready: the browser draws them while the race plays and shows them when
     it ends (style.css hides a running page's charts). Stop skips to the end."""
     lanes, prepared = race.lanes_of(session), []
-    worker = threading.Thread(target=lambda: (session.analyse(), prepared.append(finished_view(context, session))),
-                              name="pacer-finish", daemon=True)
+
+    def score_and_prepare() -> None:
+        started = clock()
+        session.analyse()
+        session.phase_seconds["scoring"] = clock() - started      # in the trace the finished view exports
+        prepared.append(finished_view(context, session))
+
+    worker = threading.Thread(target=score_and_prepare, name="pacer-finish", daemon=True)
     worker.start()
     live, start, plots_sent = LiveColumns(), clock(), False
     while True:

@@ -20,10 +20,11 @@ from . import METHOD_LABELS
 from .columns import live_numbers
 
 RACE_FRAME_S = 0.3           # one replay frame at most this often (the oracle and likelihoods share the cores)
-REPLAY_SPEED = 1.5           # the race plays 1.5x faster than the methods ran: order, proportions and the clock
+REPLAY_SPEED = 2.0           # the race plays 2x faster than the methods ran: order, proportions and the clock
                              # (in the methods' own seconds) are the measured ones, and a Run waits for the timing
-                             # plus two thirds of the slowest method instead of all of it (issue 41: a whole Run
-                             # within 1.5x the four decoders' own seconds)
+                             # plus half the slowest method instead of all of it, while the scoring (which the
+                             # replay's frames slow down) runs beside it (issue 41: a whole Run within 1.5x the
+                             # four decoders' own seconds)
 PROGRESS_INTERVAL_S = 1.5    # while a method is timed, its progress (status line and its column) this often: each
                              # such update is also where Gradio can end a Run whose client left (Stop needs none)
 SETTLE_S = 0.2               # after Run's first update (the whole page), decoding waits (untimed) while it is drawn

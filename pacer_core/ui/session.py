@@ -78,6 +78,12 @@ class MethodRun:
         return self.result is not None or self.error is not None
 
 
+
+def recorded_log_likelihood(result) -> bool:
+    """Whether a run recorded the target's log-probability of every token it emitted (sampling AR and SD)."""
+    return bool(result.token_ids) and len(result.target_log_probs) == len(result.token_ids)
+
+
 class RunSession:
     """The three methods on one prompt and one set of settings, advanced together.
 
@@ -117,7 +123,7 @@ class RunSession:
         self.proposal_kl: float | None = None      # sampling runs: KL(p_T || q_Td) per token along SMC-SD's output
         self.pending_verdict: dict | None = None   # step-through: events drafted but not yet shown verified
         self.analysed = False
-        self.phase_seconds: dict[str, float] = {}  # Run's wall time timing the methods alone ("timing")
+        self.phase_seconds: dict[str, float] = {}  # Run's wall time timing the methods alone ("timing"), scoring
         self.created = time.time()
 
     def new_run(self, method: str) -> MethodRun:
@@ -219,13 +225,14 @@ class RunSession:
         self.analysed = True
 
     def teacher_force(self) -> tuple[dict, dict]:
-        """Sampling runs: the target's logits along every output and the drafter's along PACER's (its q, for
-        the oracle) and SMC-SD's (full support, for the proposal divergence), from one target pass over the
-        prompt (``analysis.output_logits``); ({}, {}) when greedy or when it fails (each figure then computes
-        its own or is left out)."""
+        """Sampling runs: the target's logits along PACER's output and SMC-SD's (and any other whose run did not
+        record its own log-likelihood) and the drafter's along PACER's (its q, for the oracle) and SMC-SD's (full
+        support, for the proposal divergence), from one target pass over the prompt (``analysis.output_logits``);
+        ({}, {}) when greedy or when it fails (each figure then computes its own or is left out)."""
         if self.settings["temperature"] == 0:
             return {}, {}
-        outputs = {method: list(result.token_ids) for method, result in self.results().items() if result.token_ids}
+        outputs = {method: list(result.token_ids) for method, result in self.results().items()
+                   if result.token_ids and (method in ("pacer", "smc") or not recorded_log_likelihood(result))}
         drafted = {method: method == "smc" for method in ("pacer", "smc") if method in outputs}
         try:
             return output_logits(self.pair, self.prompt_ids, outputs, drafted)
@@ -275,12 +282,16 @@ class RunSession:
 
     def compute_likelihoods(self, target_logits: dict | None = None, smc_draft_logits=None) -> None:
         """Sampling runs: the target's mean log-probability (temperature 1) per generated token of every
-        finished method's output, the prompt fed once and each output after it. Exact samplers agree up to
+        finished method's output: as its run recorded it (AR, fixed SD and PACER read it from the rows that
+        judged each token), else with the prompt fed once and each output after it. Exact samplers agree up to
         noise; SMC-SD's distance from them is its approximation error on this prompt. Greedy runs skip it.
         ``target_logits``: {method: logits along its output}, ``smc_draft_logits``: the drafter's along SMC-SD's
         (full support), when already computed (``teacher_force``)."""
         if self.settings["temperature"] == 0:
             return
+        for method, result in self.results().items():
+            if method not in self.logliks and recorded_log_likelihood(result):
+                self.logliks[method] = sum(result.target_log_probs) / len(result.target_log_probs)
         outputs = {method: list(result.token_ids) for method, result in self.results().items()
                    if method not in self.logliks and result.token_ids}
         try:
