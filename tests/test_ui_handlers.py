@@ -132,3 +132,30 @@ def test_sessions_of_two_clicks_do_not_share_a_cancel_flag(context):
     second = next(handlers.run(context, inputs())).session
     handlers.stop(first)
     assert isinstance(first.cancel, threading.Event) and first.cancel.is_set() and not second.cancel.is_set()
+
+
+def test_the_replay_ends_on_the_race_s_last_instant_not_a_frame_later(context):
+    from pacer_core.ui import race
+
+    session = handlers.new_session(context, inputs(measure_ar=True))
+    list(handlers.time_each_alone(session, settle_s=0.0))
+    scoring_may_end, analyse = threading.Event(), session.analyse
+    session.analyse = lambda: (scoring_may_end.wait(30), analyse())      # the scoring outlasts the race
+    now, frames = [0.0], []
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    replay = handlers.replay_race(context, session, frame_s=0.3, clock=lambda: now[0], sleep=sleep)
+    try:
+        while True:
+            update = next(replay)
+            if "Replay" in (update.status or ""):
+                frames.append(now[0])
+            else:
+                scoring_may_end.set()
+    except StopIteration as end:
+        assert end.value is not None and end.value.table is not None    # the finished view
+    race_end = race.duration(race.lanes_of(session)) / race.REPLAY_SPEED
+    assert frames[0] == 0.0 and all(0 < later - earlier <= 0.3 + 1e-9 for earlier, later in zip(frames, frames[1:]))
+    assert frames[-1] == pytest.approx(race_end, abs=1e-6)

@@ -349,7 +349,7 @@ def replay_race(context: AppContext, session: RunSession, frame_s: float = race.
     while True:
         frame_start = clock()
         elapsed = (frame_start - start) * race.REPLAY_SPEED       # the methods' own seconds
-        over = elapsed >= race.duration(lanes) or session.cancel.is_set()
+        over = elapsed >= race.duration(lanes) - 1e-3 or session.cancel.is_set()
         if over and prepared:
             break                 # the finished view comes next and shows every column's end: no frame to draw first
         update = ViewUpdate(columns=race_columns(context, session, lanes, live, elapsed),
@@ -359,7 +359,8 @@ def replay_race(context: AppContext, session: RunSession, frame_s: float = race.
         yield update
         if over:
             break
-        sleep(max(0.0, frame_s - (clock() - frame_start)))
+        until_end = (race.duration(lanes) - elapsed) / race.REPLAY_SPEED    # the last frame lands on the race's end
+        sleep(max(0.0, min(frame_s, until_end) - (clock() - frame_start)))
     if worker.is_alive():
         yield ViewUpdate(status=page.run_status_html("Scoring each output under the target…", "busy"))
     worker.join()
