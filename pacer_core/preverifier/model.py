@@ -24,24 +24,42 @@ HISTORY_FEATURE_SPEC = FEATURE_SPEC + ["first-token acceptance rate so far", "pr
 ASSETS_DIR = Path(__file__).resolve().parent.parent.parent / "assets"
 
 
-def scalar_features(draft_prob, entropy, margin, position, history=None) -> torch.Tensor:
-    """[T, 5] from per-token tensors (or floats) of q(x), entropy, margin and position; [T, 8] with
-    ``history`` = (acceptance rate so far, previous first token accepted, log q of the draft before it)."""
-    draft_prob = torch.as_tensor(draft_prob, dtype=torch.float32)
-    columns = [draft_prob, torch.log(draft_prob.clamp_min(1e-8)), torch.as_tensor(entropy, dtype=torch.float32),
-               torch.as_tensor(margin, dtype=torch.float32), torch.as_tensor(position, dtype=torch.float32) / 16.0]
+def scalar_row(draft_prob: float, entropy: float, margin: float, position: int, history=None) -> list[float]:
+    """One drafted token's scalar inputs, the only place they are defined: q(x), log q(x), entropy, margin and
+    position / 16 (5), and with ``history`` = (acceptance rate so far, previous first token accepted, log q of the
+    draft before it) three more (8)."""
+    row = [draft_prob, math.log(max(draft_prob, 1e-8)), entropy, margin, position / 16.0]
     if history is not None:
-        rate, last, prefix_log_prob = (torch.as_tensor(column, dtype=torch.float32) for column in history)
-        columns += [rate, last, prefix_log_prob / 8.0]
-    return torch.stack(columns, dim=-1)
+        rate, last_accepted, prefix_log_prob = history
+        row += [rate, last_accepted, prefix_log_prob / 8.0]
+    return row
+
+
+def scalar_features(draft_prob, entropy, margin, position, history=None) -> torch.Tensor:
+    """[T, 5] float32 from per-token sequences of q(x), entropy, margin and position; [T, 8] with ``history`` (three
+    sequences: see ``scalar_row``). Training builds its inputs with it."""
+    histories = zip(*history) if history is not None else [None] * len(draft_prob)
+    rows = [scalar_row(float(q), float(e), float(m), int(p), h)
+            for q, e, m, p, h in zip(draft_prob, entropy, margin, position, histories)]
+    return torch.tensor(rows, dtype=torch.float32).reshape(len(rows), 5 if history is None else 8)
+
+
+def token_history(feature: TokenFeatures) -> tuple[float, float, float]:
+    context = feature.context
+    return context.history_rate, context.last_accepted, context.prefix_log_prob
+
+
+def scalar_rows(block: list[TokenFeatures], with_history: bool) -> np.ndarray:
+    """A block of drafted tokens' scalar inputs as a layer trained with or without history reads them: [T, 5 or 8],
+    float32 values (training's precision) held as float64 for ``scalar_layer_probs``."""
+    rows = [scalar_row(f.draft_prob, f.entropy, f.margin, f.position, token_history(f) if with_history else None)
+            for f in block]
+    return np.asarray(rows, dtype=np.float32).reshape(len(rows), 8 if with_history else 5).astype(np.float64)
 
 
 def block_scalars(block: list[TokenFeatures], with_history: bool) -> torch.Tensor:
-    """The scalar inputs of a block of drafted tokens, as a layer trained with or without history reads them."""
-    history = ([f.context.history_rate for f in block], [f.context.last_accepted for f in block],
-               [f.context.prefix_log_prob for f in block]) if with_history else None
-    return scalar_features([f.draft_prob for f in block], [f.entropy for f in block], [f.margin for f in block],
-                           [f.position for f in block], history)
+    """``scalar_rows`` as a float32 tensor, for a layer that also reads hidden states."""
+    return torch.from_numpy(scalar_rows(block, with_history)).float()
 
 
 class PreVerifierLayer(nn.Module):
@@ -101,19 +119,6 @@ class TrainedPreVerifier:
     def score_block(self, block: list[TokenFeatures]) -> tuple[float, list[float]]:
         token_probs = self.token_probs(block)
         return math.prod(token_probs), token_probs
-
-
-def scalar_rows(block: list[TokenFeatures], with_history: bool) -> np.ndarray:
-    """``block_scalars`` in numpy: [T, 5 or 8], the same columns."""
-    rows = []
-    for feature in block:
-        row = [feature.draft_prob, math.log(max(feature.draft_prob, 1e-8)), feature.entropy, feature.margin,
-               feature.position / 16.0]
-        if with_history:
-            context = feature.context
-            row += [context.history_rate, context.last_accepted, context.prefix_log_prob / 8.0]
-        rows.append(row)
-    return np.asarray(rows, dtype=np.float32).astype(np.float64)
 
 
 def scalar_layer_probs(layer: PreVerifierLayer, scalars: np.ndarray) -> list[float]:
