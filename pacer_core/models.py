@@ -61,26 +61,10 @@ class ModelPair:
             from .drafters import IndependentDrafter
             self.drafter = IndependentDrafter(self.draft, self.vocab_size, self.draft_id)
 
-    def use_head(self, directory, name: str | None = None, kept=None, dtype=None) -> "ModelPair":
-        """A view of this pair drafting with a feature head (a folder with head_config.json) instead of the draft
-        model (``with_drafter``; this pair is unchanged); ``dtype``: the head's (default: the target's)."""
-        from .drafters.feature_head import FeatureHeadDrafter
-        return self.with_drafter(FeatureHeadDrafter.load(directory, self.target, self.vocab_size,
-                                                         name or str(directory), dtype=dtype, kept=kept))
-
     def with_drafter(self, drafter) -> "ModelPair":
         """Another view of this pair drafting with ``drafter``: the same target, draft model, tokenizer and
         device (nothing is copied or reloaded); this pair is unchanged."""
         return dataclasses.replace(self, drafter=drafter, draft_id=drafter.name, draft_model_id=self.draft_model_id)
-
-    def use_drafter(self, name: str) -> "ModelPair":
-        """A view of this pair drafting with a drafter by name (``drafters.load_drafter``: small, head, self-int4,
-        self-int8, ...; ``with_drafter``: this pair is unchanged)."""
-        from .drafters import load_drafter
-        try:
-            return self.with_drafter(load_drafter(self, name))
-        except ValueError as failure:
-            raise ModelLoadError(str(failure)) from failure
 
     @classmethod
     def from_models(cls, target_model, draft_model, tokenizer, target_id="target", draft_id="draft",
@@ -288,15 +272,30 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     if draft_model is not None and not kept_alongside:
         _apply_draft_vocabulary(pair, draft_vocab)
     if head_location:
-        try:
-            pair = pair.use_head(head_location, draft_name, dtype=draft_dtype)
-        except (OSError, KeyError, RuntimeError, ValueError) as failure:
-            raise ModelLoadError(f"Could not load the feature head '{draft_name}': {failure}") from failure
+        pair = pair.with_drafter(loaded_head(pair, head_location, draft_name, draft_dtype))
     if built_from_target:
-        pair = pair.use_drafter(built_from_target)
+        pair = pair.with_drafter(drafter_by_name(pair, built_from_target))
     pair.target_engine = load_target_engine(target_engine, target_location == str(embedded.converted_target_dir())
                                             and not device_map, pair)
     return pair
+
+
+def loaded_head(pair: ModelPair, directory: str, name: str, dtype) -> Drafter:
+    """The feature head in ``directory`` (a folder with head_config.json) reading the pair's target."""
+    from .drafters.feature_head import FeatureHeadDrafter
+    try:
+        return FeatureHeadDrafter.load(directory, pair.target, pair.vocab_size, name, dtype=dtype)
+    except (OSError, KeyError, RuntimeError, ValueError) as failure:
+        raise ModelLoadError(f"Could not load the feature head '{name}': {failure}") from failure
+
+
+def drafter_by_name(pair: ModelPair, name: str) -> Drafter:
+    """``drafters.load_drafter`` for the loader: a drafter that cannot be built is a ModelLoadError."""
+    from .drafters import load_drafter
+    try:
+        return load_drafter(pair, name)
+    except ValueError as failure:
+        raise ModelLoadError(str(failure)) from failure
 
 
 def load_target_engine(requested, is_embedded_target: bool, pair: ModelPair):

@@ -137,13 +137,13 @@ def test_self_drafters_load_by_name_and_a_missing_kernel_is_a_clear_error(monkey
 
 
 def test_a_pair_switches_to_its_own_weights_by_name():
-    from pacer_core.models import ModelLoadError
+    from pacer_core.models import ModelLoadError, drafter_by_name
     pair = tiny_pair()
-    drafting = pair.use_drafter("self-int4")
+    drafting = pair.with_drafter(drafter_by_name(pair, "self-int4"))
     assert drafting.drafter.kind == "self-quantized" and drafting.draft_id == "self-int4"
     assert pair.drafter.kind == "independent"                        # a view: the pair itself is unchanged
     view = tiny_pair()
     other = view.with_drafter(load_drafter(view, "self-int8"))
     assert other.target is view.target and view.drafter.kind == "independent"
     with pytest.raises(ModelLoadError, match="Unknown drafter"):
-        pair.use_drafter("self-int2")
+        drafter_by_name(pair, "self-int2")
