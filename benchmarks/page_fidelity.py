@@ -4,8 +4,9 @@ app.py is started on its default pair (the embedded target, its default drafter)
 Chromium: an example's prompt typed, Run clicked, the finished table awaited (the click-to-table wall time is
 recorded), the run's JSON trace downloaded. Then, in this process, the same four decoders run alone through
 the library (``pacer_core.generate``) with exactly the settings the page ran (read from that trace), one after
-another in the page's order once the browser has finished drawing, on a pair loaded the way app.py loads it (``pair_from_env``). Both sides are on this machine in the
-same hour, interleaved round by round, so what differs is only how the page measures.
+another in the page's order once the browser has finished drawing, on a pair loaded the way app.py loads it
+(``pair_from_env``). Both sides are on this machine in the same hour, interleaved round by round, so what differs
+is only how the page measures.
 
 Per example and method (medians over rounds): page seconds / alone seconds, and page speedup / alone speedup
 (speedup = tokens/s ÷ AR's tokens/s on the same side); per example: click to finished table ÷ the four

@@ -13,7 +13,7 @@ import torch
 
 from .events import StepEvent
 from .particles import proposal_kl
-from .sampling import logits_to_probs, token_log_probs
+from .sampling import chosen_log_probs, logits_to_probs, token_log_probs
 
 
 def step_starts(events) -> list[int]:
@@ -108,9 +108,7 @@ def target_log_likelihood(pair, prompt_ids: list[int], output_ids: list[int],
         return 0.0, 0
     if target_logits is None:
         target_logits = target_teacher_forced_logits(pair, prompt_ids, output_ids)
-    target_log_probs = torch.log_softmax(target_logits, -1)
-    chosen = target_log_probs.gather(-1, torch.tensor(list(output_ids)).unsqueeze(-1))
-    return float(chosen.sum()), len(output_ids)
+    return sum(chosen_log_probs(target_logits, list(output_ids))), len(output_ids)
 
 
 def proposal_divergence(pair, prompt_ids: list[int], output_ids: list[int], temperature: float,

@@ -216,13 +216,17 @@ def returned_cache(outputs):
     return cache if cache is not None else getattr(outputs, "past_key_values", None)
 
 
-def check_cache_grew(cache: Cache, before: int, fed: int) -> None:
-    """A model call over ``fed`` tokens must leave them in ``cache``: else the model ignored it and decoded
-    without context (``cache_keyword``), which would give wrong tokens silently."""
-    if cache.get_seq_length() != before + fed:
+def forward_with_cache(model, cache: Cache, token_ids: torch.Tensor, **kwargs):
+    """``model``'s forward over ``token_ids`` after what ``cache`` holds, the cache under the name the model takes
+    (``cache_argument``). The call must leave the new tokens in ``cache``: else the model ignored it and decoded
+    without context, which would give wrong tokens silently, so that is an error."""
+    before = cache.get_seq_length()
+    outputs = model(input_ids=token_ids, use_cache=True, **cache_argument(model, cache), **kwargs)
+    if cache.get_seq_length() != before + token_ids.shape[1]:
         raise RuntimeError(f"The model did not use the KV cache handed to it (it holds {cache.get_seq_length()} "
-                           f"tokens, {before + fed} expected): this transformers release takes the cache under "
-                           "another argument name.")
+                           f"tokens, {before + token_ids.shape[1]} expected): this transformers release takes the "
+                           "cache under another argument name.")
+    return outputs
 
 
 class CachedModel(FeedsSequence):
@@ -267,14 +271,12 @@ class CachedModel(FeedsSequence):
         keep = self.keep_logits
         extra = ({"logits_to_keep": int(keep)} if keep and not self.keep_features
                  and accepts_logits_to_keep(type(self.model)) else {})
-        cached = self.cache.get_seq_length()
         try:
-            outputs = self.model(input_ids=token_ids, use_cache=True, output_hidden_states=output_hidden_states,
-                                 **cache_argument(self.model, self.cache), **extra)
+            outputs = forward_with_cache(self.model, self.cache, token_ids,
+                                         output_hidden_states=output_hidden_states, **extra)
         finally:
             if hook is not None:
                 hook.remove()
-        check_cache_grew(self.cache, cached, token_ids.shape[1])
         if self.keep_features:
             new_features = captured["features"]
             self.features = new_features if self.features is None else torch.cat([self.features, new_features], 1)

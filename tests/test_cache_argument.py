@@ -1,7 +1,7 @@
 """The KV cache reaches a transformers model under the name its release takes it by: ``cache`` from transformers
 5.24, ``past_key_values`` before. A name the forward does not know disappears into its ``**kwargs``: the model
 then builds a fresh cache each call and decodes without context (on transformers 5.17 every greedy speculative
-run came out different from AR's). ``kvcache.check_cache_grew`` turns such a mismatch into an error."""
+run came out different from AR's). ``kvcache.forward_with_cache`` turns such a mismatch into an error."""
 from __future__ import annotations
 
 import pytest

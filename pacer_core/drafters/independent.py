@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..kvcache import CachedModel, ModelCache, cache_argument, check_cache_grew, last_positions
+from ..kvcache import CachedModel, ModelCache, forward_with_cache, last_positions
 from ..packed_linear import PackedLinear
 from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits, load_frequent_ids
 
@@ -66,10 +66,7 @@ class ReducedVocabularyCache(CachedModel):
         self.drafter, self.off_mass = drafter, off_mass
 
     def _run(self, token_ids: torch.Tensor, output_hidden_states: bool):
-        cached = self.cache.get_seq_length()
-        hidden = self.decoder(input_ids=token_ids, use_cache=True,
-                              **cache_argument(self.decoder, self.cache)).last_hidden_state
-        check_cache_grew(self.cache, cached, token_ids.shape[1])
+        hidden = forward_with_cache(self.decoder, self.cache, token_ids).last_hidden_state
         hidden = last_positions(hidden, self.keep_logits)
         logits = full_vocabulary_logits(self.drafter.output_layer(hidden), self.drafter.kept_ids, self.vocab_size,
                                         self.off_mass)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..kvcache import cache_argument, returned_cache
+from ..kvcache import forward_with_cache, returned_cache
 from .instructions import extra_instructions, training_instructions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -123,8 +123,8 @@ def generate_batch(target, prompts: list[list[int]], max_new_tokens: int, temper
         if finished.all():
             break
         attention_mask = torch.cat([attention_mask, torch.ones((len(prompts), 1), dtype=torch.long)], dim=1)
-        output = target(input_ids=next_tokens[:, None], attention_mask=attention_mask,
-                        position_ids=next_positions[:, None], use_cache=True, **cache_argument(target, cache))
+        output = forward_with_cache(target, cache, next_tokens[:, None], attention_mask=attention_mask,
+                                    position_ids=next_positions[:, None])
         cache, next_logits = returned_cache(output), output.logits[:, -1].float()
         next_positions = next_positions + 1
     return unpack_replies(prompts, torch.stack(tokens, 1), torch.stack(top_ids, 1), torch.stack(top_probs, 1))

@@ -9,7 +9,7 @@ import time
 import torch
 from tqdm import tqdm
 
-from ..kvcache import cache_argument, returned_cache
+from ..kvcache import forward_with_cache, returned_cache
 from .draft_data import (EXPORT_DIR, WORK_DIR, draft_from_checkpoint, generate_batch, load_target, load_tokenizer, log,
                          prompt_ids, story_openings)
 from .instructions import heldout_instructions
@@ -60,7 +60,7 @@ def interleaved_step_ms(target, draft, context: list[int], steps: int) -> tuple[
     for _ in range(steps):
         for name, model in [("target", target), ("draft", draft)]:
             started = time.perf_counter()
-            output = model(input_ids=tokens[name], use_cache=True, **cache_argument(model, caches[name]))
+            output = forward_with_cache(model, caches[name], tokens[name])
             times[name].append((time.perf_counter() - started) * 1000)
             caches[name], tokens[name] = returned_cache(output), output.logits[:, -1:].argmax(-1)
     return statistics.median(times["target"]), statistics.median(times["draft"])

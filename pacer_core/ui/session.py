@@ -78,7 +78,6 @@ class MethodRun:
         return self.result is not None or self.error is not None
 
 
-
 def recorded_log_likelihood(result) -> bool:
     """Whether a run recorded the target's log-probability of every token it emitted (sampling AR and SD)."""
     return bool(result.token_ids) and len(result.target_log_probs) == len(result.token_ids)
