@@ -68,20 +68,28 @@ def adopted_draft_logits(draft, target, prompt_ids, output_ids) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def output_logits(pair, prompt_ids, outputs: dict, drafted: dict | None = None) -> tuple[dict, dict]:
+def output_logits(pair, prompt_ids, outputs: dict, drafted: dict | None = None,
+                  known_target_logits: dict | None = None) -> tuple[dict, dict]:
     """The target's teacher-forced logits of every output (``outputs``: {key: output ids}) and the drafter's of
     some (``drafted``: {key: full_support}), [len(output), V] each, as ``target_teacher_forced_logits`` and
     ``draft_teacher_forced_logits`` give them, after ONE target pass over prompt[:-1]: each output continues it
-    (the cache cropped back in between), and a draft cache that adopts the target's prompt takes its cells."""
+    (the cache cropped back in between), and a draft cache that adopts the target's prompt takes its cells.
+    ``known_target_logits``: {key: the target's rows along that output}, already at hand (a run that kept the
+    rows that judged its tokens): returned as they are, with no target pass over that output."""
     from .llama.engine import target_cache
+    known = known_target_logits or {}
+    if not drafted and set(outputs) <= set(known):
+        return {key: known[key] for key in outputs}, {}
     target = target_cache(pair)
     prefix, last = list(prompt_ids[:-1]), list(prompt_ids[-1:])
     if prefix:
         target.forward(prefix, keep=1)
     draft_logits = {key: drafted_after(pair, target, prompt_ids, outputs[key], full_support)
                     for key, full_support in (drafted or {}).items()}
-    target_logits = {}
+    target_logits = {key: known[key] for key in outputs if key in known}
     for key, output_ids in outputs.items():
+        if key in known:
+            continue
         target.crop(len(prefix))
         fed = last + list(output_ids[:-1])
         target_logits[key] = target.forward(fed, keep=len(fed))[0, :, : pair.vocab_size].float().cpu()

@@ -7,7 +7,7 @@ rejected once verified)."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 
 
@@ -120,9 +120,15 @@ class Result:
     finish_reason: str = "length"              # eos | length | cancelled
     kind: str = "result"
     target_log_probs: list[float] = field(default_factory=list)   # per token, T = 1, when the run recorded them
+    # The target's logits row that judged each token, [len(token_ids), V], when the run was asked to keep them
+    # (RunRequest.keep_target_rows: the page scores a run's output from them instead of another target pass).
+    # In memory only: never serialised.
+    target_rows: object = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(replace(self, target_rows=None))
+        del data["target_rows"]
+        return data
 
     def to_json(self, **kwargs) -> str:
         return json.dumps(self.to_dict(), **kwargs)

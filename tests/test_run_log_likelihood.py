@@ -1,14 +1,19 @@
 """A sampling run records the target's log-probability (temperature 1) of every token it emits, read from the
-rows that judged them, so the page scores only the outputs whose figures need the target's whole distribution
-(PACER's oracle, SMC-SD's proposal divergence) with another target pass."""
+rows that judged them, and, when asked (``keep_target_rows``: the page's PACER and SMC-SD runs), keeps those rows
+whole, so the page scores its outputs (PACER's oracle, SMC-SD's log-likelihood and proposal divergence) with no
+target pass over them."""
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
 
 from pacer_core import Autoregressive, FixedSpeculative, Pacer
 from pacer_core.analysis import target_teacher_forced_logits
+from pacer_core.decoders.smc import SMC
 from pacer_core.preverifier import ConfidencePreVerifier
+from pacer_core.settings import validate_settings
 from pacer_core.testing.runs import run_result
 from pacer_core.testing.tiny import tiny_pair
 
@@ -38,9 +43,9 @@ def test_the_page_scores_only_the_outputs_whose_figures_need_the_distribution(mo
     scored = []
     original = session_module.output_logits
 
-    def recording(pair, prompt_ids, outputs, drafted=None):
-        scored.append(set(outputs))
-        return original(pair, prompt_ids, outputs, drafted)
+    def recording(pair, prompt_ids, outputs, drafted=None, known_target_logits=None):
+        scored.append(set(outputs) - set(known_target_logits or {}))
+        return original(pair, prompt_ids, outputs, drafted, known_target_logits)
 
     monkeypatch.setattr(session_module, "output_logits", recording)
     session = session_module.RunSession(tiny_pair(), "t1 t2", {"max_new_tokens": 6, "temperature": 0.8},
@@ -50,6 +55,38 @@ def test_the_page_scores_only_the_outputs_whose_figures_need_the_distribution(mo
     for _ in session.ar_steps():
         pass
     session.analyse()
-    assert scored == [{"pacer", "smc"}]
+    assert scored == [set()]            # PACER and SMC-SD kept the rows that judged their tokens
     assert set(session.logliks) == {"ar", "fixed", "pacer", "smc"}
     assert session.oracle and session.proposal_kl is not None
+    assert all(result.target_rows is None for result in session.results().values())   # freed once scored
+
+
+def kept_rows_run(decoder, pair, prompt, **settings):
+    *_, result = decoder.run(pair, prompt, validate_settings(**settings), keep_target_rows=True)
+    return result
+
+
+KEEPING_DECODERS = DECODERS + [SMC(4, 3, 0.9), SMC(3, 2, 0.5, draft_temperature=1.3)]
+
+
+@pytest.mark.parametrize("decoder", KEEPING_DECODERS, ids=["ar", "fixed", "pacer", "smc-resampling", "smc-tempered"])
+def test_the_kept_rows_are_the_teacher_forced_logits(decoder):
+    """Row i of ``Result.target_rows`` is the target's logits predicting token i given the true prefix: for SMC-SD
+    the output particle's own rows, traced back through every resampling (ESS threshold 0.9 resamples most
+    cycles) and ending at an EOS when the particle has one."""
+    pair = tiny_pair(scale=3.0, draft_noise=0.4, eos_token_id=63)
+    for seed, prompt in enumerate(([1, 2, 3], list(range(12)), [5, 9])):
+        result = kept_rows_run(decoder, pair, prompt, max_new_tokens=17, temperature=0.8, seed=seed)
+        expected = target_teacher_forced_logits(pair, prompt, result.token_ids)
+        assert result.target_rows.shape == expected.shape
+        assert torch.allclose(result.target_rows.float(), expected, atol=1e-4)
+
+
+def test_no_rows_unless_asked_and_never_serialised():
+    pair = tiny_pair(scale=3.0)
+    plain = run_result(SMC(4, 3, 0.5), pair, [1, 2, 3], max_new_tokens=10, temperature=0.8)
+    assert plain.target_rows is None
+    kept = kept_rows_run(Pacer(1, 6, 0.3, ConfidencePreVerifier(), "submit"), pair, [1, 2, 3],
+                         max_new_tokens=10, temperature=0.8)
+    assert kept.target_rows is not None
+    assert "target_rows" not in kept.to_dict() and json.loads(kept.to_json())["token_ids"] == kept.token_ids

@@ -49,6 +49,7 @@ class DecodeState:
     last_first_accepted: bool | None = None    # the latest such step's verdict
     started: float = field(default_factory=time.perf_counter)
     target_log_probs: list[float] = field(default_factory=list)   # log p(token) at T = 1 of each emitted token
+    target_rows: list | None = None   # the logits rows that judged the emitted tokens, when the run keeps them
 
     def record_log_probs(self, target_logits_rows: torch.Tensor, emitted: list[int], settings: DecodeSettings) -> None:
         """When sampling, the target's log-probability (temperature 1) of each token just emitted, read from
@@ -56,6 +57,8 @@ class DecodeState:
         would otherwise compute with another target pass (greedy runs show none)."""
         if not settings.greedy:
             self.target_log_probs += sampling.chosen_log_probs(target_logits_rows, emitted)
+        if self.target_rows is not None and emitted:
+            self.target_rows.append(target_logits_rows[: len(emitted)])
 
     def record_verdict(self, verified: int, accepted: int) -> None:
         """Count one verify pass: ``verified`` drafted tokens judged, the first ``accepted`` of them kept."""
@@ -263,10 +266,13 @@ class SpeculativeDecoder:
     def describe(self, settings: DecodeSettings) -> dict:
         return {}
 
-    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel: CancelFlag | None = None) -> Iterator:
-        """Yield a StepEvent per target call, then the Result."""
+    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel: CancelFlag | None = None,
+            keep_target_rows: bool = False) -> Iterator:
+        """Yield a StepEvent per target call, then the Result (with ``Result.target_rows`` when
+        ``keep_target_rows``)."""
         settings = with_pinned(settings, self.pinned)
         state = make_state(pair, prompt_ids, settings, with_draft=True, state_type=self.state_type)
+        state.target_rows = [] if keep_target_rows else None
         events = []
         if (yield from steps_until_done(lambda: state.finish_reason is not None,
                                         lambda step: self.step(pair, state, settings, step), events, cancel)):
@@ -355,7 +361,13 @@ def finish(method: str, pair, state: DecodeState, events: list, settings: Decode
         drafted_tokens=state.drafted_tokens, accepted_tokens=state.accepted_tokens)
     return Result(method=method, text=pair.decode(state.output_ids), token_ids=state.output_ids, events=events,
                   metrics=metrics, settings=settings.to_dict(), info=info,
-                  finish_reason=state.finish_reason or "length", target_log_probs=list(state.target_log_probs))
+                  finish_reason=state.finish_reason or "length", target_log_probs=list(state.target_log_probs),
+                  target_rows=stacked_rows(state.target_rows))
+
+
+def stacked_rows(rows: list | None):
+    """A run's kept logits rows as one [tokens, V] tensor (None when it kept none)."""
+    return torch.cat(rows) if rows else None
 
 
 class DraftBuilder:

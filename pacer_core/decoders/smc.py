@@ -81,6 +81,7 @@ class ParticleState:
     target: ModelCache
     draft: ModelCache
     prefill_seconds: tuple[float, float] = (0.0, 0.0)   # (draft, target): the prompt's passes, not yet reported
+    cycle_target_logits: list | None = None   # each cycle's verify logits [N, K+1, V], when the run keeps them
 
     @property
     def n_particles(self) -> int:
@@ -169,14 +170,17 @@ class SMC:
                                     draft_temperature=draft_temperature, power=power, final=final)
 
     # ------------------------------------------------------------------ the loop
-    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel: CancelFlag | None = None) -> Iterator:
-        """Yield one SMCCycleEvent per cycle (= one target forward), then the Result."""
+    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel: CancelFlag | None = None,
+            keep_target_rows: bool = False) -> Iterator:
+        """Yield one SMCCycleEvent per cycle (= one target forward), then the Result (with
+        ``Result.target_rows``, the rows that judged the output particle's tokens, when ``keep_target_rows``)."""
         if settings.greedy:
             raise SettingsError("SMC-SD samples, so it needs a temperature above 0 (for example 0.7 or 1.0). "
                                 "For greedy decoding choose AR, fixed SD or PACER.")
         settings = with_pinned(settings, self.pinned)
         started = time.perf_counter()
         state = start_particles(pair, prompt_ids, settings.n_particles)
+        state.cycle_target_logits = [] if keep_target_rows else None
         generator = new_generator(settings.seed, state.device)
         sorted_eos_ids = sorted(pair.eos_token_ids)
         eos_ids = torch.tensor(sorted_eos_ids, dtype=torch.long, device=state.device)
@@ -226,6 +230,8 @@ class SMC:
         target_log_probs = target_log_dist[:, :n_draft].gather(-1, drafted_ids.unsqueeze(-1)).squeeze(-1)  # [N, K]
         bonus_ids = sample_rows(target_log_dist[:, n_draft].exp(), generator)       # [N]
         verify_seconds = time.perf_counter() - started + state.prefill_seconds[1]
+        if state.cycle_target_logits is not None:
+            state.cycle_target_logits.append(target_logits)                          # kept, not computed
         state.prefill_seconds = (0.0, 0.0)
 
         # 3. Weight: logw_i += Σ_k [a · log p_T(d_k) − log q_Td(d_k)], masked after EOS and for finished rows.
@@ -309,4 +315,19 @@ class SMC:
                 "final_weights": weights.tolist(),
                 "particle_texts": [pair.decode(state.continuation(i)) for i in range(state.n_particles)]} | extra
         return Result(method=self.name, text=pair.decode(token_ids), token_ids=token_ids, events=events,
-                      metrics=metrics, settings=settings.to_dict(), info=info, finish_reason=finish_reason)
+                      metrics=metrics, settings=settings.to_dict(), info=info, finish_reason=finish_reason,
+                      target_rows=lineage_rows(state.cycle_target_logits, events, chosen))
+
+
+def lineage_rows(cycle_target_logits: list | None, events: list, chosen: int):
+    """The verify logits rows that judged particle ``chosen``'s tokens, [its tokens, V]: its row in every cycle,
+    traced back through each resampling's ancestors (row i after a cycle copies row ``ancestors[i]`` of it), the
+    first ``len(particle_token_ids[row])`` positions of that row's [K+1] (drafted tokens, then the bonus).
+    None when the run kept no logits."""
+    if not cycle_target_logits or len(cycle_target_logits) != len(events):
+        return None
+    rows, particle = [], chosen
+    for cycle_logits, event in zip(reversed(cycle_target_logits), reversed(events)):
+        particle = event.ancestors[particle]
+        rows.append(cycle_logits[particle, : len(event.particle_token_ids[particle])])
+    return torch.cat(rows[::-1])

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..analysis import oracle_lengths, output_logits, proposal_divergence, target_log_likelihood
 from ..api import run_request
@@ -78,6 +78,10 @@ class MethodRun:
         return self.result is not None or self.error is not None
 
 
+SCORED_FROM_ROWS = ("pacer", "smc")   # sampling runs whose outputs the page scores (oracle, likelihood, divergence):
+                                      # they keep the target's rows that judged their tokens, a target pass fewer
+
+
 def recorded_log_likelihood(result) -> bool:
     """Whether a run recorded the target's log-probability of every token it emitted (sampling AR and SD)."""
     return bool(result.token_ids) and len(result.target_log_probs) == len(result.token_ids)
@@ -128,10 +132,12 @@ class RunSession:
     def new_run(self, method: str) -> MethodRun:
         """A method's run with its request, or with the message that refuses it."""
         try:
-            return MethodRun(method, request_for(self.pair, method, self.validated, chosen_names(self.raw_settings),
-                                                 self.encoded, self.limits, self.preverifier))
+            request = request_for(self.pair, method, self.validated, chosen_names(self.raw_settings), self.encoded,
+                                  self.limits, self.preverifier)
         except SettingsError as error:
             return MethodRun(method, error=str(error))
+        scored = method in SCORED_FROM_ROWS and not request.settings.greedy
+        return MethodRun(method, replace(request, keep_target_rows=True) if scored else request)
 
     def key(self) -> tuple:
         return (self.prompt, tuple(sorted(self.raw_settings.items())), self.chat, self.drafter)
@@ -222,19 +228,24 @@ class RunSession:
         self.compute_likelihoods(target_logits, draft_logits.get("smc"))
         self.compute_oracle(target_logits.get("pacer"), draft_logits.get("pacer"))
         self.analysed = True
+        for result in self.results().values():
+            result.target_rows = None       # scored: the rows are not needed again (megabytes a run)
 
     def teacher_force(self) -> tuple[dict, dict]:
         """Sampling runs: the target's logits along PACER's output and SMC-SD's (and any other whose run did not
         record its own log-likelihood) and the drafter's along PACER's (its q, for the oracle) and SMC-SD's (full
         support, for the proposal divergence), from one target pass over the prompt (``analysis.output_logits``);
-        ({}, {}) when greedy or when it fails (each figure then computes its own or is left out)."""
+        the target's come from the rows each run kept (``SCORED_FROM_ROWS``) where it kept them; ({}, {}) when
+        greedy or when it fails (each figure then computes its own or is left out)."""
         if self.settings["temperature"] == 0:
             return {}, {}
         outputs = {method: list(result.token_ids) for method, result in self.results().items()
-                   if result.token_ids and (method in ("pacer", "smc") or not recorded_log_likelihood(result))}
-        drafted = {method: method == "smc" for method in ("pacer", "smc") if method in outputs}
+                   if result.token_ids and (method in SCORED_FROM_ROWS or not recorded_log_likelihood(result))}
+        drafted = {method: method == "smc" for method in SCORED_FROM_ROWS if method in outputs}
+        kept = {method: result.target_rows.float().cpu() for method, result in self.results().items()
+                if method in outputs and result.target_rows is not None}
         try:
-            return output_logits(self.pair, self.prompt_ids, outputs, drafted)
+            return output_logits(self.pair, self.prompt_ids, outputs, drafted, kept)
         except Exception:  # noqa: BLE001
             traceback.print_exc(file=sys.stderr)
             return {}, {}
