@@ -1,6 +1,7 @@
 """Typed step events: the only contract between the decoders and everything that shows them.
 
-Every event is a dataclass of plain numbers, strings and lists, so ``asdict`` gives JSON.
+Every event is a dataclass of plain numbers, strings and lists, so ``asdict`` gives JSON (a field marked
+``IN_MEMORY_ONLY`` in its metadata is left out of it and of traces).
 Token states are ``TokenState`` (docs/algorithms.md#token-states-and-colours); "stopped" is not a
 state but a flag on the tokens of the block the pre-verifier failed (they also carry accepted or
 rejected once verified)."""
@@ -9,6 +10,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
+
+IN_MEMORY_ONLY = "in_memory_only"      # field metadata key: the field is never serialised
+
 
 
 class TokenState(StrEnum):
@@ -122,12 +126,11 @@ class Result:
     target_log_probs: list[float] = field(default_factory=list)   # per token, T = 1, when the run recorded them
     # The target's logits row that judged each token, [len(token_ids), V], when the run was asked to keep them
     # (RunRequest.keep_target_rows: the page scores a run's output from them instead of another target pass).
-    # In memory only: never serialised.
-    target_rows: object = field(default=None, repr=False, compare=False)
+    target_rows: object = field(default=None, repr=False, compare=False, metadata={IN_MEMORY_ONLY: True})
 
     def to_dict(self) -> dict:
         data = asdict(replace(self, target_rows=None))
-        del data["target_rows"]
+        del data["target_rows"]             # in memory only (IN_MEMORY_ONLY): never in a trace
         return data
 
     def to_json(self, **kwargs) -> str:

@@ -30,7 +30,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import lru_cache
 
 from . import __version__
-from .events import Result, SMCCycleEvent, StepEvent, TokenRecord, TokenState
+from .events import IN_MEMORY_ONLY, Result, SMCCycleEvent, StepEvent, TokenRecord, TokenState
 from .settings import Limits, SettingsError, validate_settings
 
 TRACE_FORMAT = "pacer-lab-trace"
@@ -341,8 +341,9 @@ def _list_check(item):
 
 def _dataclass_check(cls):
     hints = typing.get_type_hints(cls)
-    checks = {item.name: checker(hints[item.name]) for item in fields(cls)}
-    required = {item.name for item in fields(cls) if item.default is MISSING and item.default_factory is MISSING}
+    serialised = [item for item in fields(cls) if not item.metadata.get(IN_MEMORY_ONLY)]   # what a trace can hold
+    checks = {item.name: checker(hints[item.name]) for item in serialised}
+    required = {item.name for item in serialised if item.default is MISSING and item.default_factory is MISSING}
 
     def check(value, limits):
         if not isinstance(value, dict):

@@ -159,3 +159,37 @@ def test_the_replay_ends_on_the_race_s_last_instant_not_a_frame_later(context):
     race_end = race.duration(race.lanes_of(session)) / race.REPLAY_SPEED
     assert frames[0] == 0.0 and all(0 < later - earlier <= 0.3 + 1e-9 for earlier, later in zip(frames, frames[1:]))
     assert frames[-1] == pytest.approx(race_end, abs=1e-6)
+
+
+def test_the_plots_that_need_no_scoring_go_with_the_replay(context, monkeypatch):
+    """Eight of the nine plots need only the runs' events: they go with a replay frame while the scoring still
+    runs, so a scoring that outlasts the race leaves only the oracle's plot for the finished page to draw."""
+    session = handlers.new_session(context, inputs(measure_ar=True))
+    list(handlers.time_each_alone(session, settle_s=0.0))
+    scoring_may_end, analyse = threading.Event(), session.analyse
+    session.analyse = lambda: (scoring_may_end.wait(30), analyse())      # the scoring outlasts the race
+    built, plots_view = threading.Event(), handlers.plots_view
+
+    def recording_plots_view(session, names=None):
+        figures = plots_view(session, names)
+        built.set()
+        return figures
+
+    monkeypatch.setattr(handlers, "plots_view", recording_plots_view)
+    now, sent = [0.0], []
+
+    def sleep(seconds):
+        built.wait(30)
+        now[0] += seconds
+
+    replay = handlers.replay_race(context, session, frame_s=0.3, clock=lambda: now[0], sleep=sleep)
+    try:
+        while True:
+            update = next(replay)
+            sent += [set(update.plots)] if update.plots else []
+            if "Replay" not in (update.status or ""):
+                scoring_may_end.set()
+    except StopIteration as end:
+        finished = end.value
+    assert sent == [set(handlers.PLOT_NAMES) - handlers.SCORED_PLOTS]
+    assert set(finished.plots) == set(handlers.PLOT_NAMES) and session.oracle

@@ -143,6 +143,10 @@ def events_by_method(session: RunSession) -> dict[str, list]:
     return events | {method: run.events for method, run in session.runs.items()}
 
 
+PLOT_NAMES = ("timeline", "speedup", "histogram", "lengths", "accept", "blocks", "weights", "ess", "genealogy")
+SCORED_PLOTS = frozenset({"lengths"})    # the plots that show a figure of the scoring (the oracle γ*)
+
+
 def plots_view(session: RunSession, names=None) -> dict[str, object]:
     """The plots by name (all nine, or only ``names``)."""
     events = events_by_method(session)
@@ -216,9 +220,12 @@ def final_status(session: RunSession, started: float | None, now: float) -> str:
     return page.run_status_html(message, "error" if len(failed) == len(session.runs) else "done")
 
 
-def finished_view(context: AppContext, session: RunSession) -> ViewUpdate:
-    """The finished page but its status line: columns, the nine plots, summary, table and downloads."""
-    return ViewUpdate(columns=columns_view(context, session, running=False), plots=plots_view(session),
+def finished_view(context: AppContext, session: RunSession, ready_plots: dict | None = None) -> ViewUpdate:
+    """The finished page but its status line: columns, the nine plots (those in ``ready_plots`` as built
+    already), summary, table and downloads."""
+    ready = ready_plots or {}
+    plots = ready | plots_view(session, names={name for name in PLOT_NAMES if name not in ready})
+    return ViewUpdate(columns=columns_view(context, session, running=False), plots=plots,
                       narration=narration.narration_html(summary_lines(session)), table=table_view(session),
                       downloads=export_files(session), session=session)
 
@@ -331,21 +338,23 @@ def race_columns(context: AppContext, session: RunSession, lanes: list, live: Li
 def replay_race(context: AppContext, session: RunSession, frame_s: float = race.RACE_FRAME_S,
                 clock=time.perf_counter, sleep=time.sleep) -> Iterator[ViewUpdate]:
     """Run's second phase: the columns side by side at the pace each method ran alone (``race.REPLAY_SPEED``
-    times faster), a frame at most every ``frame_s``. Meanwhile (nothing is timed now) a thread computes the
-    oracle and log-likelihoods and builds the finished view, which this generator returns. Its plots also go
-    with the next frame once they are ready: the browser draws them while the race plays and shows them when
-    it ends (style.css hides a running page's charts). Stop skips to the end."""
-    lanes, prepared = race.lanes_of(session), []
+    times faster), a frame at most every ``frame_s``. Meanwhile (nothing is timed now) a thread builds the plots
+    that need no scoring, then computes the oracle and log-likelihoods and builds the finished view, which this
+    generator returns. Each plot goes with the next frame once it is ready: the browser draws them while the race
+    plays and shows them when it ends (style.css hides a running page's charts), so a scoring that outlasts the
+    race leaves only the oracle's plot to draw. Stop skips to the end."""
+    lanes, early_plots, prepared = race.lanes_of(session), {}, []
 
     def score_and_prepare() -> None:
+        early_plots.update(plots_view(session, names=set(PLOT_NAMES) - SCORED_PLOTS))
         started = clock()
         session.analyse()
         session.phase_seconds["scoring"] = clock() - started      # in the trace the finished view exports
-        prepared.append(finished_view(context, session))
+        prepared.append(finished_view(context, session, ready_plots=dict(early_plots)))
 
     worker = threading.Thread(target=score_and_prepare, name="pacer-finish", daemon=True)
     worker.start()
-    live, start, plots_sent = LiveColumns(), clock(), False
+    live, start, plots_sent = LiveColumns(), clock(), set()
     while True:
         frame_start = clock()
         elapsed = (frame_start - start) * race.REPLAY_SPEED       # the methods' own seconds
@@ -354,8 +363,10 @@ def replay_race(context: AppContext, session: RunSession, frame_s: float = race.
             break                 # the finished view comes next and shows every column's end: no frame to draw first
         update = ViewUpdate(columns=race_columns(context, session, lanes, live, elapsed),
                             status=page.run_status_html(race.race_line(lanes, elapsed), "busy"))
-        if prepared and not plots_sent:
-            update.plots, plots_sent = prepared[0].plots, True
+        ready = prepared[0].plots if prepared else dict(early_plots)
+        if ready.keys() - plots_sent:
+            update.plots = {name: figure for name, figure in ready.items() if name not in plots_sent}
+            plots_sent |= update.plots.keys()
         yield update
         if over:
             break

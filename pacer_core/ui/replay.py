@@ -25,12 +25,12 @@ from ..trace import RecordedRun, TraceError, TraceLimits, parse_trace
 from . import COLUMN_METHODS, METHOD_LABELS, narration, page
 from .columns import column_html
 from .escape import escape_text
-from .handlers import AppContext, ViewUpdate, columns_view, plots_view, step_lines, summary_lines, table_view
+from .handlers import (PLOT_NAMES, AppContext, ViewUpdate, columns_view, plots_view, step_lines, summary_lines,
+                       table_view)
 from .session import MethodRun, RunSession
 from .tables import empty_frame
 
 TRACES_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "traces"
-PLOT_NAMES = ("timeline", "speedup", "histogram", "lengths", "accept", "blocks", "weights", "ess", "genealogy")
 
 
 class RecordedPair:
