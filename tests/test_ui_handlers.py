@@ -193,3 +193,14 @@ def test_the_plots_that_need_no_scoring_go_with_the_replay(context, monkeypatch)
         finished = end.value
     assert sent == [set(handlers.PLOT_NAMES) - handlers.SCORED_PLOTS]
     assert set(finished.plots) == set(handlers.PLOT_NAMES) and session.oracle
+
+
+def test_the_replay_s_first_frame_says_each_lane_is_starting(context):
+    """At the race's first instant no lane has an event yet: each column says it is starting, not how to start."""
+    from pacer_core.ui import race
+
+    session = handlers.new_session(context, inputs(measure_ar=True))
+    list(handlers.time_each_alone(session, settle_s=0.0))
+    first = next(handlers.replay_race(context, session, clock=lambda: 0.0, sleep=lambda seconds: None))
+    for method in session.runs:
+        assert race.STARTING in first.columns[method] and "Press Run" not in first.columns[method], method

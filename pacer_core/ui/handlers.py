@@ -331,7 +331,8 @@ def race_columns(context: AppContext, session: RunSession, lanes: list, live: Li
         done = lane is None or race.finished(lane, elapsed)
         events = run.events if done else run.events[:race.shown(lane, elapsed)]
         view[method] = live.value(method, events, run.result if done else None, run.error if done else None,
-                                  note=lambda method=method: column_note(context, session, method))
+                                  note=lambda method=method: column_note(context, session, method),
+                                  placeholder=race.STARTING)
     return view
 
 

@@ -162,7 +162,9 @@ class LiveColumns:
         self.finished: dict[str, str] = {}
         self.notes: dict[tuple[str, bool], str | None] = {}
 
-    def value(self, method: str, events: list, result=None, error: str | None = None, note=lambda: None):
+    def value(self, method: str, events: list, result=None, error: str | None = None, note=lambda: None,
+              placeholder: str | None = None):
+        """``placeholder``: what a running column with no events yet says (default: how to start a run)."""
         done = result is not None or bool(error)
         if (method, done) not in self.notes:
             self.notes[method, done] = note()
@@ -171,7 +173,7 @@ class LiveColumns:
                 self.finished[method] = column_html(method, events, result, error, note=self.notes[method, done])
             return self.finished[method]
         if not events:
-            return column_html(method, events, running=True, note=self.notes[method, done])
+            return column_html(method, events, running=True, note=self.notes[method, done], placeholder=placeholder)
         column = self.columns.get(method)
         if column is None:
             column = self.columns[method] = SMCColumn() if isinstance(events[0], SMCCycleEvent) else StepColumn(method)

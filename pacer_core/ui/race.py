@@ -30,6 +30,7 @@ PROGRESS_INTERVAL_S = 1.5    # while a method is timed, its progress (status lin
 SETTLE_S = 0.2               # after Run's first update (the whole page), decoding waits (untimed) while it is drawn
 SETTLE_TURN_S = 0.02         # ... and when a method's turn begins (every column redrawn)
 SHORT_NAMES = {"ar": "AR", "fixed": "fixed SD", "pacer": "PACER", "smc": "SMC-SD"}
+STARTING = "Starting: its first pass is on the way…"   # a lane before its first event in the replay
 HOW_TIMED = "each method timed alone"      # the finished status line: "Done in 12.3 s, each method timed alone."
 
 
