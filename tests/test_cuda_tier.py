@@ -151,3 +151,5 @@ def test_device_check_dry_run(tmp_path):
     for row in report["rows"]:
         assert row["steps"] > 0 and 0.0 <= row["overhead"] <= 1.0
     assert "overhead" in completed.stdout and "passed" in completed.stdout
+    split = json.loads((tmp_path / "split" / "gpu_step_split.json").read_text())
+    assert [row["eager_ms"] > 0 and row["sampled_ms"] > 0 for row in split["rows"]] == [True]
