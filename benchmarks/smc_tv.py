@@ -72,7 +72,7 @@ def drafter_sequence_distribution(pair, temperature: float) -> dict[tuple, float
     through the drafter's cache with full support, as SMC-SD draws from it."""
     distribution = {}
     for prefix in itertools.product(range(VOCAB), repeat=N_TOKENS - 1):
-        _, cache = new_caches(pair, full_support=True)
+        _, cache = new_caches(pair, pair.drafter, full_support=True)
         logits = cache.forward(torch.tensor([PROMPT + list(prefix)]))[0, len(PROMPT) - 1:]      # [N_TOKENS, V]
         probs = token_log_probs(logits.float(), temperature).exp()
         prefix_prob = float(torch.prod(probs[torch.arange(N_TOKENS - 1), list(prefix)]))

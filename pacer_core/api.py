@@ -26,7 +26,7 @@ def make_decoder(method: str, preverifier=None):
 def run_request(pair, request: RunRequest, cancel=None) -> Iterator:
     """Yield the decoder's events and finally its Result, for a request resolved at its front door."""
     decoder = make_decoder(request.method, request.preverifier)
-    for item in decoder.run(pair, list(request.prompt_ids), request.settings, cancel):
+    for item in decoder.run(pair, pair.drafter, list(request.prompt_ids), request.settings, cancel):
         if isinstance(item, Result) and request.prompt_note:
             item.info["prompt_note"] = request.prompt_note
         yield item

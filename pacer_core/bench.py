@@ -99,7 +99,7 @@ def run_hf(pair, spec: MethodSpec, request: RunRequest) -> RunRecord:
 def run_ours(pair, spec: MethodSpec, request: RunRequest, reference) -> RunRecord:
     decoder = OracleLength(reference) if spec.kind == "oracle" else make_decoder(spec.kind, request.preverifier)
     started = time.perf_counter()
-    *events, result = decoder.run(pair, list(request.prompt_ids), request.settings)
+    *events, result = decoder.run(pair, pair.drafter, list(request.prompt_ids), request.settings)
     seconds = time.perf_counter() - started
     metrics = result.metrics
     return RunRecord(seconds, metrics.new_tokens, metrics.target_calls, metrics.draft_calls, metrics.drafted_tokens,

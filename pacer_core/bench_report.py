@@ -74,7 +74,7 @@ def per_token(totals: list[tuple[float, int]]) -> float:
 
 def add_log_likelihoods(pair, rows: list[dict], specs: list[MethodSpec], runs: dict, prompt_ids: list) -> None:
     """Every row gains the target's log-likelihood per token of its outputs (all repeats) and its gap to AR's."""
-    totals = {spec.label: [target_log_likelihood(pair, prompt_ids[i], record.token_ids)
+    totals = {spec.label: [target_log_likelihood(pair, pair.drafter, prompt_ids[i], record.token_ids)
                            for records in runs[spec.label] for i, record in enumerate(records)] for spec in specs}
     reference = next(totals[spec.label] for spec in specs if spec.kind == "ar")
     for row, spec in zip(rows, specs):
@@ -98,7 +98,7 @@ def add_proposal_divergences(pair, rows: list[dict], specs: list[MethodSpec], se
         if (spec.drafter, key) not in by_setting:
             view = pair.with_drafter(drafter)
             by_setting[spec.drafter, key] = per_token([
-                proposal_divergence(view, prompt_ids[i], record.token_ids, *key)
+                proposal_divergence(view, view.drafter, prompt_ids[i], record.token_ids, *key)
                 for records in ar_runs for i, record in enumerate(records)])
         row["proposal_kl_per_token"] = by_setting[spec.drafter, key]
 

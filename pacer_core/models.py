@@ -121,7 +121,7 @@ class ModelPair:
     def describe(self) -> dict:
         from .llama.engine import engine_label
         return {"target": self.target_id, "draft": self.draft_id, "drafter": self.drafter.describe(),
-                "target_engine": engine_label(self),
+                "target_engine": engine_label(self, self.drafter),
                 "device": str(self.device), "linear_kernels": linear_kernels(self.target),
                 "dtype": str(self.dtype).replace("torch.", ""), "vocab_size": self.vocab_size,
                 "chat_template": self.use_chat_template}

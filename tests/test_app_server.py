@@ -243,10 +243,10 @@ def test_sampling_runs_score_every_output_under_the_target_and_greedy_runs_do_no
         session.compute_likelihoods()
         assert set(session.logliks) == scored
         for method in scored:
-            total, count = target_log_likelihood(pair, session.prompt_ids, session.results()[method].token_ids)
+            total, count = target_log_likelihood(pair, pair.drafter, session.prompt_ids, session.results()[method].token_ids)
             assert session.logliks[method] == pytest.approx(total / count, rel=1e-4)   # the prompt fed once
         if temperature > 0:
-            total, count = proposal_divergence(pair, session.prompt_ids, session.results()["smc"].token_ids, temperature)
+            total, count = proposal_divergence(pair, pair.drafter, session.prompt_ids, session.results()["smc"].token_ids, temperature)
             assert session.proposal_kl == pytest.approx(total / count, rel=1e-4) and total > 0
         else:
             assert session.proposal_kl is None

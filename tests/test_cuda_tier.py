@@ -48,7 +48,7 @@ def other_device(device: torch.device) -> torch.device:
 
 
 def run(decoder, pair, prompt_ids, **settings):
-    *_, result = decoder.run(pair, list(prompt_ids), validate_settings(**settings))
+    *_, result = decoder.run(pair, pair.drafter, list(prompt_ids), validate_settings(**settings))
     return result
 
 

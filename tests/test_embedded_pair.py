@@ -71,7 +71,7 @@ def test_greedy_equals_transformers_assisted_generation(embedded_pair):
 
 def test_oracle_lengths_are_consistent_with_a_long_fixed_draft(embedded_pair):
     result = generate(embedded_pair, "fixed", PROMPTS[2], max_new_tokens=24, gamma=12)
-    lengths = attach_oracle(embedded_pair, embedded_pair.encode_prompt(PROMPTS[2]), result, max_len=12)
+    lengths = attach_oracle(embedded_pair, embedded_pair.drafter, embedded_pair.encode_prompt(PROMPTS[2]), result, max_len=12)
     # gamma=12 is a forced long draft: each step's accepted count IS gamma*, and a draft the budget cut
     # short accepts min(its length, gamma*) since it is a prefix of that same greedy draft
     assert len(lengths) == len(result.events) > 1

@@ -130,7 +130,7 @@ def test_smc_sd_runs_with_a_gguf_drafter_and_its_proposal_has_full_support(pair_
     probs = torch.softmax(cache.forward([1, 2, 3], keep=1)[0, -1], dim=-1)
     assert (probs > 0).all()
     drafting = pair.with_drafter(drafter)
-    *events, result = SMC().run(drafting, [1, 2, 3], validate_settings(
+    *events, result = SMC().run(drafting, drafting.drafter, [1, 2, 3], validate_settings(
         max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
@@ -205,11 +205,11 @@ def test_the_pages_shared_scoring_pass_gives_each_outputs_own_logits(embedded_pa
     outputs = {"a": run_result(Autoregressive(), drafting, prompt_ids, max_new_tokens=12).token_ids,
                "b": run_result(Autoregressive(), drafting, prompt_ids, max_new_tokens=12, temperature=1.0,
                                seed=1).token_ids}
-    target_logits, draft_logits = output_logits(drafting, prompt_ids, outputs, {"a": False, "b": True})
+    target_logits, draft_logits = output_logits(drafting, drafting.drafter, prompt_ids, outputs, {"a": False, "b": True})
     for key, output_ids in outputs.items():
-        alone = target_teacher_forced_logits(drafting, prompt_ids, output_ids)
+        alone = target_teacher_forced_logits(drafting, drafting.drafter, prompt_ids, output_ids)
         assert target_logits[key].shape == alone.shape and torch.allclose(target_logits[key], alone, atol=1e-3)
-        drafted = draft_teacher_forced_logits(drafting, prompt_ids, output_ids, full_support=key == "b")
+        drafted = draft_teacher_forced_logits(drafting, drafting.drafter, prompt_ids, output_ids, full_support=key == "b")
         assert torch.allclose(draft_logits[key], drafted, atol=1e-3)
 
 

@@ -61,8 +61,8 @@ def test_greedy_pacer_with_trained_layer_equals_ar():
         trained = random_trained(pair.draft.config.hidden_size, seed, threshold)
         for prompt in ([1, 2, 3], [9, 8], list(range(12))):
             settings = validate_settings(max_new_tokens=30)
-            *_, reference = Autoregressive().run(pair, prompt, settings)
-            *_, ours = Pacer(2, 10, None, trained).run(pair, prompt, settings)
+            *_, reference = Autoregressive().run(pair, pair.drafter, prompt, settings)
+            *_, ours = Pacer(2, 10, None, trained).run(pair, pair.drafter, prompt, settings)
             assert ours.token_ids == reference.token_ids
 
 
@@ -126,7 +126,7 @@ class RecordingContexts(ConfidencePreVerifier):
 def test_pacer_gives_the_preverifier_this_generations_history():
     pair = tiny_pair(scale=6.0, draft_noise=0.4)
     recorder = RecordingContexts()
-    *events, result = Pacer(1, 6, 0.05, recorder).run(pair, [1, 2, 3], validate_settings(max_new_tokens=40))
+    *events, result = Pacer(1, 6, 0.05, recorder).run(pair, pair.drafter, [1, 2, 3], validate_settings(max_new_tokens=40))
     firsts = [context for position, context in recorder.seen if position == 0]
     assert len(firsts) == len(events)
     verified = accepted = 0
@@ -145,8 +145,8 @@ def test_greedy_pacer_with_history_layer_equals_ar():
         trained = history_trained(pair.draft.config.hidden_size, seed, threshold)
         for prompt in ([1, 2, 3], list(range(12))):
             settings = validate_settings(max_new_tokens=30)
-            *_, reference = Autoregressive().run(pair, prompt, settings)
-            *_, ours = Pacer(1, 10, None, trained).run(pair, prompt, settings)
+            *_, reference = Autoregressive().run(pair, pair.drafter, prompt, settings)
+            *_, ours = Pacer(1, 10, None, trained).run(pair, pair.drafter, prompt, settings)
             assert ours.token_ids == reference.token_ids
 
 
@@ -217,8 +217,8 @@ def test_greedy_pacer_with_a_scalar_layer_equals_ar():
         trained = scalar_trained(seed, threshold)
         for prompt in ([1, 2, 3], list(range(12))):
             settings = validate_settings(max_new_tokens=30)
-            *_, reference = Autoregressive().run(pair, prompt, settings)
-            *events, ours = Pacer(1, 8, None, trained).run(pair, prompt, settings)
+            *_, reference = Autoregressive().run(pair, pair.drafter, prompt, settings)
+            *events, ours = Pacer(1, 8, None, trained).run(pair, pair.drafter, prompt, settings)
             assert ours.token_ids == reference.token_ids
             assert ours.info["stopped_by"].startswith("the trained pre-verification layer")
 

@@ -110,11 +110,11 @@ class ParticleState:
         self.log_weights = self.log_weights.index_select(0, ancestors)
 
 
-def start_particles(pair, prompt_ids: list[int], n_particles: int) -> ParticleState:
+def start_particles(pair, drafter, prompt_ids: list[int], n_particles: int) -> ParticleState:
     """Prefill prompt[:-1] once with batch 1 in both models, then expand the caches to N rows."""
     if not prompt_ids:
         raise ValueError("SMC-SD needs at least one prompt token.")
-    target, draft = new_caches(pair, full_support=True)   # the target runs first below: a head sees its states
+    target, draft = new_caches(pair, drafter, full_support=True)   # the target runs first below: a head sees its states
     device = target.device
     expand = torch.zeros(n_particles, dtype=torch.long, device=device)
     seconds = {}
@@ -169,14 +169,15 @@ class SMC:
                                     draft_temperature=draft_temperature, power=power, final=final)
 
     # ------------------------------------------------------------------ the loop
-    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel: CancelFlag | None = None) -> Iterator:
+    def run(self, pair, drafter, prompt_ids: list[int], settings: DecodeSettings,
+            cancel: CancelFlag | None = None) -> Iterator:
         """Yield one SMCCycleEvent per cycle (= one target forward), then the Result."""
         if settings.greedy:
             raise SettingsError("SMC-SD samples, so it needs a temperature above 0 (for example 0.7 or 1.0). "
                                 "For greedy decoding choose AR, fixed SD or PACER.")
         settings = with_pinned(settings, self.pinned)
         started = time.perf_counter()
-        state = start_particles(pair, prompt_ids, settings.n_particles)
+        state = start_particles(pair, drafter, prompt_ids, settings.n_particles)
         generator = new_generator(settings.seed, state.device)
         sorted_eos_ids = sorted(pair.eos_token_ids)
         eos_ids = torch.tensor(sorted_eos_ids, dtype=torch.long, device=state.device)

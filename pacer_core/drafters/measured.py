@@ -71,7 +71,7 @@ def target_verifies_on_torch_cpu(pair, key: str) -> bool:
         return False
     drafter = getattr(pair, "drafter", None)
     if drafter is not None and drafter_key(drafter) == key:
-        return active_engine(pair) is None
+        return active_engine(pair, drafter) is None
     return getattr(pair, "target_engine", None) is None
 
 

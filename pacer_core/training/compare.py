@@ -53,14 +53,14 @@ def divergences(pair, prompt_ids, output_ids) -> dict:
     """Per-position KL(p||q) and 1 - TV at each temperature for the first drafted token."""
     ids = torch.tensor([list(prompt_ids) + list(output_ids)], device=pair.device)
     target_logits = pair.target(input_ids=ids).logits[0, len(prompt_ids) - 1: -1, : pair.vocab_size].float().cpu()
-    draft_logits = draft_teacher_forced_logits(pair, prompt_ids, output_ids)
+    draft_logits = draft_teacher_forced_logits(pair, pair.drafter, prompt_ids, output_ids)
     figures = {}
     for temperature in TEMPERATURES:
         kl = proposal_kl(token_log_probs(target_logits, temperature), token_log_probs(draft_logits, temperature))
         overlap = torch.minimum(logits_to_probs(target_logits, temperature), logits_to_probs(draft_logits, temperature))
         figures[f"kl_{temperature}"] = kl.tolist()
         figures[f"one_minus_tv_{temperature}"] = overlap.sum(-1).tolist()
-    smc_logits = draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support=True)
+    smc_logits = draft_teacher_forced_logits(pair, pair.drafter, prompt_ids, output_ids, full_support=True)
     figures["smc_kl_0.7"] = proposal_kl(token_log_probs(target_logits, 0.7), token_log_probs(smc_logits, 0.7)).tolist()
     return figures
 
@@ -68,7 +68,7 @@ def divergences(pair, prompt_ids, output_ids) -> dict:
 @torch.inference_mode()
 def cost_ratio(pair, context: list[int], steps: int = 60) -> float:
     """Median of interleaved single-token steps: one drafted token over one target step."""
-    target, draft = new_caches(pair)
+    target, draft = new_caches(pair, pair.drafter)
     target.forward(context[:-1])
     draft.feed_sequence(context[:-1] + [context[-1]], [])
     target_times, draft_times = [], []

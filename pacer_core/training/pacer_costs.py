@@ -119,7 +119,7 @@ def prefill_seconds(pair, prompt_ids: list[int], settings) -> float:
     """What a speculative run spends before its first step: fresh caches and the target's prefill that the
     drafter adopts or reads (``decoders.base.make_state``)."""
     started = time.perf_counter()
-    make_state(pair, prompt_ids, settings, with_draft=True)
+    make_state(pair, pair.drafter, prompt_ids, settings, with_draft=True)
     return time.perf_counter() - started
 
 
@@ -131,11 +131,11 @@ def measure(pair, prompt_ids: list[list[int]], gammas, temperature: float, max_n
             settings = validate_settings(max_new_tokens=max_new_tokens, temperature=temperature,
                                          seed=1000 * repeat + index)
             prefill = prefill_seconds(pair, ids, settings)
-            *events, result = Autoregressive().run(pair, ids, settings)
+            *events, result = Autoregressive().run(pair, pair.drafter, ids, settings)
             observed.add_ar(events, result)
             for gamma in gammas:
                 decoder = RecordingFixed(gamma)
-                *events, result = decoder.run(pair, ids, settings)
+                *events, result = decoder.run(pair, pair.drafter, ids, settings)
                 observed.add_fixed(events, result, decoder.entropies, gamma == max(gammas), prefill)
                 if progress:
                     progress.update()

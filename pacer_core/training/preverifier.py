@@ -138,7 +138,7 @@ def collect(pair, args) -> Path:
             settings = validate_settings(max_new_tokens=args.max_new_tokens, temperature=temperature,
                                          gamma=args.draft_len, seed=args.seed + prompt_index)
             recorder = RecordingDrafter(args.draft_len, args.soft_temperature)
-            for _ in recorder.run(pair, pair.encode_prompt(prompt), settings):
+            for _ in recorder.run(pair, pair.drafter, pair.encode_prompt(prompt), settings):
                 pass
             done["rows"] += [row | {"prompt_index": prompt_index} for row in recorder.rows]
         done["prompts"].append(prompt)

@@ -234,7 +234,7 @@ class RunSession:
                    if result.token_ids and (method in ("pacer", "smc") or not recorded_log_likelihood(result))}
         drafted = {method: method == "smc" for method in ("pacer", "smc") if method in outputs}
         try:
-            return output_logits(self.pair, self.prompt_ids, outputs, drafted)
+            return output_logits(self.pair, self.pair.drafter, self.prompt_ids, outputs, drafted)
         except Exception:  # noqa: BLE001
             traceback.print_exc(file=sys.stderr)
             return {}, {}
@@ -268,7 +268,7 @@ class RunSession:
         settings = self.settings
         max_len = max(16, int(settings.get("max_draft_len", 16)))
         try:
-            lengths = oracle_lengths(self.pair, self.prompt_ids, pacer.result.token_ids, step_starts,
+            lengths = oracle_lengths(self.pair, self.pair.drafter, self.prompt_ids, pacer.result.token_ids, step_starts,
                                      temperature=settings["temperature"], top_k=settings["top_k"],
                                      top_p=settings["top_p"], max_len=max_len,
                                      target_logits=target_logits, draft_logits=draft_logits)
@@ -296,12 +296,12 @@ class RunSession:
         try:
             known = target_logits or {}
             missing = {method: ids for method, ids in outputs.items() if method not in known}
-            logits = known | (output_logits(self.pair, self.prompt_ids, missing)[0] if missing else {})
+            logits = known | (output_logits(self.pair, self.pair.drafter, self.prompt_ids, missing)[0] if missing else {})
         except Exception:  # noqa: BLE001 - the column simply stays empty
             traceback.print_exc(file=sys.stderr)
             return
         for method, output_ids in outputs.items():
-            total, count = target_log_likelihood(self.pair, self.prompt_ids, output_ids, logits[method])
+            total, count = target_log_likelihood(self.pair, self.pair.drafter, self.prompt_ids, output_ids, logits[method])
             self.logliks[method] = total / count
         self.compute_proposal_divergence(logits.get("smc"), smc_draft_logits)
 
@@ -313,7 +313,7 @@ class RunSession:
             return
         settings = self.settings
         try:
-            total, count = proposal_divergence(self.pair, self.prompt_ids, smc.token_ids, settings["temperature"],
+            total, count = proposal_divergence(self.pair, self.pair.drafter, self.prompt_ids, smc.token_ids, settings["temperature"],
                                                settings.get("draft_temperature"), settings.get("top_k", 0),
                                                settings.get("top_p", 1.0), target_logits=target_logits,
                                                draft_logits=draft_logits)
