@@ -237,7 +237,7 @@ def measure(args) -> dict:
                     row.pop("token_ids", None)
     results = {"date": datetime.date.today().isoformat(), "rounds": args.rounds,
                "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
-               "pair": pair.describe() | {"drafter": chosen and rounds[chosen[0]["label"]][0]["drafter"]},
+               "pair": pair.describe(pair.drafter) | {"drafter": chosen and rounds[chosen[0]["label"]][0]["drafter"]},
                "examples": []}
     for item in chosen:
         summary = summarize(rounds[item["label"]])

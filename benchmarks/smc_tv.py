@@ -121,7 +121,7 @@ def smc_settings(n_particles: int, draft_len: int, variant: dict):
 def run_config(pair, outcomes: list[tuple], exact: torch.Tensor, n_particles: int, draft_len: int, variant: dict,
                runs: int, generator: torch.Generator) -> dict:
     settings, names, limits = smc_settings(n_particles, draft_len, variant)
-    request = request_for(pair, "smc", settings, names, EncodedPrompt(tuple(PROMPT)), limits)
+    request = request_for(pair, pair.drafter, "smc", settings, names, EncodedPrompt(tuple(PROMPT)), limits)
     index = {outcome: i for i, outcome in enumerate(outcomes)}
     per_run = torch.zeros(runs, len(outcomes), dtype=torch.float64)
     resampled_runs, started = 0, time.perf_counter()

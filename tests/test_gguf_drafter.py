@@ -221,19 +221,19 @@ def test_pacer_runs_the_shipped_layer_on_the_embedded_default_and_returns_ars_to
     from pacer_core.preverifier import default_preverifier
 
     drafting = embedded_pair.with_drafter(load_drafter(embedded_pair, "gguf"))
-    trained = default_preverifier(drafting)
+    trained = default_preverifier(drafting, drafting.drafter)
     assert trained.kind == "trained" and trained.sampling_layer is not None and trained.layer.hidden_size == 0
     for prompt in ("Name three primary colours.", "Write a Python function that reverses a string."):
-        reference = generate(drafting, "ar", prompt, max_new_tokens=32).token_ids
-        result = generate(drafting, "pacer", prompt, max_new_tokens=32, max_draft_len=8)
+        reference = generate(drafting, drafting.drafter, "ar", prompt, max_new_tokens=32).token_ids
+        result = generate(drafting, drafting.drafter, "pacer", prompt, max_new_tokens=32, max_draft_len=8)
         assert result.token_ids == reference
         assert result.info["preverifier"] == "trained" and "trained pre-verification layer" in result.info["stopped_by"]
-    sampled = generate(drafting, "pacer", "Write a haiku about rain.", max_new_tokens=32, temperature=0.7,
+    sampled = generate(drafting, drafting.drafter, "pacer", "Write a haiku about rain.", max_new_tokens=32, temperature=0.7,
                        stop_rule="auto")
     assert "the trained layer's acceptance estimates" in sampled.info["stopped_by"]
-    threshold = generate(drafting, "pacer", "Write a haiku about rain.", max_new_tokens=16, temperature=0.7)
+    threshold = generate(drafting, drafting.drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16, temperature=0.7)
     assert "trained pre-verification layer at threshold 0.70" in threshold.info["stopped_by"]
-    rule = generate(drafting, "pacer", "Write a haiku about rain.", max_new_tokens=16,
+    rule = generate(drafting, drafting.drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16,
                     preverifier_choice="confidence")
     assert rule.info["preverifier"] == "heuristic" and rule.settings["threshold"] == 0.05   # the drafter's measured
 
@@ -254,7 +254,7 @@ def test_the_embedded_default_drafter_is_gguf_on_a_cpu_with_llama_cpp(monkeypatc
 def test_the_page_offers_gguf_first_on_the_embedded_default(embedded_pair):
     from pacer_core.ui.drafter_menu import DrafterMenu
     gguf_pair = embedded_pair.with_drafter(load_drafter(embedded_pair, "gguf"))
-    menu = DrafterMenu(gguf_pair)
+    menu = DrafterMenu(gguf_pair, gguf_pair.drafter)
     assert menu.default_key == "gguf" and "gguf" in menu.keys and "small" in menu.keys
     line = next(option.description for option in menu.options() if option.key == "gguf")
     assert line.startswith("gguf · the target's own GGUF file run by llama.cpp · 94 MB")

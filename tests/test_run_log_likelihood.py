@@ -43,7 +43,8 @@ def test_the_page_scores_only_the_outputs_whose_figures_need_the_distribution(mo
         return original(pair, drafter, prompt_ids, outputs, drafted)
 
     monkeypatch.setattr(session_module, "output_logits", recording)
-    session = session_module.RunSession(tiny_pair(), "t1 t2", {"max_new_tokens": 6, "temperature": 0.8},
+    pair = tiny_pair()
+    session = session_module.RunSession(pair, pair.drafter, "t1 t2", {"max_new_tokens": 6, "temperature": 0.8},
                                         measure_ar=True)
     while not session.finished:
         session.advance()

@@ -46,7 +46,7 @@ def full_log_probs(model, ids, temperature):
 
 
 def test_generate_through_the_api(pair):
-    result = generate(pair, "smc", "t1 t2 t3", temperature=1.0, max_new_tokens=10, n_particles=3, draft_len=2)
+    result = generate(pair, pair.drafter, "smc", "t1 t2 t3", temperature=1.0, max_new_tokens=10, n_particles=3, draft_len=2)
     assert isinstance(result, Result) and result.method == "smc"
     assert result.info["approximate"] is True
     assert result.metrics.alpha is None

@@ -189,11 +189,12 @@ def test_smc_sd_runs_on_the_engine(pair_on_llama):
 
 def test_a_drafter_that_reads_the_target_falls_back_to_torch_for_ar_and_verify(pair_on_llama):
     head_like = SimpleNamespace(reads_target_features=True, name="head", describe=lambda: {})
-    drafting = pair_on_llama.with_drafter(head_like)
-    assert active_engine(drafting, drafting.drafter) is None and isinstance(target_cache(drafting, drafting.drafter), CachedModel)
-    assert engine_label(drafting, drafting.drafter).startswith("torch (the drafter reads the target's hidden states")
-    assert engine_label(pair_on_llama, pair_on_llama.drafter).startswith("llama.cpp (target.gguf, ")
-    assert pair_on_llama.describe()["target_engine"].startswith("llama.cpp")
+    own = pair_on_llama.drafter
+    assert active_engine(pair_on_llama, head_like) is None
+    assert isinstance(target_cache(pair_on_llama, head_like), CachedModel)
+    assert engine_label(pair_on_llama, head_like).startswith("torch (the drafter reads the target's hidden states")
+    assert engine_label(pair_on_llama, own).startswith("llama.cpp (target.gguf, ")
+    assert pair_on_llama.describe(own)["target_engine"].startswith("llama.cpp")
 
 
 def test_a_gguf_with_another_vocabulary_cannot_run_the_target(tmp_path):
@@ -207,7 +208,7 @@ def test_a_gguf_with_another_vocabulary_cannot_run_the_target(tmp_path):
 def test_the_embedded_target_runs_on_llama_cpp_by_default_and_sd_keeps_ars_tokens():
     from pacer_core import load_pair
     pair = load_pair("embedded", "gguf", device="cpu")
-    assert pair.describe()["target_engine"].startswith("llama.cpp (smollm2-135m-instruct-f32.gguf")
+    assert pair.describe(pair.drafter)["target_engine"].startswith("llama.cpp (smollm2-135m-instruct-f32.gguf")
     prompt_ids = pair.encode_prompt("Explain how a refrigerator keeps food cold.")
     stepped, verified = stepped_and_verified(pair.target_engine.new_cache, prompt_ids, list(range(300, 330)), (5, 9))
     assert torch.equal(stepped, verified)
@@ -217,7 +218,7 @@ def test_the_embedded_target_runs_on_llama_cpp_by_default_and_sd_keeps_ars_token
         for decoder in (FixedSpeculative(10), Pacer(4, 32, 0.05, ConfidencePreVerifier(), "submit")):
             assert run_result(decoder, pair, prompt_ids, max_new_tokens=32).token_ids == reference
     torch_pair = load_pair("embedded", "gguf", device="cpu", target_engine="torch")
-    assert torch_pair.target_engine is None and torch_pair.describe()["target_engine"] == "torch"
+    assert torch_pair.target_engine is None and torch_pair.describe(torch_pair.drafter)["target_engine"] == "torch"
 
 
 @pytest.fixture(scope="module")

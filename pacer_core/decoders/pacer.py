@@ -211,7 +211,7 @@ def pair_cost_model(pair, drafter) -> PacerCostModel:
     (its ``cost``) when there is one, else the prior. Read from files, never timed: the same on every call."""
     device = torch.device(pair.device).type
     try:
-        entry = measured_drafter(pair, drafter_key(drafter))
+        entry = measured_drafter(pair, drafter, drafter_key(drafter))
     except AttributeError:
         entry = {}
     record = (entry.get("pacer_costs") or {}).get(device)

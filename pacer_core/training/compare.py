@@ -135,9 +135,9 @@ def main(argv=None) -> int:
     prompts = [encode_prompt(pair, record["prompt"], None, limits) for record in records]
     raw = {"max_new_tokens": args.max_new_tokens, "temperature": 0.0, "gamma": GAMMA}
     settings, chosen = validate_settings(limits, **raw), chosen_names(raw)
-    references = [list(run_request(pair, request_for(pair, "ar", settings, chosen, prompt, limits)))[-1].token_ids
+    references = [list(run_request(pair, request_for(pair, pair.drafter, "ar", settings, chosen, prompt, limits)))[-1].token_ids
                   for prompt in prompts]
-    fixed = [request_for(pair, "fixed", settings, chosen, prompt, limits) for prompt in prompts]
+    fixed = [request_for(pair, pair.drafter, "fixed", settings, chosen, prompt, limits) for prompt in prompts]
     rows = {}
     for name in args.drafters.split(","):
         rows[name] = evaluate_drafter(pair.with_drafter(load_drafter(pair, name, args.head)), fixed, references)

@@ -176,7 +176,7 @@ def write_model(pair, key: str, device: str, model: PacerCostModel, source: str)
     path = Path(draft_folder(pair)) / MEASURED_DEFAULTS_FILE
     record = json.loads(path.read_text()) if path.exists() else {}
     entry = record.setdefault("drafters", {}).setdefault(key, {})
-    if target_verifies_on_torch_cpu(pair, key):
+    if target_verifies_on_torch_cpu(pair, pair.drafter, key):
         entry = entry.setdefault(TORCH_TARGET_PART, {})
     entry.setdefault("pacer_costs", {})[device] = model.to_record() | {"source": source}
     path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
@@ -238,7 +238,7 @@ def main(argv=None) -> int:
     source = (f"python -m pacer_core.training.pacer_costs --drafter {args.drafter} on {len(prompt_ids)} prompts of "
               f"{args.prompts}, T = {args.temperature}, {args.max_new_tokens} tokens, fixed SD at {gammas}, "
               f"{date.today().isoformat()}; AR step {observed.ar_seconds / observed.ar_tokens * 1000:.1f} ms; "
-              f"target on {pair.describe().get('target_engine', 'torch')}")
+              f"target on {pair.describe(pair.drafter).get('target_engine', 'torch')}")
     model = observed.model(source)
     if args.length_sets:
         by_length = costs_by_length(drafting, args, limits) + [(median_tokens(prompt_ids), model.costs)]
