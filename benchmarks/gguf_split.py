@@ -63,8 +63,8 @@ def split_one(pair, spec_text: str, prompts: list, settings_text: dict, limits) 
     with timed(GGUFCache, "_decode_once", totals, "llama_cpp"), timed(CachedModel, "_run", totals, "target_forward"):
         for prompt_ids in prompts:
             raw = measured_settings(pair, pair.drafter, "gguf", spec.kind) | settings_text | spec.overrides
-            request = request_for(pair, pair.drafter, spec.kind, validate_settings(limits, **raw), frozenset(raw), prompt_ids,
-                                  limits)
+            request = request_for(pair, pair.drafter, spec.kind, validate_settings(limits, **raw), frozenset(raw),
+                                  prompt_ids, limits)
             *events, result = list(run_request(pair, request))
             draft_s += sum(event.draft_seconds for event in events)
             verify_s += sum(event.verify_seconds for event in events)

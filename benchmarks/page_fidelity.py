@@ -102,7 +102,7 @@ def alone_round(pair, trace: dict) -> dict:
     out = {}
     for method in page_order(trace):
         started = time.perf_counter()
-        result = generate(pair, method, trace["prompt"], chat=trace.get("chat_template"), **settings)
+        result = generate(pair, pair.drafter, method, trace["prompt"], chat=trace.get("chat_template"), **settings)
         out[method] = {"seconds": time.perf_counter() - started, "tokens": result.metrics.new_tokens,
                        "token_ids": list(result.token_ids)}
     return out

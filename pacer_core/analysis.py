@@ -229,7 +229,8 @@ def attach_oracle(pair, drafter, prompt_ids, result, max_len: int = 16) -> list[
     settings = result.settings
     steps = [event for event in result.events if isinstance(event, StepEvent)]
     lengths = oracle_lengths(pair, drafter, prompt_ids, result.token_ids, step_starts(steps),
-                             settings.get("temperature", 0.0), settings.get("top_k", 0), settings.get("top_p", 1.0), max_len)
+                             settings.get("temperature", 0.0), settings.get("top_k", 0), settings.get("top_p", 1.0),
+                             max_len)
     for event, length in zip(steps, lengths):
         event.oracle_len = length
     return lengths

@@ -364,8 +364,8 @@ def measure_threshold(pair, preverifier: TrainedPreVerifier, args, temperature: 
         for threshold in candidates:
             tokens, seconds = 0, 0.0
             for index, prompt in enumerate(prompts):
-                result = generate(pair, pair.drafter, "pacer", prompt, preverifier=preverifier, max_new_tokens=args.max_new_tokens,
-                                  temperature=temperature, seed=1000 * repeat + index, threshold=threshold,
+                result = generate(pair, pair.drafter, "pacer", prompt, preverifier=preverifier,
+                                  max_new_tokens=args.max_new_tokens, temperature=temperature, seed=1000 * repeat + index, threshold=threshold,
                                   stop_rule="threshold", block_size=args.block_size,
                                   max_draft_len=args.max_draft_len, phrase_len=args.phrase_len)
                 tokens, seconds = tokens + result.metrics.new_tokens, seconds + result.metrics.seconds
