@@ -81,15 +81,16 @@ def main(argv=None) -> int:
     except ModelLoadError as error:
         print(f"[pacer] {error}", file=sys.stderr)
         return 2
-    info = pair.describe()
+    drafter = pair.drafter
+    info = pair.describe(drafter)
     print(f"[pacer] target {info['target']} on {info['target_engine']} | drafter {info['draft']} "
           f"({info['drafter']['kind']}) | {info['device']} {info['dtype']} "
           f"(drafter {info['drafter'].get('dtype', info['dtype'])})",
           file=sys.stderr, flush=True)
     from pacer_core.ui.drafter_menu import DrafterMenu
-    for key, why in DrafterMenu(pair).left_out().items():
+    for key, why in DrafterMenu(pair, drafter).left_out().items():
         print(f"[pacer] drafter {key} not offered: {why}", file=sys.stderr, flush=True)
-    demo = build_ui(pair, pair_note=pair.load_note or None)   # e.g. why a GPU default fell back
+    demo = build_ui(pair, drafter, pair_note=pair.load_note or None)   # e.g. why a GPU default fell back
     serve(demo, host=args.host, port=args.port, concurrency=args.concurrency)
     return 0
 

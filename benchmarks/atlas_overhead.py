@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pacer_core.atlas import runner  # noqa: E402
-from pacer_core.atlas.cli import BUILT_IN_PROMPTS, drafter_view  # noqa: E402
+from pacer_core.atlas.cli import BUILT_IN_PROMPTS, named_drafter  # noqa: E402
 from pacer_core.atlas.report import build_atlas, write_atlas  # noqa: E402
 from pacer_core.models import load_pair  # noqa: E402
 from pacer_core.settings import Limits  # noqa: E402
@@ -106,8 +106,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     pair = load_pair()
     prompts = runner.load_atlas_prompts(args.prompts)
-    view, preverifier = drafter_view(pair, args.drafter)
-    lane = runner.atlas_lane(view, preverifier, args.drafter, args.method,
+    drafter, preverifier = named_drafter(pair, args.drafter)
+    lane = runner.atlas_lane(pair, drafter, preverifier, args.drafter, args.method,
                              {"temperature": 0.0, "seed": 0, "max_new_tokens": args.max_new_tokens}, prompts, Limits())
     runner.decode(lane.pair, lane.requests[0])                      # warm-up
     bookkeeping = Stopwatch(runner.prompt_record)
@@ -137,7 +137,7 @@ def summarise(args, pair, repeats: list[dict], render_s: float) -> dict:
 
     plain, atlas = [r["plain_s"] for r in repeats], [r["atlas_s"] for r in repeats]
     bookkeeping = [(r["record_s"] + r["finishing_s"]) / r["plain_s"] for r in repeats]
-    return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "pair": pair.describe(), "threads": torch.get_num_threads(),
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "pair": pair.describe(pair.drafter), "threads": torch.get_num_threads(),
             "prompts": args.prompts, "method": args.method, "drafter": args.drafter, "temperature": 0.0,
             "max_new_tokens": args.max_new_tokens, "repeats": repeats,
             "plain_s_median": statistics.median(plain), "atlas_s_median": statistics.median(atlas),

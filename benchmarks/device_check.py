@@ -161,7 +161,7 @@ def row_request(pair, row: MethodRow, prompt_ids: list[int], max_new_tokens: int
     """The row's run request (seed 0), validated once: this script is a front door."""
     limits = Limits.from_env()
     raw = {"max_new_tokens": max_new_tokens, "temperature": row.temperature, **row.overrides}
-    return request_for(pair, row.method, validate_settings(limits, **raw), chosen_names(raw),
+    return request_for(pair, pair.drafter, row.method, validate_settings(limits, **raw), chosen_names(raw),
                        EncodedPrompt(tuple(prompt_ids)), limits)
 
 

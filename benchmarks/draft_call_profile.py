@@ -70,7 +70,7 @@ def run_method(pair, method: str, prompt_ids: list[int], tokens: int, gamma: int
 
     decoder = Autoregressive() if method == "ar" else FixedSpeculative(gamma)
     started = time.perf_counter()
-    *_, result = decoder.run(pair, list(prompt_ids), DecodeSettings(max_new_tokens=tokens, temperature=0.0, seed=0))
+    *_, result = decoder.run(pair, pair.drafter, list(prompt_ids), DecodeSettings(max_new_tokens=tokens, temperature=0.0, seed=0))
     return time.perf_counter() - started, list(result.token_ids)
 
 
@@ -115,7 +115,7 @@ def profile_length(pair, drafter, prompt, tokens: int, gamma: int, alone_repeats
     with DecodeLog(drafter) as log:
         sd_seconds, sd_ids = run_method(pair, "fixed", prompt_ids, tokens, gamma)
     kinds = split_calls(log.calls)
-    target, draft = new_caches(pair)
+    target, draft = new_caches(pair, pair.drafter)
     context_ids = list(prompt_ids) + ar_ids
     draft.forward(context_ids, keep=1)
     target.forward(context_ids, keep=1)
@@ -162,7 +162,7 @@ def main(argv=None) -> int:
                                  "ar target steps")}), flush=True)
     summary = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "tokens": args.tokens, "gamma": args.gamma,
-        "engine": type(target_cache(pair)).__name__, "gguf_threads": drafter.model.threads,
+        "engine": type(target_cache(pair, pair.drafter)).__name__, "gguf_threads": drafter.model.threads,
         "torch_threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"), "rounds": rounds}
     if args.out:

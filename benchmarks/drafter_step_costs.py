@@ -35,10 +35,10 @@ def main() -> None:
     args = parser.parse_args()
     pair = load_pair("embedded", "gguf", device="cpu", dtype="float32")
     for round_index in range(args.rounds):
-        target_ms = one_token_ms(target_cache(pair))
+        target_ms = one_token_ms(target_cache(pair, pair.drafter))
         for name in args.drafters.split(","):
             view = pair.with_drafter(load_drafter(pair, name))
-            _, draft_cache = new_caches(view)
+            _, draft_cache = new_caches(view, view.drafter)
             draft_ms = one_token_ms(draft_cache)
             print(f"round {round_index + 1}: {name}: draft call {draft_ms:.1f} ms, target step {target_ms:.1f} ms, "
                   f"c = {draft_ms / target_ms:.2f}", flush=True)

@@ -62,9 +62,9 @@ def split_one(pair, spec_text: str, prompts: list, settings_text: dict, limits) 
     drafted = verifies = tokens = 0
     with timed(GGUFCache, "_decode_once", totals, "llama_cpp"), timed(CachedModel, "_run", totals, "target_forward"):
         for prompt_ids in prompts:
-            raw = measured_settings(pair, "gguf", spec.kind) | settings_text | spec.overrides
-            request = request_for(pair, spec.kind, validate_settings(limits, **raw), frozenset(raw), prompt_ids,
-                                  limits)
+            raw = measured_settings(pair, pair.drafter, "gguf", spec.kind) | settings_text | spec.overrides
+            request = request_for(pair, pair.drafter, spec.kind, validate_settings(limits, **raw), frozenset(raw),
+                                  prompt_ids, limits)
             *events, result = list(run_request(pair, request))
             draft_s += sum(event.draft_seconds for event in events)
             verify_s += sum(event.verify_seconds for event in events)
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"temperature": args.temperature, "prompts": args.prompts,
-                                              "target_engine": pair.describe()["target_engine"],
+                                              "target_engine": pair.describe(pair.drafter)["target_engine"],
                                               "limit": args.limit, "threads": torch.get_num_threads(),
                                               "rows": rows}, indent=1) + "\n")
     return 0

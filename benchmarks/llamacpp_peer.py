@@ -293,9 +293,9 @@ def project_rows(pair, gamma: int | None):
     pair's drafter (measured_defaults.json's starting settings)."""
     from pacer_core.drafters import drafter_key, measured_gamma, measured_settings
     key = drafter_key(pair.drafter)
-    fixed = gamma or measured_gamma(pair) or 4
+    fixed = gamma or measured_gamma(pair, pair.drafter) or 4
     return [("ours ar", "ar", {}), (f"ours fixed:{fixed}", "fixed", {"gamma": fixed}),
-            ("ours pacer", "pacer", measured_settings(pair, key, "pacer"))]
+            ("ours pacer", "pacer", measured_settings(pair, pair.drafter, key, "pacer"))]
 
 
 def project_run(pair, method: str, settings: dict, prompt_ids, tokens: int) -> tuple[float, list[int]]:
@@ -305,7 +305,7 @@ def project_run(pair, method: str, settings: dict, prompt_ids, tokens: int) -> t
 
     limits = Limits.from_env()
     raw = {"max_new_tokens": tokens, "temperature": 0.0, **settings}
-    request = request_for(pair, method, validate_settings(limits, **raw), frozenset(raw),
+    request = request_for(pair, pair.drafter, method, validate_settings(limits, **raw), frozenset(raw),
                           EncodedPrompt(tuple(prompt_ids)), limits)
     *_, result = list(run_request(pair, request))
     return result.metrics.tokens_per_s, list(result.token_ids)
@@ -376,7 +376,7 @@ def measure(args) -> dict:
     medians = per_prompt_medians(samples)
     exact_rows = [name for name, _, _ in ours]
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": "python " + " ".join(map(shlex.quote, sys.argv)),
-            "pair": pair.describe(), "threads": args.threads, "max_new_tokens": args.max_new_tokens,
+            "pair": pair.describe(pair.drafter), "threads": args.threads, "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats, "prompts": [prompt["id"] for prompt in prompts], "target_gguf": str(target_file),
             "tools": {name: str(path) for name, path in tools.items()},
             "tools_library": tools_library_words(args),

@@ -102,7 +102,7 @@ def alone_round(pair, trace: dict) -> dict:
     out = {}
     for method in page_order(trace):
         started = time.perf_counter()
-        result = generate(pair, method, trace["prompt"], chat=trace.get("chat_template"), **settings)
+        result = generate(pair, pair.drafter, method, trace["prompt"], chat=trace.get("chat_template"), **settings)
         out[method] = {"seconds": time.perf_counter() - started, "tokens": result.metrics.new_tokens,
                        "token_ids": list(result.token_ids)}
     return out
@@ -237,7 +237,7 @@ def measure(args) -> dict:
                     row.pop("token_ids", None)
     results = {"date": datetime.date.today().isoformat(), "rounds": args.rounds,
                "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
-               "pair": pair.describe() | {"drafter": chosen and rounds[chosen[0]["label"]][0]["drafter"]},
+               "pair": pair.describe(pair.drafter) | {"drafter": chosen and rounds[chosen[0]["label"]][0]["drafter"]},
                "examples": []}
     for item in chosen:
         summary = summarize(rounds[item["label"]])

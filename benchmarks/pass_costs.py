@@ -37,7 +37,7 @@ def caches_by_config(dtypes: list[str], packed: str) -> dict:
     for dtype, packing in configurations(dtypes, packed):
         os.environ["PACER_PACKED_LINEAR"] = packing
         pair = load_pair("embedded", "embedded-small", device="cpu", dtype=dtype)
-        label = dtype + (" packed" if pair.describe()["linear_kernels"] != "default" else "")
+        label = dtype + (" packed" if pair.describe(pair.drafter)["linear_kernels"] != "default" else "")
         for role, model in (("target", pair.target), ("draft", pair.draft)):
             cache = CachedModel(model, pair.vocab_size)
             cache.forward(CONTEXT)

@@ -176,7 +176,7 @@ def app_settings(pair, max_new_tokens: int) -> dict:
     from pacer_core.settings import FIELD_BY_NAME
 
     settings = {"max_new_tokens": max_new_tokens, "temperature": FIELD_BY_NAME["temperature"].app_value, "seed": 0}
-    gamma = measured_gamma(pair)
+    gamma = measured_gamma(pair, pair.drafter)
     return settings | ({"gamma": gamma} if gamma else {})
 
 
@@ -464,10 +464,10 @@ def main(argv=None) -> int:
         prompts = [record for record in prompts if record["id"] in wanted]
     pair = load_pair("embedded", "embedded")
     eos_ids = set(pair.eos_token_ids)
-    preverifier = default_preverifier(pair)
+    preverifier = default_preverifier(pair, pair.drafter)
     run_pair = pair if args.stop_at_eos else without_stops(pair)
     limits = Limits.from_env()
-    context = AppContext(run_pair, preverifier, getattr(preverifier, "kind", "heuristic"), limits)
+    context = AppContext(run_pair, run_pair.drafter, preverifier, getattr(preverifier, "kind", "heuristic"), limits)
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     load_start = os.getloadavg()[0]
     warm_up(context)
@@ -477,7 +477,7 @@ def main(argv=None) -> int:
         runs.append(run_prompt(context, record, args.max_new_tokens, eos_ids))
         print(f"  {runs[-1]['wall_s']:.0f} s, overhead {100 * runs[-1]['render_overhead']:.1f}%", file=sys.stderr)
     report = {"started": started,
-              "machine": {"pair": pair.describe(), "threads": torch.get_num_threads(), "load_start": round(load_start, 2),
+              "machine": {"pair": pair.describe(pair.drafter), "threads": torch.get_num_threads(), "load_start": round(load_start, 2),
                           "load_end": round(os.getloadavg()[0], 2), "torch": torch.__version__},
               "settings": {"prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
                            "ignore_eos": not args.stop_at_eos, "decode": app_settings(pair, args.max_new_tokens),

@@ -72,7 +72,7 @@ def drafter_sequence_distribution(pair, temperature: float) -> dict[tuple, float
     through the drafter's cache with full support, as SMC-SD draws from it."""
     distribution = {}
     for prefix in itertools.product(range(VOCAB), repeat=N_TOKENS - 1):
-        _, cache = new_caches(pair, full_support=True)
+        _, cache = new_caches(pair, pair.drafter, full_support=True)
         logits = cache.forward(torch.tensor([PROMPT + list(prefix)]))[0, len(PROMPT) - 1:]      # [N_TOKENS, V]
         probs = token_log_probs(logits.float(), temperature).exp()
         prefix_prob = float(torch.prod(probs[torch.arange(N_TOKENS - 1), list(prefix)]))
@@ -121,7 +121,7 @@ def smc_settings(n_particles: int, draft_len: int, variant: dict):
 def run_config(pair, outcomes: list[tuple], exact: torch.Tensor, n_particles: int, draft_len: int, variant: dict,
                runs: int, generator: torch.Generator) -> dict:
     settings, names, limits = smc_settings(n_particles, draft_len, variant)
-    request = request_for(pair, "smc", settings, names, EncodedPrompt(tuple(PROMPT)), limits)
+    request = request_for(pair, pair.drafter, "smc", settings, names, EncodedPrompt(tuple(PROMPT)), limits)
     index = {outcome: i for i, outcome in enumerate(outcomes)}
     per_run = torch.zeros(runs, len(outcomes), dtype=torch.float64)
     resampled_runs, started = 0, time.perf_counter()

@@ -119,7 +119,7 @@ def recording(session, calls: list, settings: dict, measure_ar: bool) -> dict:
     """What a replay needs from a finished UI run: each model call in order with its time and what it added
     (an event, the Result, or the oracle / likelihood values), the pair's description and the inputs."""
     steps = [call for call in calls if call[0] != "advance_one" or call[3] is not None]
-    return {"steps": steps, "describe": session.pair.describe(), "prompt": session.prompt,
+    return {"steps": steps, "describe": session.pair.describe(session.drafter), "prompt": session.prompt,
             "prompt_ids": list(session.prompt_ids), "settings": settings, "measure_ar": measure_ar,
             "session_settings": dict(session.settings),
             "chat": session.chat, "errors": {run.method: run.error for run in session.runs.values() if run.error},
@@ -205,7 +205,7 @@ def replay_render_seconds(recorded: dict) -> tuple[float, float, int]:
     original_new_session, original_time = handlers.new_session, handlers.time
     handlers.new_session = lambda context, inputs: session_class()
     handlers.time = clock
-    context = AppContext(RecordedPair(recorded["describe"]), None, "trained")
+    context = AppContext(RecordedPair(recorded["describe"]), None, None, "trained")
     inputs = PageInputs(recorded["prompt"], dict(recorded["settings"]), chat=recorded["chat"],
                         measure_ar=recorded["measure_ar"])
     try:
@@ -250,8 +250,8 @@ def main():
         from scaling import without_stops
 
         pair = without_stops(pair)
-    preverifier = default_preverifier(pair)
-    context = AppContext(pair, preverifier, getattr(preverifier, "kind", "heuristic"))
+    preverifier = default_preverifier(pair, pair.drafter)
+    context = AppContext(pair, pair.drafter, preverifier, getattr(preverifier, "kind", "heuristic"))
     settings = {"max_new_tokens": args.max_new_tokens, "temperature": 0.7, "seed": 0}
     inputs = PageInputs(PROMPT, settings, chat=pair.use_chat_template, measure_ar=not args.no_ar)
     with_ui_seconds(context, PageInputs(PROMPT, settings | {"max_new_tokens": 8}, chat=inputs.chat,

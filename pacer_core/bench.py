@@ -99,7 +99,7 @@ def run_hf(pair, spec: MethodSpec, request: RunRequest) -> RunRecord:
 def run_ours(pair, spec: MethodSpec, request: RunRequest, reference) -> RunRecord:
     decoder = OracleLength(reference) if spec.kind == "oracle" else make_decoder(spec.kind, request.preverifier)
     started = time.perf_counter()
-    *events, result = decoder.run(pair, list(request.prompt_ids), request.settings)
+    *events, result = decoder.run(pair, request.drafter, list(request.prompt_ids), request.settings)
     seconds = time.perf_counter() - started
     metrics = result.metrics
     return RunRecord(seconds, metrics.new_tokens, metrics.target_calls, metrics.draft_calls, metrics.drafted_tokens,
@@ -183,12 +183,13 @@ def run_benchmark(args) -> int:
                      target_engine=args.target_engine or os.environ.get("PACER_TARGET_ENGINE"))
     from .preverifier import default_preverifier
 
-    preverifier = default_preverifier(pair)
+    own = pair.drafter
+    preverifier = default_preverifier(pair, own)
     encoded = [encode_prompt(pair, record["prompt"], None, limits) for record in prompts]
     drafters = load_row_drafters(pair, specs, args.head)
-    requests = {spec.label: row_requests(pair.with_drafter(drafters[spec.drafter][0]) if spec.drafter else pair,
-                                         spec, raw, encoded, limits,
-                                         drafters[spec.drafter][1] if spec.drafter else preverifier)
+    row_drafters = {spec.label: drafters[spec.drafter] if spec.drafter else (own, preverifier) for spec in specs}
+    requests = {spec.label: row_requests(pair, row_drafters[spec.label][0], spec, raw, encoded, limits,
+                                         row_drafters[spec.label][1])
                 for spec in specs}
     settings_for = {label: row[0].settings for label, row in requests.items()}
     prompt_ids = [list(prompt.ids) for prompt in encoded]
@@ -201,7 +202,7 @@ def run_benchmark(args) -> int:
         if spec.kind in HF_METHODS:
             return run_hf(pair, spec, request)
         if spec.drafter:
-            return run_ours(pair.with_drafter(drafters[spec.drafter][0]), spec, request, references.get(index, []))
+            return run_ours(pair, spec, request, references.get(index, []))
         record = run_ours(pair, spec, request, references.get(index, []))
         if spec.kind == "ar":
             references[index] = record.token_ids
@@ -224,11 +225,11 @@ def run_benchmark(args) -> int:
     rows = [summarise(spec.label, runs[spec.label]) | {"settings": settings_for[spec.label].to_dict()}
             for spec in specs]
     add_relative_speeds(rows)
-    add_drafters_and_identity(pair, rows, specs, runs, base.greedy)
+    add_drafters_and_identity(own, rows, specs, runs, base.greedy)
     if args.loglik:
-        add_log_likelihoods(pair, rows, specs, runs, prompt_ids)
-        add_proposal_divergences(pair, rows, specs, settings_for, runs, prompt_ids, drafters)
-    report = {"machine": machine_info(pair), "preverifier": getattr(preverifier, "kind", "custom"),
+        add_log_likelihoods(pair, own, rows, specs, runs, prompt_ids)
+        add_proposal_divergences(pair, own, rows, specs, settings_for, runs, prompt_ids, drafters)
+    report = {"machine": machine_info(pair, own), "preverifier": getattr(preverifier, "kind", "custom"),
               "settings": {"prompts": args.prompts, "prompt_count": len(prompts), "max_new_tokens": args.max_new_tokens,
                            "temperature": args.temperature, "repeats": args.repeats, "seed": args.seed,
                            "decode": base.to_dict()},
@@ -248,7 +249,7 @@ def load_row_drafters(pair, specs: list[MethodSpec], head) -> dict:
             drafter = load_drafter(pair, name, head)
         except ValueError as bad:
             raise SettingsError(str(bad)) from None
-        drafters[name] = (drafter, default_preverifier(pair.with_drafter(drafter)))
+        drafters[name] = (drafter, default_preverifier(pair, drafter))
     return drafters
 
 

@@ -72,9 +72,11 @@ def per_token(totals: list[tuple[float, int]]) -> float:
     return sum(total for total, _ in totals) / max(1, sum(count for _, count in totals))
 
 
-def add_log_likelihoods(pair, rows: list[dict], specs: list[MethodSpec], runs: dict, prompt_ids: list) -> None:
-    """Every row gains the target's log-likelihood per token of its outputs (all repeats) and its gap to AR's."""
-    totals = {spec.label: [target_log_likelihood(pair, prompt_ids[i], record.token_ids)
+def add_log_likelihoods(pair, drafter, rows: list[dict], specs: list[MethodSpec], runs: dict,
+                        prompt_ids: list) -> None:
+    """Every row gains the target's log-likelihood per token of its outputs (all repeats) and its gap to AR's,
+    scored on the engine the target runs on beside the bench's own ``drafter``."""
+    totals = {spec.label: [target_log_likelihood(pair, drafter, prompt_ids[i], record.token_ids)
                            for records in runs[spec.label] for i, record in enumerate(records)] for spec in specs}
     reference = next(totals[spec.label] for spec in specs if spec.kind == "ar")
     for row, spec in zip(rows, specs):
@@ -83,10 +85,11 @@ def add_log_likelihoods(pair, rows: list[dict], specs: list[MethodSpec], runs: d
         row["loglik_gap_vs_ar_pct"], row["loglik_gap_ci95"] = gap, f"[{low:.1f}, {high:.1f}]"
 
 
-def add_proposal_divergences(pair, rows: list[dict], specs: list[MethodSpec], settings_for: dict, runs: dict,
+def add_proposal_divergences(pair, own, rows: list[dict], specs: list[MethodSpec], settings_for: dict, runs: dict,
                              prompt_ids: list, drafters: dict) -> None:
     """SMC-SD rows gain proposal_kl_per_token: KL(p_T || q_Td) per token, in nats, along AR's outputs (all
-    repeats: contexts drawn from the target itself) at the row's temperature and draft temperature."""
+    repeats: contexts drawn from the target itself) at the row's temperature and draft temperature, with the
+    row's drafter (``own``, the bench's, for a row that names none)."""
     ar_runs = next(runs[spec.label] for spec in specs if spec.kind == "ar")
     by_setting = {}
     for row, spec in zip(rows, specs):
@@ -94,33 +97,33 @@ def add_proposal_divergences(pair, rows: list[dict], specs: list[MethodSpec], se
             continue
         settings = settings_for[spec.label]
         key = (settings.temperature, settings.draft_temperature or settings.temperature, settings.top_k, settings.top_p)
-        drafter = drafters[spec.drafter][0] if spec.drafter else pair.drafter
+        drafter = drafters[spec.drafter][0] if spec.drafter else own
         if (spec.drafter, key) not in by_setting:
-            view = pair.with_drafter(drafter)
             by_setting[spec.drafter, key] = per_token([
-                proposal_divergence(view, prompt_ids[i], record.token_ids, *key)
+                proposal_divergence(pair, drafter, prompt_ids[i], record.token_ids, *key)
                 for records in ar_runs for i, record in enumerate(records)])
         row["proposal_kl_per_token"] = by_setting[spec.drafter, key]
 
 
-def drafter_label(pair, spec: MethodSpec) -> str:
-    """Which drafter a row ran with: transformers' assisted rows always use the independent draft model."""
+def drafter_label(own, spec: MethodSpec) -> str:
+    """Which drafter a row ran with (``own``, the bench's, unless it names one): transformers' assisted rows always
+    use the independent draft model."""
     if spec.kind in ("ar", "hf"):
         return "-"
     if spec.kind.startswith("hf-assisted"):
         return "independent (transformers' assistant)"
     if spec.drafter:
         return spec.drafter
-    kept = pair.drafter.describe().get("kept_ids")
-    return f"{pair.drafter.kind} ({kept} ids)" if kept else pair.drafter.kind
+    kept = own.describe().get("kept_ids")
+    return f"{own.kind} ({kept} ids)" if kept else own.kind
 
 
-def add_drafters_and_identity(pair, rows: list[dict], specs: list[MethodSpec], runs: dict, greedy: bool) -> None:
-    """Each row's drafter; under greedy decoding also how many prompts gave exactly AR's tokens
-    (``same_as_ar`` = "12/12"), since exact methods must reproduce AR."""
+def add_drafters_and_identity(own, rows: list[dict], specs: list[MethodSpec], runs: dict, greedy: bool) -> None:
+    """Each row's drafter (``own``, the bench's, unless it names one); under greedy decoding also how many prompts
+    gave exactly AR's tokens (``same_as_ar`` = "12/12"), since exact methods must reproduce AR."""
     reference = [run.token_ids for run in runs["ar"][0]] if "ar" in runs else None
     for row, spec in zip(rows, specs):
-        row["drafter"] = drafter_label(pair, spec)
+        row["drafter"] = drafter_label(own, spec)
         if greedy and reference is not None:
             same = sum(run.token_ids == ids for run, ids in zip(runs[spec.label][0], reference))
             row["same_as_ar"] = f"{same}/{len(reference)}"
@@ -161,12 +164,12 @@ def summarise(label: str, runs_by_repeat: list[list[RunRecord]]) -> dict:
     }
 
 
-def machine_info(pair) -> dict:
+def machine_info(pair, drafter) -> dict:
     import transformers
 
     return {"platform": platform.platform(), "processor": platform.processor(), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers.__version__, "threads": torch.get_num_threads(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"), **pair.describe()}
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), **pair.describe(drafter)}
 
 
 def write_outputs(out_dir: Path, report: dict) -> None:

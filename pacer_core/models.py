@@ -118,10 +118,11 @@ class ModelPair:
         """Each token's own text (byte-fallback pieces may decode to U+FFFD alone)."""
         return [self.tokenizer.decode([int(t)], skip_special_tokens=False) for t in token_ids]
 
-    def describe(self) -> dict:
+    def describe(self, drafter) -> dict:
+        """This pair as runs drafting with ``drafter`` see it (the page's model line, traces, benchmark records)."""
         from .llama.engine import engine_label
-        return {"target": self.target_id, "draft": self.draft_id, "drafter": self.drafter.describe(),
-                "target_engine": engine_label(self),
+        return {"target": self.target_id, "draft": drafter.name, "drafter": drafter.describe(),
+                "target_engine": engine_label(self, drafter),
                 "device": str(self.device), "linear_kernels": linear_kernels(self.target),
                 "dtype": str(self.dtype).replace("torch.", ""), "vocab_size": self.vocab_size,
                 "chat_template": self.use_chat_template}

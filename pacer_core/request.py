@@ -24,9 +24,10 @@ class EncodedPrompt:
 
 @dataclass(frozen=True)
 class RunRequest:
-    """One method on one prompt with resolved settings. ``explicit``: the settings the caller chose; every
-    other setting is its default (or the pre-verifier's, for PACER)."""
+    """One method on one prompt with resolved settings, and the drafter it drafts with. ``explicit``: the settings
+    the caller chose; every other setting is its default (or the pre-verifier's, for PACER)."""
     method: str
+    drafter: object                  # AR drafts with none: its target runs on the engine the drafted runs verify on
     settings: DecodeSettings
     limits: Limits
     prompt_ids: tuple[int, ...]
@@ -61,15 +62,15 @@ def chosen_names(raw: dict) -> frozenset[str]:
     return frozenset(name for name, value in raw.items() if value is not None)
 
 
-def preverifier_for(method: str, pair, settings: DecodeSettings, preverifier=None):
-    """PACER's pre-verifier: the one given, else the pair's trained layer or the confidence rule; the confidence
-    rule whenever the run chose it (setting ``preverifier_choice``)."""
+def preverifier_for(method: str, pair, drafter, settings: DecodeSettings, preverifier=None):
+    """PACER's pre-verifier: the one given, else the layer trained for the target and ``drafter`` or the
+    confidence rule; the confidence rule whenever the run chose it (setting ``preverifier_choice``)."""
     if method != "pacer":
         return None
     from .preverifier import chosen_preverifier, default_preverifier
 
-    available = preverifier if preverifier is not None else default_preverifier(pair)
-    return chosen_preverifier(pair, available, settings.preverifier_choice)
+    available = preverifier if preverifier is not None else default_preverifier(pair, drafter)
+    return chosen_preverifier(pair, drafter, available, settings.preverifier_choice)
 
 
 def with_preverifier_defaults(settings: DecodeSettings, preverifier, explicit: frozenset[str]) -> DecodeSettings:
@@ -101,33 +102,34 @@ def fit_to_context(settings: DecodeSettings, prompt_len: int, max_context: int) 
     return settings if settings.max_new_tokens <= room else replace(settings, max_new_tokens=max(1, room))
 
 
-def request_for(pair, method: str, settings: DecodeSettings, explicit: frozenset[str], prompt: EncodedPrompt,
-                limits: Limits, preverifier=None) -> RunRequest:
-    """A request from settings validated once by the caller, for one method and one encoded prompt."""
-    preverifier = preverifier_for(method, pair, settings, preverifier)
+def request_for(pair, drafter, method: str, settings: DecodeSettings, explicit: frozenset[str],
+                prompt: EncodedPrompt, limits: Limits, preverifier=None) -> RunRequest:
+    """A request from settings validated once by the caller, for one method drafting with ``drafter`` and one
+    encoded prompt."""
+    preverifier = preverifier_for(method, pair, drafter, settings, preverifier)
     resolved = settings_for_method(method, settings, explicit, preverifier)
     resolved = fit_to_context(resolved, len(prompt.ids), pair.max_context)
-    return RunRequest(method, resolved, limits, prompt.ids, prompt.note, preverifier, explicit)
+    return RunRequest(method, drafter, resolved, limits, prompt.ids, prompt.note, preverifier, explicit)
 
 
-def build_request(pair, method: str, prompt: str, raw: dict | None = None, *, chat: bool | None = None,
+def build_request(pair, drafter, method: str, prompt: str, raw: dict | None = None, *, chat: bool | None = None,
                   preverifier=None, limits: Limits | None = None) -> RunRequest:
-    """The whole front door for one method: validate the method and settings, encode the prompt, resolve.
-    Without ``limits`` the environment's apply (read here, once)."""
+    """The whole front door for one method drafting with ``drafter``: validate the method and settings, encode the
+    prompt, resolve. Without ``limits`` the environment's apply (read here, once)."""
     limits = limits if limits is not None else Limits.from_env()
     method, raw = validate_method(method), dict(raw or {})
     settings = validate_settings(limits, **raw)
     encoded = encode_prompt(pair, prompt, chat, limits)
-    return request_for(pair, method, settings, chosen_names(raw), encoded, limits, preverifier)
+    return request_for(pair, drafter, method, settings, chosen_names(raw), encoded, limits, preverifier)
 
 
-def row_requests(pair, spec, raw: dict, prompts: list, limits: Limits, preverifier) -> list[RunRequest]:
+def row_requests(pair, drafter, spec, raw: dict, prompts: list, limits: Limits, preverifier) -> list[RunRequest]:
     """One request per prompt for a method row (``methods.MethodSpec``): the row's own values over the CLI's over what the app starts
     with for the row's drafter (``measured_settings``), validated once and resolved exactly as the app and
     generate() resolve them (PACER: the pre-verifier's block size and threshold unless chosen)."""
     from .drafters import measured_settings
 
-    chosen = (measured_settings(pair, spec.drafter, spec.kind) if spec.drafter else {}) | raw | spec.overrides
+    chosen = (measured_settings(pair, drafter, spec.drafter, spec.kind) if spec.drafter else {}) | raw | spec.overrides
     settings = validate_settings(limits, **chosen)
-    return [request_for(pair, spec.kind, settings, chosen_names(chosen), prompt, limits, preverifier)
+    return [request_for(pair, drafter, spec.kind, settings, chosen_names(chosen), prompt, limits, preverifier)
             for prompt in prompts]

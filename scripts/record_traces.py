@@ -30,17 +30,19 @@ from pacer_core.ui.workshop import load_workshop, recorded_runs, starting_settin
 WORKSHOP_DRAFTER = "small"   # the guide's "16M-parameter draft" (tests/conftest.py's embedded_pair drafts with it too)
 
 
-def app_context(pair) -> AppContext:
-    """The context ``layout.build_ui`` makes for the pair: its pre-verifier and the drafter menu."""
-    preverifier = load_preverifier(pair)
-    return AppContext(pair, preverifier, getattr(preverifier, "kind", None) or preverifier_kind(pair),
-                      drafters=DrafterMenu(pair, preverifier))
+def app_context(pair, drafter) -> AppContext:
+    """The context ``layout.build_ui`` makes for the pair and the loader's drafter: its pre-verifier and the drafter
+    menu."""
+    preverifier = load_preverifier(pair, drafter)
+    return AppContext(pair, drafter, preverifier,
+                      getattr(preverifier, "kind", None) or preverifier_kind(pair, drafter),
+                      drafters=DrafterMenu(pair, drafter, preverifier))
 
 
 def page_inputs(context: AppContext, run) -> PageInputs:
     """What the page sends once the class followed the run (tests/test_workshop.py's page_inputs)."""
-    drafter_pair = handlers.drafter_context(context, run.drafter).pair
-    settings = starting_settings(context.pair, context.preverifier, context.limits, drafter_pair) | run.settings
+    chosen = handlers.drafter_context(context, run.drafter).drafter
+    settings = starting_settings(context.pair, chosen, context.preverifier, context.limits) | run.settings
     return PageInputs(run.prompt, settings, chat=context.pair.use_chat_template, measure_ar=True,
                       drafter=run.drafter)
 
@@ -63,7 +65,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     chosen = [item for item in recorded_runs(load_workshop())
               if not args.exercises or item.exercise.id in args.exercises]
-    context = app_context(pair_from_env(draft=args.draft))
+    pair = pair_from_env(draft=args.draft)
+    context = app_context(pair, pair.drafter)
     for item in chosen:
         started = time.perf_counter()
         text = json.dumps(record(context, item), ensure_ascii=False, separators=(",", ":"))

@@ -37,7 +37,7 @@ def stand_in_gpu(memory_gb: float) -> None:
 
 def describe_pair() -> dict:
     pair = models.pair_from_env()
-    decoded = generate(pair, "fixed", "Hello world", max_new_tokens=4, chat=False)
+    decoded = generate(pair, pair.drafter, "fixed", "Hello world", max_new_tokens=4, chat=False)
     return {"target": pair.target_id, "draft": pair.draft_model_id, "model_type": pair.target.config.model_type,
             "requested_devices": REQUESTED_DEVICES, "note": pair.load_note, "tokens": len(decoded.token_ids)}
 

@@ -22,7 +22,8 @@ TIMEOUT_MS = 180_000
 def tiny_app_url():
     from pacer_core.ui.layout import build_ui, serve
 
-    demo = build_ui(tiny_pair(scale=40))
+    pair = tiny_pair(scale=40)
+    demo = build_ui(pair, pair.drafter)
     port = free_port()
     serve(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
     yield f"http://127.0.0.1:{port}/"

@@ -31,7 +31,7 @@ def recorded(monkeypatch):
 
 
 def run_atlas(pair, method, raw, prompts=PROMPTS, **options):
-    lane = atlas_lane(pair, None, "small", method, raw, prompts, Limits())
+    lane = atlas_lane(pair, pair.drafter, None, "small", method, raw, prompts, Limits())
     runs = list(run_prompts(prompts, [lane], **options))
     return build_atlas(method, ["small"], lane.requests[0].settings, prompts, runs)
 
@@ -86,7 +86,7 @@ def test_aggregates_equal_a_direct_count(recorded, method, temperature, seed):
 
 def test_stopping_keeps_finished_prompts(recorded):
     pair, cancel = tiny_pair(), threading.Event()
-    lane = atlas_lane(pair, None, "small", "fixed:3", {"max_new_tokens": 12}, PROMPTS, Limits())
+    lane = atlas_lane(pair, pair.drafter, None, "small", "fixed:3", {"max_new_tokens": 12}, PROMPTS, Limits())
     kept = []
     for run in run_prompts(PROMPTS, [lane], cancel=cancel):
         kept.append(run.index)
@@ -103,10 +103,10 @@ def test_ar_baseline_gives_a_speedup(recorded):
 
 def test_comparison_of_two_drafters():
     pair = tiny_pair()
-    second = pair.with_drafter(tiny_pair(draft_seed=5, draft_noise=0.6).drafter)
+    second = tiny_pair(draft_seed=5, draft_noise=0.6).drafter
     raw = {"max_new_tokens": 16}
-    lanes = [atlas_lane(pair, None, "small", "fixed:3", raw, PROMPTS, Limits()),
-             atlas_lane(second, None, "other", "fixed:3", raw, PROMPTS, Limits())]
+    lanes = [atlas_lane(pair, pair.drafter, None, "small", "fixed:3", raw, PROMPTS, Limits()),
+             atlas_lane(pair, second, None, "other", "fixed:3", raw, PROMPTS, Limits())]
     runs = list(run_prompts(PROMPTS, lanes))
     atlas = build_atlas("fixed:3", ["small", "other"], lanes[0].requests[0].settings, PROMPTS, runs)
     other, agreement = atlas["compare"], atlas["compare"]["agreement"]
@@ -120,9 +120,10 @@ def test_comparison_of_two_drafters():
 
 
 def test_non_judging_methods_are_refused():
+    pair = tiny_pair()
     for method in ("ar", "smc:4:4", "pacer@small"):
         with pytest.raises(SettingsError, match="fixed"):
-            atlas_lane(tiny_pair(), None, "small", method, {}, PROMPTS, Limits())
+            atlas_lane(pair, pair.drafter, None, "small", method, {}, PROMPTS, Limits())
 
 
 def test_greedy_alpha_equals_the_bench(tmp_path):

@@ -18,7 +18,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 @pytest.fixture(scope="module")
 def context():
     pair = tiny_pair(scale=40)
-    return AppContext(pair, None, "heuristic", Limits(), DrafterMenu(pair))
+    return AppContext(pair, pair.drafter, None, "heuristic", Limits(), DrafterMenu(pair, pair.drafter))
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,8 @@ def test_untrusted_text_stays_plain():
 def test_the_page_has_the_atlas_tab():
     from pacer_core.ui.layout import build_ui
 
-    demo = build_ui(tiny_pair())
+    pair = tiny_pair()
+    demo = build_ui(pair, pair.drafter)
     config = demo.get_config_file()
     tabs = [c["props"].get("id") for c in config["components"] if c.get("type") == "tabitem"]
     assert "atlas" in tabs and "live" in tabs

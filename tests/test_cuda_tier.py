@@ -48,7 +48,7 @@ def other_device(device: torch.device) -> torch.device:
 
 
 def run(decoder, pair, prompt_ids, **settings):
-    *_, result = decoder.run(pair, list(prompt_ids), validate_settings(**settings))
+    *_, result = decoder.run(pair, pair.drafter, list(prompt_ids), validate_settings(**settings))
     return result
 
 
@@ -71,7 +71,7 @@ def test_greedy_fixed_and_pacer_equal_ar(test_device):
 @pytest.mark.parametrize("method", ["ar", "fixed", "pacer", "smc"])
 def test_seeded_runs_repeat_on_the_device(test_device, method):
     pair = on_device(tiny_pair(scale=2.0), test_device)
-    runs = [generate(pair, method, "t3 t4 t5", max_new_tokens=16, temperature=0.9, top_k=40, top_p=0.95,
+    runs = [generate(pair, pair.drafter, method, "t3 t4 t5", max_new_tokens=16, temperature=0.9, top_k=40, top_p=0.95,
                      seed=11).token_ids for _ in range(2)]
     assert runs[0] == runs[1] and len(runs[0]) == 16
 
@@ -113,7 +113,7 @@ def test_draft_on_another_device_than_the_target(test_device):
     pair = on_device(tiny_pair(scale=6.0, draft_noise=0.2), test_device, draft_device=other_device(test_device))
     assert_greedy_identity(pair, max_new_tokens=16)
     for method in ("fixed", "pacer", "smc"):
-        assert len(generate(pair, method, "t3 t4", max_new_tokens=12, temperature=1.0, seed=4).token_ids) == 12
+        assert len(generate(pair, pair.drafter, method, "t3 t4", max_new_tokens=12, temperature=1.0, seed=4).token_ids) == 12
 
 
 def split_last_layers(model, elsewhere: torch.device) -> None:

@@ -14,7 +14,7 @@ SETTINGS = {"max_new_tokens": 10, "temperature": 0.7, "seed": 3, "n_particles": 
 @pytest.fixture()
 def context():
     pair = tiny_pair()
-    return AppContext(pair, drafters=DrafterMenu(pair))
+    return AppContext(pair, pair.drafter, drafters=DrafterMenu(pair, pair.drafter))
 
 
 def finished(context, drafter, prompt="t1 t2 t3"):
@@ -26,10 +26,10 @@ def test_the_menu_lists_every_drafter_and_builds_each_once(context):
     menu = context.drafters
     assert menu.keys == ["small", "self-int8", "self-int4"] and menu.default_key == "small"
     assert not menu.built("self-int4")
-    view = menu.view("self-int4")
-    assert menu.view("self-int4") is view and menu.built("self-int4")
-    assert view.target is context.pair.target and view.drafter.kind == "self-quantized"
-    assert context.pair.drafter.kind == "independent"
+    drafter = menu.drafter("self-int4")
+    assert menu.drafter("self-int4") is drafter and menu.built("self-int4")
+    assert drafter.kind == "self-quantized" and menu.pair is context.pair
+    assert context.drafter.kind == "independent"
     assert all(option.description.startswith(option.key) for option in menu.options())
 
 
@@ -37,7 +37,8 @@ def test_the_menu_lists_every_drafter_and_builds_each_once(context):
 def test_every_view_of_the_run_names_the_chosen_drafter(context, key):
     last = finished(context, key)
     session = last.session
-    assert session.pair.drafter.kind == "self-quantized" and session.pair.draft_id == key
+    assert session.drafter.kind == "self-quantized" and session.drafter.name == key
+    assert session.pair is context.pair
     assert set(last.table.loc[last.table["method"] != "Autoregressive (AR)", "drafter"]) == {key}
     assert key in last.plots["speedup"].layout.title.text
     assert key in last.narration
@@ -47,7 +48,7 @@ def test_every_view_of_the_run_names_the_chosen_drafter(context, key):
 
 def test_the_pairs_own_drafter_is_the_default(context):
     last = finished(context, None)
-    assert last.session.pair is context.pair
+    assert last.session.pair is context.pair and last.session.drafter is context.drafter
     assert set(last.table.loc[last.table["method"] != "Autoregressive (AR)", "drafter"]) == {"small"}
 
 
@@ -81,4 +82,4 @@ def test_a_description_says_cost_and_agreement_when_measured():
 def test_drafter_keys_of_each_kind():
     pair = tiny_pair()
     assert drafter_key(pair.drafter) == "small"
-    assert drafter_key(DrafterMenu(pair).view("self-int4").drafter) == "self-int4"
+    assert drafter_key(DrafterMenu(pair, pair.drafter).drafter("self-int4")) == "self-int4"

@@ -26,7 +26,7 @@ def test_the_default_cpu_pair_runs_packed_linear_layers_and_drafts_from_every_id
     from pacer_core.packed_linear import packing_available
 
     if packing_available():
-        assert embedded_pair.describe()["linear_kernels"] == "oneDNN packed"
+        assert embedded_pair.describe(embedded_pair.drafter)["linear_kernels"] == "oneDNN packed"
     assert embedded_pair.drafter.kept_ids is None
 
 
@@ -37,17 +37,17 @@ def test_the_apps_fixed_length_starts_at_the_measured_cpu_gamma(embedded_pair):
 
     from pacer_core.drafters import measured_gamma
 
-    assert measured_gamma(replace(embedded_pair, target_engine=None)) == 2
+    assert measured_gamma(replace(embedded_pair, target_engine=None), embedded_pair.drafter) == 2
     if embedded_pair.target_engine is not None:
-        assert measured_gamma(embedded_pair) == 1
+        assert measured_gamma(embedded_pair, embedded_pair.drafter) == 1
 
 
 def test_greedy_fixed_and_pacer_are_token_identical_to_ar(embedded_pair):
     for prompt in PROMPTS:
-        reference = generate(embedded_pair, "ar", prompt, max_new_tokens=20)
+        reference = generate(embedded_pair, embedded_pair.drafter, "ar", prompt, max_new_tokens=20)
         for method, settings in (("fixed", {"gamma": 4}), ("fixed", {"gamma": 2}),
                                  ("pacer", {}), ("pacer", {"on_fail": "discard", "block_size": 2})):
-            result = generate(embedded_pair, method, prompt, max_new_tokens=20, **settings)
+            result = generate(embedded_pair, embedded_pair.drafter, method, prompt, max_new_tokens=20, **settings)
             assert result.token_ids == reference.token_ids, (method, settings, prompt)
 
 
@@ -65,13 +65,13 @@ def test_greedy_equals_transformers_assisted_generation(embedded_pair):
                                                  max_new_tokens=20, pad_token_id=2)
     finally:
         embedded_pair.draft.generation_config = draft_config
-    ours = generate(embedded_pair, "fixed", PROMPTS[0], max_new_tokens=20, gamma=4)
+    ours = generate(embedded_pair, embedded_pair.drafter, "fixed", PROMPTS[0], max_new_tokens=20, gamma=4)
     assert ours.token_ids == assisted[0, len(prompt_ids):].tolist()
 
 
 def test_oracle_lengths_are_consistent_with_a_long_fixed_draft(embedded_pair):
-    result = generate(embedded_pair, "fixed", PROMPTS[2], max_new_tokens=24, gamma=12)
-    lengths = attach_oracle(embedded_pair, embedded_pair.encode_prompt(PROMPTS[2]), result, max_len=12)
+    result = generate(embedded_pair, embedded_pair.drafter, "fixed", PROMPTS[2], max_new_tokens=24, gamma=12)
+    lengths = attach_oracle(embedded_pair, embedded_pair.drafter, embedded_pair.encode_prompt(PROMPTS[2]), result, max_len=12)
     # gamma=12 is a forced long draft: each step's accepted count IS gamma*, and a draft the budget cut
     # short accepts min(its length, gamma*) since it is a prefix of that same greedy draft
     assert len(lengths) == len(result.events) > 1
@@ -81,7 +81,7 @@ def test_oracle_lengths_are_consistent_with_a_long_fixed_draft(embedded_pair):
 
 
 def test_smc_runs_on_the_embedded_pair(embedded_pair):
-    result = generate(embedded_pair, "smc", PROMPTS[0], max_new_tokens=16, temperature=0.7, n_particles=4,
+    result = generate(embedded_pair, embedded_pair.drafter, "smc", PROMPTS[0], max_new_tokens=16, temperature=0.7, n_particles=4,
                       draft_len=4, seed=1)
     assert result.info["approximate"] is True and 0 < len(result.token_ids) <= 16
     assert result.to_json()
@@ -89,12 +89,12 @@ def test_smc_runs_on_the_embedded_pair(embedded_pair):
 
 def test_both_embedded_drafters_are_exact(embedded_pair):
     from pacer_core.drafters import load_drafter
-    references = [generate(embedded_pair, "ar", prompt, max_new_tokens=24).token_ids for prompt in PROMPTS]
+    references = [generate(embedded_pair, embedded_pair.drafter, "ar", prompt, max_new_tokens=24).token_ids for prompt in PROMPTS]
     for name in ("small", "head"):
         accepted = 0
         drafting = embedded_pair.with_drafter(load_drafter(embedded_pair, name))
         for prompt, reference in zip(PROMPTS, references):
-            result = generate(drafting, "fixed", prompt, max_new_tokens=24, gamma=3)
+            result = generate(drafting, drafting.drafter, "fixed", prompt, max_new_tokens=24, gamma=3)
             assert result.token_ids == reference, (name, prompt)
             accepted += result.metrics.accepted_tokens
         assert accepted > 0, name   # both paths (accept and reject) are exercised
@@ -104,7 +104,7 @@ def test_embedded_drafters_load_by_name():
     from pacer_core import load_pair
     head_pair = load_pair("embedded", "embedded-head", device="cpu", dtype="float32")
     assert head_pair.drafter.kind == "feature-head" and head_pair.draft is not None   # hf baselines keep the model
-    assert head_pair.describe()["drafter"]["kept_ids"] > 0
+    assert head_pair.describe(head_pair.drafter)["drafter"]["kept_ids"] > 0
     small_pair = load_pair("embedded", "embedded-small", device="cpu", dtype="float32")
     assert small_pair.drafter.kind == "independent"
 
@@ -118,10 +118,10 @@ def test_the_targets_own_weights_draft_ars_tokens_and_agree_far_more_than_the_sm
     from pacer_core.drafters import load_drafter, measured_gamma
 
     drafting = embedded_pair.with_drafter(load_drafter(embedded_pair, "self-int8"))
-    assert measured_gamma(replace(drafting, target_engine=None)) == 3
-    assert measured_gamma(drafting) == (3 if drafting.target_engine is None else 1)
-    reference = generate(drafting, "ar", PROMPTS[1], max_new_tokens=24)
-    fixed = generate(drafting, "fixed", PROMPTS[1], max_new_tokens=24, gamma=3)
-    pacer = generate(drafting, "pacer", PROMPTS[1], max_new_tokens=24)
+    assert measured_gamma(replace(drafting, target_engine=None), drafting.drafter) == 3
+    assert measured_gamma(drafting, drafting.drafter) == (3 if drafting.target_engine is None else 1)
+    reference = generate(drafting, drafting.drafter, "ar", PROMPTS[1], max_new_tokens=24)
+    fixed = generate(drafting, drafting.drafter, "fixed", PROMPTS[1], max_new_tokens=24, gamma=3)
+    pacer = generate(drafting, drafting.drafter, "pacer", PROMPTS[1], max_new_tokens=24)
     assert fixed.token_ids == reference.token_ids == pacer.token_ids
     assert fixed.metrics.alpha > 0.8

@@ -126,7 +126,7 @@ def test_pacer_sampling_with_a_trained_sampling_layer_matches_target_distributio
     trained = TrainedPreVerifier(layer, layer.shape() | {"threshold_greedy": 0.54}, sampling_layer)
     decoder = Pacer(1, 3, 0.54, trained, "submit")
     stops = Counter(event.stop_reason for seed in range(40) for event in
-                    list(decoder.run(six_token_pair, PROMPT, validate_settings(max_new_tokens=N_TOKENS,
+                    list(decoder.run(six_token_pair, six_token_pair.drafter, PROMPT, validate_settings(max_new_tokens=N_TOKENS,
                                                                                temperature=1.0, seed=seed)))[:-1])
     assert stops["preverifier"] >= 10 and stops["budget"] >= 10
     counts = sample_counts(decoder, six_token_pair, PROMPT, N_TOKENS, RUNS, temperature=1.0)

@@ -117,7 +117,7 @@ def test_head_cache_depends_only_on_the_committed_sequence(head_pair):
     sequence would be: stale entries built from predicted states are rebuilt from the real ones."""
     pair, _ = head_pair
     sequence = [4, 8, 15, 16, 23]
-    target, head = new_caches(pair)
+    target, head = new_caches(pair, pair.drafter)
     target.forward(sequence[:-1])
     head.feed_sequence(sequence)
     drafted = []
@@ -128,7 +128,7 @@ def test_head_cache_depends_only_on_the_committed_sequence(head_pair):
     target.crop(len(committed) - 1)
     head.crop(min(head.length, len(committed) - 1))
     logits_after = head.feed_sequence(committed)[-1]
-    fresh_target, fresh_head = new_caches(pair)
+    fresh_target, fresh_head = new_caches(pair, pair.drafter)
     fresh_target.forward(committed[:-1])
     fresh_logits = fresh_head.feed_sequence(committed)[-1]
     assert torch.allclose(logits_after, fresh_logits, atol=1e-5)
@@ -137,7 +137,7 @@ def test_head_cache_depends_only_on_the_committed_sequence(head_pair):
 def test_reduced_head_gives_zero_probability_off_its_ids():
     pair = tiny_pair()
     pair.drafter = random_head_drafter(pair.target, pair.vocab_size, kept_ids=[1, 5, 9], seed=2)
-    target, head = new_caches(pair)
+    target, head = new_caches(pair, pair.drafter)
     target.forward([3, 4])
     probs = torch.softmax(head.feed_sequence([3, 4, 6])[-1], -1)
     assert set(torch.nonzero(probs).flatten().tolist()) == {1, 5, 9}
@@ -168,14 +168,14 @@ def test_smc_runs_on_a_head_and_resampling_copies_its_rows(head_pair):
     result = run_result(SMC(4, 3, ess_threshold=1.0), pair, [1, 2, 3], max_new_tokens=20, temperature=1.0, seed=3)
     assert 0 < len(result.token_ids) <= 20
     assert result.info["resamples"] > 0
-    target, head = new_caches(pair)
+    target, head = new_caches(pair, pair.drafter)
     rows = torch.tensor([[4, 8, 15], [16, 23, 42]])
     target.forward(rows[:, :-1])
     head.forward(rows)
     target.reorder(torch.tensor([1, 1]))
     head.reorder(torch.tensor([1, 1]))
     copied = head.forward(torch.tensor([[7], [7]]))[:, -1]
-    fresh_target, fresh_head = new_caches(pair)
+    fresh_target, fresh_head = new_caches(pair, pair.drafter)
     fresh_target.forward(rows[1:, :-1])
     fresh_head.forward(rows[1:])
     expected = fresh_head.forward(torch.tensor([[7]]))[0, -1]
@@ -185,8 +185,8 @@ def test_smc_runs_on_a_head_and_resampling_copies_its_rows(head_pair):
 def test_oracle_lengths_of_a_head_match_a_long_fixed_draft(head_pair):
     from pacer_core.analysis import attach_oracle
     pair, _ = head_pair
-    *_, result = FixedSpeculative(8).run(pair, [1, 2, 3], validate_settings(max_new_tokens=40))
-    lengths = attach_oracle(pair, [1, 2, 3], result, max_len=8)
+    *_, result = FixedSpeculative(8).run(pair, pair.drafter, [1, 2, 3], validate_settings(max_new_tokens=40))
+    lengths = attach_oracle(pair, pair.drafter, [1, 2, 3], result, max_len=8)
     full_drafts = [event for event in result.events if event.n_drafted == 8]
     assert full_drafts and any(event.n_accepted > 0 for event in full_drafts)
     assert len(lengths) == len(result.events)
@@ -198,7 +198,7 @@ def test_smc_proposal_of_a_reduced_head_keeps_mass_on_every_id():
     from pacer_core.drafters.feature_head import OFF_VOCABULARY_MASS
     pair = tiny_pair()
     pair.drafter = random_head_drafter(pair.target, pair.vocab_size, kept_ids=[1, 5, 9], seed=2)
-    target, head = new_caches(pair, full_support=True)
+    target, head = new_caches(pair, pair.drafter, full_support=True)
     target.forward([3, 4])
     probs = torch.softmax(head.feed_sequence([3, 4, 6])[-1], -1)
     assert bool((probs > 0).all())

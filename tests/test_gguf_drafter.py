@@ -130,7 +130,7 @@ def test_smc_sd_runs_with_a_gguf_drafter_and_its_proposal_has_full_support(pair_
     probs = torch.softmax(cache.forward([1, 2, 3], keep=1)[0, -1], dim=-1)
     assert (probs > 0).all()
     drafting = pair.with_drafter(drafter)
-    *events, result = SMC().run(drafting, [1, 2, 3], validate_settings(
+    *events, result = SMC().run(drafting, drafting.drafter, [1, 2, 3], validate_settings(
         max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
@@ -205,11 +205,11 @@ def test_the_pages_shared_scoring_pass_gives_each_outputs_own_logits(embedded_pa
     outputs = {"a": run_result(Autoregressive(), drafting, prompt_ids, max_new_tokens=12).token_ids,
                "b": run_result(Autoregressive(), drafting, prompt_ids, max_new_tokens=12, temperature=1.0,
                                seed=1).token_ids}
-    target_logits, draft_logits = output_logits(drafting, prompt_ids, outputs, {"a": False, "b": True})
+    target_logits, draft_logits = output_logits(drafting, drafting.drafter, prompt_ids, outputs, {"a": False, "b": True})
     for key, output_ids in outputs.items():
-        alone = target_teacher_forced_logits(drafting, prompt_ids, output_ids)
+        alone = target_teacher_forced_logits(drafting, drafting.drafter, prompt_ids, output_ids)
         assert target_logits[key].shape == alone.shape and torch.allclose(target_logits[key], alone, atol=1e-3)
-        drafted = draft_teacher_forced_logits(drafting, prompt_ids, output_ids, full_support=key == "b")
+        drafted = draft_teacher_forced_logits(drafting, drafting.drafter, prompt_ids, output_ids, full_support=key == "b")
         assert torch.allclose(draft_logits[key], drafted, atol=1e-3)
 
 
@@ -221,19 +221,19 @@ def test_pacer_runs_the_shipped_layer_on_the_embedded_default_and_returns_ars_to
     from pacer_core.preverifier import default_preverifier
 
     drafting = embedded_pair.with_drafter(load_drafter(embedded_pair, "gguf"))
-    trained = default_preverifier(drafting)
+    trained = default_preverifier(drafting, drafting.drafter)
     assert trained.kind == "trained" and trained.sampling_layer is not None and trained.layer.hidden_size == 0
     for prompt in ("Name three primary colours.", "Write a Python function that reverses a string."):
-        reference = generate(drafting, "ar", prompt, max_new_tokens=32).token_ids
-        result = generate(drafting, "pacer", prompt, max_new_tokens=32, max_draft_len=8)
+        reference = generate(drafting, drafting.drafter, "ar", prompt, max_new_tokens=32).token_ids
+        result = generate(drafting, drafting.drafter, "pacer", prompt, max_new_tokens=32, max_draft_len=8)
         assert result.token_ids == reference
         assert result.info["preverifier"] == "trained" and "trained pre-verification layer" in result.info["stopped_by"]
-    sampled = generate(drafting, "pacer", "Write a haiku about rain.", max_new_tokens=32, temperature=0.7,
+    sampled = generate(drafting, drafting.drafter, "pacer", "Write a haiku about rain.", max_new_tokens=32, temperature=0.7,
                        stop_rule="auto")
     assert "the trained layer's acceptance estimates" in sampled.info["stopped_by"]
-    threshold = generate(drafting, "pacer", "Write a haiku about rain.", max_new_tokens=16, temperature=0.7)
+    threshold = generate(drafting, drafting.drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16, temperature=0.7)
     assert "trained pre-verification layer at threshold 0.70" in threshold.info["stopped_by"]
-    rule = generate(drafting, "pacer", "Write a haiku about rain.", max_new_tokens=16,
+    rule = generate(drafting, drafting.drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16,
                     preverifier_choice="confidence")
     assert rule.info["preverifier"] == "heuristic" and rule.settings["threshold"] == 0.05   # the drafter's measured
 
@@ -254,7 +254,7 @@ def test_the_embedded_default_drafter_is_gguf_on_a_cpu_with_llama_cpp(monkeypatc
 def test_the_page_offers_gguf_first_on_the_embedded_default(embedded_pair):
     from pacer_core.ui.drafter_menu import DrafterMenu
     gguf_pair = embedded_pair.with_drafter(load_drafter(embedded_pair, "gguf"))
-    menu = DrafterMenu(gguf_pair)
+    menu = DrafterMenu(gguf_pair, gguf_pair.drafter)
     assert menu.default_key == "gguf" and "gguf" in menu.keys and "small" in menu.keys
     line = next(option.description for option in menu.options() if option.key == "gguf")
     assert line.startswith("gguf · the target's own GGUF file run by llama.cpp · 94 MB")

@@ -12,26 +12,31 @@ def pair_from_folder(folder):
     return pair
 
 
+def gamma_in(folder):
+    pair = pair_from_folder(folder)
+    return measured_gamma(pair, pair.drafter)
+
+
 def test_measured_gamma_reads_the_draft_folder_for_this_device(tmp_path):
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 3, "cuda": 5}}))
-    assert measured_gamma(pair_from_folder(tmp_path)) == 3
+    assert gamma_in(tmp_path) == 3
 
 
 def test_measured_gamma_is_none_without_a_measurement_for_this_device(tmp_path):
-    assert measured_gamma(pair_from_folder(tmp_path)) is None
+    assert gamma_in(tmp_path) is None
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cuda": 5}}))
-    assert measured_gamma(pair_from_folder(tmp_path)) is None
+    assert gamma_in(tmp_path) is None
     (tmp_path / "measured_defaults.json").write_text("not json")
-    assert measured_gamma(pair_from_folder(tmp_path)) is None
+    assert gamma_in(tmp_path) is None
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 0}}))
-    assert measured_gamma(pair_from_folder(tmp_path)) is None
+    assert gamma_in(tmp_path) is None
 
 
 def test_measured_gamma_is_only_for_the_independent_draft_it_was_measured_with(tmp_path):
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 3}}))
     pair = pair_from_folder(tmp_path)
     drafting = pair.with_drafter(random_head_drafter(pair.target, pair.vocab_size))
-    assert measured_gamma(drafting) is None
+    assert measured_gamma(drafting, drafting.drafter) is None
 
 
 def test_each_drafter_has_its_own_measured_length_cost_and_agreement(tmp_path):
@@ -39,12 +44,12 @@ def test_each_drafter_has_its_own_measured_length_cost_and_agreement(tmp_path):
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 2}, "drafters": {
         "self-int8": {"gamma": {"cpu": 5}, "cost": {"cpu": 0.6}, "agreement": 0.96}}}))
     pair = pair_from_folder(tmp_path)
-    assert measured_gamma(pair) == 2 and measured_drafter(pair, "small") == {"gamma": {"cpu": 2}}
+    assert measured_gamma(pair, pair.drafter) == 2 and measured_drafter(pair, pair.drafter, "small") == {"gamma": {"cpu": 2}}
     drafting = pair.with_drafter(load_drafter(pair, "self-int8"))
-    assert measured_gamma(drafting) == 5
+    assert measured_gamma(drafting, drafting.drafter) == 5
     drafting = pair.with_drafter(load_drafter(pair, "self-int4"))
-    assert measured_gamma(drafting) is None
-    assert measured_drafter(pair, "self-int8")["agreement"] == 0.96
+    assert measured_gamma(drafting, drafting.drafter) is None
+    assert measured_drafter(pair, pair.drafter, "self-int8")["agreement"] == 0.96
 
 
 def test_a_drafters_measured_pacer_settings_start_its_bench_rows_and_its_page(tmp_path):
@@ -65,13 +70,14 @@ def test_a_drafters_measured_pacer_settings_start_its_bench_rows_and_its_page(tm
     def ran(method):
         spec = parse_method(method)
         drafting = pair.with_drafter(load_drafter(pair, spec.drafter)) if spec.drafter else pair
-        return row_requests(drafting, spec, {"max_new_tokens": 8}, prompt, Limits(), None)[0].settings
+        return row_requests(drafting, drafting.drafter, spec, {"max_new_tokens": 8}, prompt, Limits(), None)[0].settings
     assert (ran("pacer@self-int8").block_size, ran("pacer@self-int8").phrase_len) == (1, 0)
     assert ran("pacer+phrase_len=4@self-int8").phrase_len == 4
     assert ran("pacer").phrase_len == 8
-    shown = drafter_choice_view(AppContext(pair, drafters=DrafterMenu(pair)), "self-int8", None)
+    context = AppContext(pair, pair.drafter, drafters=DrafterMenu(pair, pair.drafter))
+    shown = drafter_choice_view(context, "self-int8", None)
     assert (shown["gamma"], shown["block_size"], shown["phrase_len"]) == (4, 1, 0)
-    assert drafter_choice_view(AppContext(pair, drafters=DrafterMenu(pair)), "small", None)["phrase_len"] == 8
+    assert drafter_choice_view(context, "small", None)["phrase_len"] == 8
 
 
 def test_the_pages_drafter_starts_follow_the_measured_pacer_and_smc_settings(tmp_path):
@@ -85,10 +91,10 @@ def test_the_pages_drafter_starts_follow_the_measured_pacer_and_smc_settings(tmp
             "pacer": {"block_size": 4, "max_draft_len": 32, "threshold": 0.05, "phrase_len": 0},
             "smc": {"n_particles": 2, "draft_len": 4}}}}}))
     pair = pair_from_folder(tmp_path)
-    small = drafter_starts(pair, ConfidencePreVerifier(), "small")
+    small = drafter_starts(pair, pair.drafter, ConfidencePreVerifier(), "small")
     assert small["gamma"] == 2 and small["own_threshold"] and small["threshold"] == 0.3
     drafting = pair.with_drafter(load_drafter(pair, "self-int8"))
-    starts = drafter_starts(drafting, ConfidencePreVerifier(), "self-int8")
+    starts = drafter_starts(drafting, drafting.drafter, ConfidencePreVerifier(), "self-int8")
     assert (starts["gamma"], starts["block_size"], starts["max_draft_len"], starts["phrase_len"]) == (10, 4, 32, 0)
     assert starts["threshold"] == 0.05 and not starts["own_threshold"]
     assert (starts["n_particles"], starts["draft_len"]) == (2, 4)
@@ -104,15 +110,15 @@ def test_figures_measured_beside_the_torch_target_apply_only_where_the_target_ve
         "head": {"gamma": {"cpu": 2}, "cpu_torch_target": {"gamma": {"cpu": 5}}}}}))
     pair = pair_from_folder(tmp_path)
     on_torch = pair.with_drafter(load_drafter(pair, "self-int8"))
-    assert measured_gamma(on_torch) == 3 and measured_drafter(on_torch, "self-int8")["cost"] == {"cpu": 0.6}
-    assert measured_settings(on_torch, "self-int8", "pacer") == {"block_size": 1}
-    assert measured_settings(on_torch, "self-int8", "smc") == {"n_particles": 2}
-    assert "cpu_torch_target" not in measured_drafter(on_torch, "self-int8")
+    assert measured_gamma(on_torch, on_torch.drafter) == 3 and measured_drafter(on_torch, on_torch.drafter, "self-int8")["cost"] == {"cpu": 0.6}
+    assert measured_settings(on_torch, on_torch.drafter, "self-int8", "pacer") == {"block_size": 1}
+    assert measured_settings(on_torch, on_torch.drafter, "self-int8", "smc") == {"n_particles": 2}
+    assert "cpu_torch_target" not in measured_drafter(on_torch, on_torch.drafter, "self-int8")
     on_llama = pair.with_drafter(load_drafter(pair, "self-int8"))
     on_llama.target_engine = object()          # the target verifies on llama.cpp: the entry's own figures
-    assert measured_gamma(on_llama) == 1 and measured_drafter(on_llama, "self-int8")["agreement"] == 0.96
-    assert measured_settings(on_llama, "self-int8", "pacer") == {"stop_rule": "cost"}
+    assert measured_gamma(on_llama, on_llama.drafter) == 1 and measured_drafter(on_llama, on_llama.drafter, "self-int8")["agreement"] == 0.96
+    assert measured_settings(on_llama, on_llama.drafter, "self-int8", "pacer") == {"stop_rule": "cost"}
     reading_features = pair.with_drafter(random_head_drafter(pair.target, pair.vocab_size))
     reading_features.target_engine = object()  # a drafter that reads hidden states keeps the torch target
-    assert measured_drafter(reading_features, "head")["gamma"] == {"cpu": 5}
-    assert measured_drafter(reading_features, "self-int8")["gamma"] == {"cpu": 1}
+    assert measured_drafter(reading_features, reading_features.drafter, "head")["gamma"] == {"cpu": 5}
+    assert measured_drafter(reading_features, reading_features.drafter, "self-int8")["gamma"] == {"cpu": 1}

@@ -14,7 +14,7 @@ REPEATING_PROMPTS = [[1, 2, 3, 4, 1, 2], [5, 6, 5, 6, 5], [9, 8, 7, 9, 8, 7, 9],
 
 
 def run(decoder, pair, prompt, **settings):
-    *events, result = decoder.run(pair, prompt, validate_settings(**settings))
+    *events, result = decoder.run(pair, pair.drafter, prompt, validate_settings(**settings))
     return events, result.token_ids
 
 
@@ -95,21 +95,21 @@ def test_the_cost_model_is_the_drafters_stored_one_for_this_device_else_a_prior(
 
     pair = tiny_pair()
     pair.draft.config._name_or_path = str(tmp_path)
-    assert pair_cost_model(pair).source == "prior" and pair_cost_model(pair).costs == PRIOR_COSTS
+    assert pair_cost_model(pair, pair.drafter).source == "prior" and pair_cost_model(pair, pair.drafter).costs == PRIOR_COSTS
     record = {"draft_per_token": 0.2, "verify": [[2, 1.0], [9, 1.4]], "step_overhead": 0.05,
               "acceptance_by_entropy": [[0.5, 0.99], [2.0, 0.8]], "mean_acceptance": 0.95}
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"drafters": {"small": {
         "cost": {"cpu": 0.3, "cuda": 0.5}, "pacer_costs": {"cuda": record}}}}))
-    prior = pair_cost_model(pair)                                   # no model for a CPU: the measured draft cost
+    prior = pair_cost_model(pair, pair.drafter)                                   # no model for a CPU: the measured draft cost
     assert prior.costs.draft_per_token == 0.3 and prior.acceptance is None
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"drafters": {"small": {
         "cost": {"cpu": 0.3}, "pacer_costs": {"cpu": record}}}}))
-    model = pair_cost_model(pair)
+    model = pair_cost_model(pair, pair.drafter)
     assert model.costs.verify(9) == 1.4 and model.costs.step_overhead == 0.05 and model.mean_acceptance == 0.95
     assert model.token_acceptance(0.1, fallback=0.0) == 0.99 and model.source == "measured (cpu)"
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"drafters": {"small": {
         "pacer_costs": {"cpu": {"verify": "broken"}}}}}))
-    assert pair_cost_model(pair).costs == PRIOR_COSTS
+    assert pair_cost_model(pair, pair.drafter).costs == PRIOR_COSTS
 
 
 def test_sampled_tokens_are_priced_by_the_drafts_entropy_and_greedy_ones_by_the_preverifier():
@@ -135,7 +135,7 @@ def test_auto_stops_on_the_threshold_when_greedy_and_on_cost_when_sampling():
     assert effective_stop_rule(validate_settings(stop_rule="cost")) == "cost"
     pair = tiny_pair(scale=6.0, eos_token_id=63)
     for prompt in ([1, 2, 3], list(range(12))):
-        *_, reference = Autoregressive().run(pair, prompt, validate_settings(max_new_tokens=30))
+        *_, reference = Autoregressive().run(pair, pair.drafter, prompt, validate_settings(max_new_tokens=30))
         *_, auto = Pacer(2, 12, 0.2, ConfidencePreVerifier()).run(
-            pair, prompt, validate_settings(max_new_tokens=30, stop_rule="auto"))
+            pair, pair.drafter, prompt, validate_settings(max_new_tokens=30, stop_rule="auto"))
         assert auto.token_ids == reference.token_ids

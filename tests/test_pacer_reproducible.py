@@ -64,9 +64,9 @@ def tiny_drafter(pair, key: str, folder: Path):
 
 def page_run(pair, prompt_ids: list[int], seed: int):
     """PACER as the page starts it for the pair's current drafter (its Settings accordion untouched), seeded."""
-    preverifier = default_preverifier(pair)
-    settings = validate_settings(**(starting_settings(pair, preverifier) | {"seed": seed}))
-    *events, result = make_decoder("pacer", preverifier).run(pair, prompt_ids, settings)
+    preverifier = default_preverifier(pair, pair.drafter)
+    settings = validate_settings(**(starting_settings(pair, pair.drafter, preverifier) | {"seed": seed}))
+    *events, result = make_decoder("pacer", preverifier).run(pair, pair.drafter, prompt_ids, settings)
     return events, result
 
 
@@ -75,7 +75,7 @@ def other_runs(pair, prompt_ids: list[int]) -> None:
     for method, extra in (("fixed", {"gamma": 6}), ("pacer", {"stop_rule": "cost", "block_size": 1}),
                           ("pacer", {"stop_rule": "cost", "temperature": 0.0}), ("smc", {"n_particles": 2})):
         settings = validate_settings(max_new_tokens=24, temperature=extra.pop("temperature", 0.9), seed=5, **extra)
-        for _ in make_decoder(method, default_preverifier(pair)).run(pair, prompt_ids, settings):
+        for _ in make_decoder(method, default_preverifier(pair, pair.drafter)).run(pair, pair.drafter, prompt_ids, settings):
             pass
 
 
@@ -119,11 +119,11 @@ def test_the_gguf_page_settings_take_the_cost_rule_at_the_pages_temperature(tiny
     if "gguf" not in drafters:
         pytest.skip("llama-cpp-python is not installed")
     drafting = pair.with_drafter(drafters["gguf"])
-    preverifier = default_preverifier(drafting)
-    starts = starting_settings(drafting, preverifier)
+    preverifier = default_preverifier(drafting, drafting.drafter)
+    starts = starting_settings(drafting, drafting.drafter, preverifier)
     assert starts["stop_rule"] == "auto" and starts["temperature"] > 0      # auto: the cost rule when sampling
     settings = validate_settings(**(starts | {"seed": SEEDS[0], "max_draft_len": 32}))
-    *events, _ = make_decoder("pacer", preverifier).run(drafting, TINY_PROMPT, settings)
+    *events, _ = make_decoder("pacer", preverifier).run(drafting, drafting.drafter, TINY_PROMPT, settings)
     assert any(event.stop_reason == "cost" for event in events)   # past the page's short cap, the rule itself stops
 
 

@@ -76,10 +76,10 @@ def test_fixed_sd_with_a_reduced_vocabulary_samples_the_targets_distribution():
 def test_smc_sd_proposes_from_every_id_with_a_reduced_vocabulary():
     pair = tiny_pair(scale=6.0, draft_noise=0.3)
     drafting = pair.with_drafter(reduced(pair, list(range(0, 64, 2))))
-    _, draft_cache = new_caches(drafting, full_support=True)
+    _, draft_cache = new_caches(drafting, drafting.drafter, full_support=True)
     probs = draft_cache.forward([1, 2, 3])[0, -1].softmax(-1)
     assert float(probs.min()) > 0
-    *_, result = SMC(4, 3).run(drafting, [1, 2, 3], validate_settings(
+    *_, result = SMC(4, 3).run(drafting, drafting.drafter, [1, 2, 3], validate_settings(
         max_new_tokens=12, temperature=1.0, seed=0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12
 

@@ -68,7 +68,7 @@ class CountingPair:
 def start_app(counting: CountingPair, concurrency: int):
     from pacer_core.ui.layout import build_ui, serve
 
-    demo = build_ui(counting.pair)
+    demo = build_ui(counting.pair, counting.pair.drafter)
     port = free_port()
     serve(demo, host="127.0.0.1", port=port, concurrency=concurrency, prevent_thread_lock=True, quiet=True)
     return demo, f"http://127.0.0.1:{port}/"
@@ -173,7 +173,7 @@ def test_four_clients_at_once_each_get_their_own_exact_result(wide_app, monkeypa
         methods = ("fixed", "pacer") if temperature == 0 else ("fixed", "pacer", "smc")
         assert set(trace["results"]) == set(methods)
         for method in methods:
-            alone = generate(counting.pair, method, prompt, **trace["settings"])
+            alone = generate(counting.pair, counting.pair.drafter, method, prompt, **trace["settings"])
             served = trace["results"][method]
             assert served["token_ids"] == alone.token_ids, (prompt, method)
             assert served["text"] == alone.text

@@ -22,7 +22,8 @@ RECORDED = recorded_runs(load_workshop())
 
 @pytest.fixture(scope="module")
 def context():
-    return AppContext(tiny_pair())
+    pair = tiny_pair()
+    return AppContext(pair, pair.drafter)
 
 
 def inputs(temperature: float, tokens: int = 10) -> PageInputs:
@@ -130,7 +131,7 @@ def long_trace(tokens: int = 512) -> bytes:
     pair = tiny_pair()
     for model in (pair.target, pair.draft):
         model.config.max_position_embeddings = 4 * tokens
-    *_, final = handlers.run(AppContext(pair), inputs(0.8, tokens=tokens))
+    *_, final = handlers.run(AppContext(pair, pair.drafter), inputs(0.8, tokens=tokens))
     with open(final.downloads[0], "rb") as file:
         return file.read()
 
@@ -159,5 +160,6 @@ def test_the_live_page_has_the_replay_tab_and_replay_only_has_no_live_demo():
     from pacer_core.ui.layout import build_ui
     from pacer_core.ui.replay_tab import build_replay_ui
 
-    assert {"live", "replay"} <= tab_ids(build_ui(tiny_pair()))
+    pair = tiny_pair()
+    assert {"live", "replay"} <= tab_ids(build_ui(pair, pair.drafter))
     assert tab_ids(build_replay_ui()) == {"replay", "explain"}

@@ -25,7 +25,7 @@ def test_each_emitted_tokens_log_probability_is_the_teacher_forced_one(decoder):
     pair = tiny_pair(scale=3.0, draft_noise=0.4, eos_token_id=63)
     for seed, prompt in enumerate(([1, 2, 3], list(range(12)))):
         result = run_result(decoder, pair, prompt, max_new_tokens=20, temperature=0.8, seed=seed)
-        logits = target_teacher_forced_logits(pair, prompt, result.token_ids)
+        logits = target_teacher_forced_logits(pair, pair.drafter, prompt, result.token_ids)
         expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(result.token_ids)[:, None])[:, 0]
         assert len(result.target_log_probs) == len(result.token_ids)
         assert result.target_log_probs == pytest.approx(expected.tolist(), abs=1e-4)
@@ -43,12 +43,13 @@ def test_the_page_scores_only_the_outputs_whose_figures_need_the_distribution(mo
     scored = []
     original = session_module.output_logits
 
-    def recording(pair, prompt_ids, outputs, drafted=None, known_target_logits=None):
+    def recording(pair, drafter, prompt_ids, outputs, drafted=None, known_target_logits=None):
         scored.append(set(outputs) - set(known_target_logits or {}))
-        return original(pair, prompt_ids, outputs, drafted, known_target_logits)
+        return original(pair, drafter, prompt_ids, outputs, drafted, known_target_logits)
 
     monkeypatch.setattr(session_module, "output_logits", recording)
-    session = session_module.RunSession(tiny_pair(), "t1 t2", {"max_new_tokens": 6, "temperature": 0.8},
+    pair = tiny_pair()
+    session = session_module.RunSession(pair, pair.drafter, "t1 t2", {"max_new_tokens": 6, "temperature": 0.8},
                                         measure_ar=True)
     while not session.finished:
         session.advance()
@@ -62,7 +63,7 @@ def test_the_page_scores_only_the_outputs_whose_figures_need_the_distribution(mo
 
 
 def kept_rows_run(decoder, pair, prompt, **settings):
-    *_, result = decoder.run(pair, prompt, validate_settings(**settings), keep_target_rows=True)
+    *_, result = decoder.run(pair, pair.drafter, prompt, validate_settings(**settings), keep_target_rows=True)
     return result
 
 

@@ -49,11 +49,11 @@ def bench_settings(pair, preverifier, argv: list[str], method="pacer") -> Decode
     args = build_parser().parse_args(argv)
     limits = Limits.from_env()
     prompts = [encode_prompt(pair, PROMPT, None, limits)]
-    return row_requests(pair, parse_method(method), cli_settings(args), prompts, limits, preverifier)[0].settings
+    return row_requests(pair, pair.drafter, parse_method(method), cli_settings(args), prompts, limits, preverifier)[0].settings
 
 
 def ui_settings(pair, preverifier, method="pacer", **chosen) -> DecodeSettings:
-    context = AppContext(pair, preverifier, getattr(preverifier, "kind", "heuristic"))
+    context = AppContext(pair, pair.drafter, preverifier, getattr(preverifier, "kind", "heuristic"))
     inputs = PageInputs(PROMPT, ui_defaults(preverifier) | chosen, chat=False, measure_ar=False)
     return handlers.new_session(context, inputs).runs[method].request.settings
 
@@ -63,7 +63,7 @@ def ui_settings(pair, preverifier, method="pacer", **chosen) -> DecodeSettings:
 def test_bench_generate_and_ui_resolve_pacer_identically(pair, preverifier, block_size, threshold):
     chosen = {"max_new_tokens": 12, "temperature": 0.0, "seed": 5}
     bench = bench_settings(pair, preverifier, ["--max-new-tokens", "12", "--temperature", "0", "--seed", "5"])
-    library = DecodeSettings(**generate(pair, "pacer", PROMPT, preverifier=preverifier, **chosen).settings)
+    library = DecodeSettings(**generate(pair, pair.drafter, "pacer", PROMPT, preverifier=preverifier, **chosen).settings)
     ui = ui_settings(pair, preverifier, **chosen)
     assert bench == library == ui
     assert (bench.block_size, bench.threshold) == (block_size, threshold)
@@ -74,7 +74,7 @@ def test_chosen_values_win_over_the_pre_verifiers_defaults_everywhere(pair):
     chosen = {"max_new_tokens": 10, "temperature": 0.8, "seed": 1, "block_size": 2, "threshold": 0.4}
     bench = bench_settings(pair, preverifier, ["--max-new-tokens", "10", "--temperature", "0.8", "--seed", "1",
                                                "--setting", "block_size=2", "--setting", "threshold=0.4"])
-    library = DecodeSettings(**generate(pair, "pacer", PROMPT, preverifier=preverifier, **chosen).settings)
+    library = DecodeSettings(**generate(pair, pair.drafter, "pacer", PROMPT, preverifier=preverifier, **chosen).settings)
     assert bench == library == ui_settings(pair, preverifier, **chosen)
     assert (bench.block_size, bench.threshold) == (2, 0.4)
     assert bench_settings(pair, preverifier, ["--temperature", "0.8"], method="pacer:2:8:0.4").threshold == 0.4
@@ -85,12 +85,12 @@ def test_other_methods_resolve_identically(pair, method, bench_method):
     chosen = {"max_new_tokens": 8, "temperature": 0.9, "seed": 2}
     bench = bench_settings(pair, None, ["--max-new-tokens", "8", "--temperature", "0.9", "--seed", "2"],
                            bench_method)
-    library = DecodeSettings(**generate(pair, method, PROMPT, **chosen).settings)
+    library = DecodeSettings(**generate(pair, pair.drafter, method, PROMPT, **chosen).settings)
     assert bench == library == ui_settings(pair, None, method, **chosen)
 
 
 def test_request_is_frozen_and_knows_what_was_chosen(pair):
-    request = build_request(pair, "pacer", PROMPT, {"gamma": 3, "threshold": None}, preverifier=ShippedPreVerifier())
+    request = build_request(pair, pair.drafter, "pacer", PROMPT, {"gamma": 3, "threshold": None}, preverifier=ShippedPreVerifier())
     assert request.explicit == {"gamma"} and "block_size" in request.defaulted
     assert request.prompt_ids == tuple(pair.encode_prompt(PROMPT)) and request.prompt_note is None
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -110,19 +110,19 @@ def test_table_defines_the_settings_dataclass():
                                  {"temperature": 1e-40}])
 def test_bad_values_are_one_clear_message_at_every_front_door(pair, bad, capsys):
     with pytest.raises(SettingsError) as library_error:
-        generate(pair, "fixed", PROMPT, **bad)
+        generate(pair, pair.drafter, "fixed", PROMPT, **bad)
     message = str(library_error.value)
     assert message and "Traceback" not in message
     (name, value), = bad.items()
     assert main(["--methods", "ar", "--setting", f"{name}={value}", "--prompts", "missing.jsonl"]) == 2
     error = capsys.readouterr().err
     assert error.strip() == f"error: {message}"
-    updates = list(handlers.run(AppContext(pair), PageInputs(PROMPT, {"max_new_tokens": 4} | bad)))
+    updates = list(handlers.run(AppContext(pair, pair.drafter), PageInputs(PROMPT, {"max_new_tokens": 4} | bad)))
     assert len(updates) == 1 and updates[0].warning == message
 
 
 def test_limits_given_to_the_context_reach_validation(pair):
-    context = AppContext(pair, limits=Limits(max_new_tokens=8, max_particles=2))
+    context = AppContext(pair, pair.drafter, limits=Limits(max_new_tokens=8, max_particles=2))
     update, = handlers.run(context, PageInputs(PROMPT, {"max_new_tokens": 9}))
     assert "between 1 and 8" in update.warning
     update, = handlers.run(context, PageInputs(PROMPT, {"n_particles": 3, "temperature": 0.7}))
@@ -134,7 +134,7 @@ def test_build_ui_limits_reach_validation_and_its_sliders_follow_the_table(pair)
     from pacer_core.ui.layout import build_ui
 
     limits = Limits(max_new_tokens=8, max_particles=3)
-    demo = build_ui(pair, limits=limits)
+    demo = build_ui(pair, pair.drafter, limits=limits)
     sliders = {block.label: block for block in demo.blocks.values() if isinstance(block, gr.Slider)
                and not str(block.elem_id or "").startswith("atlas-")}     # the Live demo's, not the Atlas tab's
     for field in FIELDS:

@@ -114,7 +114,7 @@ def test_sampling_with_the_targets_own_weights_matches_the_target(five_token_pai
 def test_smc_sd_runs_with_the_targets_own_weights():
     pair = tiny_pair(scale=2.0)
     drafting = pair.with_drafter(SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, "self-int4"))
-    *events, result = SMC().run(drafting, [1, 2, 3], validate_settings(
+    *events, result = SMC().run(drafting, drafting.drafter, [1, 2, 3], validate_settings(
         max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 

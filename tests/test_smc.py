@@ -35,7 +35,7 @@ def run_smc(pair, prompt=PROMPT, n_particles=4, draft_len=3, ess_threshold=0.5, 
             final="sample", cancel=None, **settings):
     settings = DecodeSettings(**({"temperature": 1.0, "max_new_tokens": 8} | settings))
     decoder = SMC(n_particles, draft_len, ess_threshold, draft_temperature, power, final)
-    items = list(decoder.run(pair, list(prompt), settings, cancel))
+    items = list(decoder.run(pair, pair.drafter, list(prompt), settings, cancel))
     return items[:-1], items[-1]
 
 
@@ -46,7 +46,7 @@ def full_log_probs(model, ids, temperature):
 
 
 def test_generate_through_the_api(pair):
-    result = generate(pair, "smc", "t1 t2 t3", temperature=1.0, max_new_tokens=10, n_particles=3, draft_len=2)
+    result = generate(pair, pair.drafter, "smc", "t1 t2 t3", temperature=1.0, max_new_tokens=10, n_particles=3, draft_len=2)
     assert isinstance(result, Result) and result.method == "smc"
     assert result.info["approximate"] is True
     assert result.metrics.alpha is None
@@ -136,7 +136,7 @@ def test_kv_reorder_matches_recomputation(pair):
     the reordered histories gives, for both models."""
     decoder = SMC(4, 3, 0.5)
     settings = DecodeSettings(temperature=1.0, max_new_tokens=20, seed=11)
-    state = start_particles(pair, PROMPT, 4)
+    state = start_particles(pair, pair.drafter, PROMPT, 4)
     generator = torch.Generator().manual_seed(0)
     decoder.cycle(state, 3, settings, torch.zeros(0, dtype=torch.long), 0, generator)
     assert len(set(map(tuple, state.histories.tolist()))) == 4, "particles should differ before resampling"
@@ -223,7 +223,7 @@ def test_total_variation_shrinks_with_particles():
         decoder = SMC(n_particles, 1, 0.5, None, 1.0, "sample")
         counts = Counter()
         for seed in range(runs):
-            *_, result = decoder.run(tv_pair, [1, 2], DecodeSettings(temperature=1.0, max_new_tokens=2, seed=seed))
+            *_, result = decoder.run(tv_pair, tv_pair.drafter, [1, 2], DecodeSettings(temperature=1.0, max_new_tokens=2, seed=seed))
             counts[tuple(result.token_ids)] += 1
         tv[n_particles] = total_variation(counts, exact)
     # sampling noise of 300 exact draws over 36 outcomes is ~0.06-0.1; N=1 sits near 0.47
@@ -244,10 +244,10 @@ def test_target_log_likelihood_of_an_output_matches_step_by_step_decoding(pair):
     for token in result.token_ids:
         expected += float(torch.log_softmax(logits.double(), -1)[token])
         logits = cached.forward([token])[0, -1]
-    total, count = target_log_likelihood(pair, PROMPT, result.token_ids)
+    total, count = target_log_likelihood(pair, pair.drafter, PROMPT, result.token_ids)
     assert count == len(result.token_ids) == 10
     assert total == pytest.approx(expected, abs=1e-3)
-    assert target_log_likelihood(pair, PROMPT, []) == (0.0, 0)
+    assert target_log_likelihood(pair, pair.drafter, PROMPT, []) == (0.0, 0)
 
 
 def test_proposal_divergence_matches_step_by_step_kl(pair):
@@ -265,9 +265,9 @@ def test_proposal_divergence_matches_step_by_step_kl(pair):
         draft_probs = torch.softmax(draft_logits.double() / 1.3, -1)
         expected += float((target_probs * (target_probs / draft_probs).log()).sum())
         target_logits, draft_logits = target.forward([token])[0, -1], draft.forward([token])[0, -1]
-    total, count = proposal_divergence(pair, PROMPT, output, temperature=0.8, draft_temperature=1.3)
+    total, count = proposal_divergence(pair, pair.drafter, PROMPT, output, temperature=0.8, draft_temperature=1.3)
     assert count == len(output) == 6 and expected > 0.01
     assert total == pytest.approx(expected, rel=1e-3)
     same = ModelPair.from_models(pair.target, pair.target, pair.tokenizer, check_tokenizer=False)
-    assert proposal_divergence(same, PROMPT, output, temperature=0.8)[0] == pytest.approx(0.0, abs=1e-6)
-    assert proposal_divergence(pair, PROMPT, [], temperature=0.8) == (0.0, 0)
+    assert proposal_divergence(same, same.drafter, PROMPT, output, temperature=0.8)[0] == pytest.approx(0.0, abs=1e-6)
+    assert proposal_divergence(pair, pair.drafter, PROMPT, [], temperature=0.8) == (0.0, 0)

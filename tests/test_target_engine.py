@@ -148,7 +148,7 @@ def test_the_library_setup_builds_is_one_row_invariant(pair_on_llama):
 def test_greedy_fixed_and_pacer_on_the_engine_return_ars_tokens(pair_on_llama, drafter_name):
     pair = pair_on_llama
     drafting = pair.with_drafter(load_drafter(pair, drafter_name))
-    assert isinstance(target_cache(drafting), GGUFCache)
+    assert isinstance(target_cache(drafting, drafting.drafter), GGUFCache)
     assert greedy_rejections(drafting, ([1, 2, 3], [7, 7, 7, 7, 9], list(range(60)))) > 0
 
 
@@ -182,18 +182,19 @@ def test_sampling_on_the_engine_matches_the_engines_distribution(five_token_pair
 
 def test_smc_sd_runs_on_the_engine(pair_on_llama):
     drafting = pair_on_llama.with_drafter(load_drafter(pair_on_llama, "gguf"))
-    *events, result = SMC().run(drafting, [1, 2, 3], validate_settings(
+    *events, result = SMC().run(drafting, drafting.drafter, [1, 2, 3], validate_settings(
         max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
 
 def test_a_drafter_that_reads_the_target_falls_back_to_torch_for_ar_and_verify(pair_on_llama):
     head_like = SimpleNamespace(reads_target_features=True, name="head", describe=lambda: {})
-    drafting = pair_on_llama.with_drafter(head_like)
-    assert active_engine(drafting) is None and isinstance(target_cache(drafting), CachedModel)
-    assert engine_label(drafting).startswith("torch (the drafter reads the target's hidden states")
-    assert engine_label(pair_on_llama).startswith("llama.cpp (target.gguf, ")
-    assert pair_on_llama.describe()["target_engine"].startswith("llama.cpp")
+    own = pair_on_llama.drafter
+    assert active_engine(pair_on_llama, head_like) is None
+    assert isinstance(target_cache(pair_on_llama, head_like), CachedModel)
+    assert engine_label(pair_on_llama, head_like).startswith("torch (the drafter reads the target's hidden states")
+    assert engine_label(pair_on_llama, own).startswith("llama.cpp (target.gguf, ")
+    assert pair_on_llama.describe(own)["target_engine"].startswith("llama.cpp")
 
 
 def test_a_gguf_with_another_vocabulary_cannot_run_the_target(tmp_path):
@@ -207,7 +208,7 @@ def test_a_gguf_with_another_vocabulary_cannot_run_the_target(tmp_path):
 def test_the_embedded_target_runs_on_llama_cpp_by_default_and_sd_keeps_ars_tokens():
     from pacer_core import load_pair
     pair = load_pair("embedded", "gguf", device="cpu")
-    assert pair.describe()["target_engine"].startswith("llama.cpp (smollm2-135m-instruct-f32.gguf")
+    assert pair.describe(pair.drafter)["target_engine"].startswith("llama.cpp (smollm2-135m-instruct-f32.gguf")
     prompt_ids = pair.encode_prompt("Explain how a refrigerator keeps food cold.")
     stepped, verified = stepped_and_verified(pair.target_engine.new_cache, prompt_ids, list(range(300, 330)), (5, 9))
     assert torch.equal(stepped, verified)
@@ -217,7 +218,7 @@ def test_the_embedded_target_runs_on_llama_cpp_by_default_and_sd_keeps_ars_token
         for decoder in (FixedSpeculative(10), Pacer(4, 32, 0.05, ConfidencePreVerifier(), "submit")):
             assert run_result(decoder, pair, prompt_ids, max_new_tokens=32).token_ids == reference
     torch_pair = load_pair("embedded", "gguf", device="cpu", target_engine="torch")
-    assert torch_pair.target_engine is None and torch_pair.describe()["target_engine"] == "torch"
+    assert torch_pair.target_engine is None and torch_pair.describe(torch_pair.drafter)["target_engine"] == "torch"
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +236,7 @@ def test_a_gguf_draft_of_the_targets_layout_adopts_the_targets_prompt(pair_adopt
     pair, prompt = pair_adopting, list(range(3, 60))
     drafter = load_drafter(pair, "gguf")
     drafting = pair.with_drafter(drafter)
-    target, draft = new_caches(drafting)
+    target, draft = new_caches(drafting, drafting.drafter)
     assert draft.adopts_target_prompt and draft.context is not None
     target.forward(prompt[:-1], keep=1)
     draft.adopt(target)
@@ -262,7 +263,7 @@ def test_adopting_drafts_keep_ars_tokens_and_smc_runs(pair_adopting):
             result = run_result(decoder, drafting, prompt, max_new_tokens=30)
             assert result.token_ids == reference, (decoder.info(), prompt)
             assert result.metrics.accepted_tokens > 0
-    *events, result = SMC().run(drafting, list(range(30)), validate_settings(
+    *events, result = SMC().run(drafting, drafting.drafter, list(range(30)), validate_settings(
         max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
@@ -273,7 +274,7 @@ def test_sampling_with_an_adopting_draft_matches_the_engines_distribution(five_t
     pair = dataclasses.replace(five, draft_gguf=str(write_llama_gguf(five.target, five.tokenizer, tmp_path / "d.gguf")))
     truth = engine_sequence_distribution(pair.target_engine, PROMPT, N_TOKENS, **FILTERED)
     drafting = pair.with_drafter(load_drafter(pair, "gguf"))
-    assert new_caches(drafting)[1].adopts_target_prompt
+    assert new_caches(drafting, drafting.drafter)[1].adopts_target_prompt
     counts = sample_counts(FixedSpeculative(2), drafting, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 

@@ -35,7 +35,8 @@ def long_tiny_pair(vocab_size: int = 64, positions: int = 1024) -> ModelPair:
 
 @pytest.fixture(scope="module")
 def finished_run():
-    context = AppContext(long_tiny_pair())
+    pair = long_tiny_pair()
+    context = AppContext(pair, pair.drafter)
     inputs = PageInputs("t1 t2 t3 t4 t5", {"max_new_tokens": NEW_TOKENS, "temperature": 0.8, "seed": 1},
                         chat=False, measure_ar=True)
     updates = list(handlers.run(context, inputs, frame_s=0.01))   # many replay frames: every lane is caught mid-race

@@ -14,7 +14,8 @@ from pacer_core.ui.timing_turn import TimingTurn
 
 @pytest.fixture(scope="module")
 def context():
-    return AppContext(tiny_pair())
+    pair = tiny_pair()
+    return AppContext(pair, pair.drafter)
 
 
 def inputs(measure_ar=True, **settings) -> PageInputs:

@@ -57,17 +57,17 @@ def context(embedded_pair):
     """The app's context as build_ui makes it: the pair, its pre-verifier and the drafter menu."""
     from pacer_core.preverifier import default_preverifier
 
-    preverifier = default_preverifier(embedded_pair)
-    return AppContext(embedded_pair, preverifier, getattr(preverifier, "kind", "heuristic"),
-                      drafters=DrafterMenu(embedded_pair, preverifier))
+    preverifier = default_preverifier(embedded_pair, embedded_pair.drafter)
+    return AppContext(embedded_pair, embedded_pair.drafter, preverifier, getattr(preverifier, "kind", "heuristic"),
+                      drafters=DrafterMenu(embedded_pair, embedded_pair.drafter, preverifier))
 
 
 def page_inputs(context, run) -> PageInputs:
     """What the page sends after the class followed the run: the settings as the page starts them (γ where the
     chosen drafter moves it) with the run's changes, the pair's chat template, the AR baseline measured, and the
     chosen drafter."""
-    drafter_pair = handlers.drafter_context(context, run.drafter).pair
-    settings = starting_settings(context.pair, context.preverifier, context.limits, drafter_pair) | run.settings
+    chosen = handlers.drafter_context(context, run.drafter).drafter
+    settings = starting_settings(context.pair, chosen, context.preverifier, context.limits) | run.settings
     return PageInputs(run.prompt, settings, chat=context.pair.use_chat_template, measure_ar=True,
                       drafter=run.drafter)
 
@@ -196,7 +196,7 @@ def check_smc_particles(context, exercise):
     close_cycles = close.runs["smc"].events
     print(f"gguf: {sum(event.resampled for event in close_cycles)} of {len(close_cycles)} cycles resampled, "
           f"KL {close.proposal_kl:.3f} nats/token")
-    assert close.pair.drafter.kind == "gguf"
+    assert close.drafter.kind == "gguf"
     assert close.proposal_kl < small.proposal_kl
     mean_ess = [sum(event.ess for event in events) / len(events) for events in (cycles, close_cycles)]
     assert mean_ess[1] > mean_ess[0]                  # the weights stay more even with the closer drafter
@@ -229,7 +229,7 @@ def test_the_step_through_exercise_in_the_browser(app_url, chromium_browser, emb
     """The class's clicks: the example picked from the page's list by its label, the guide's settings, Step
     twice; the first click shows drafts only, the second the target's verdict."""
     (run,) = WORKSHOP.exercise("step-through").runs
-    start = starting_settings(embedded_pair)
+    start = starting_settings(embedded_pair, embedded_pair.drafter)
     changed = {name: value for name, value in run.settings.items() if start.get(name) != value}
     assert set(changed) <= {"max_new_tokens"}, f"this test sets only max new tokens, the guide changes {changed}"
     context = chromium_browser.new_context(viewport={"width": 1600, "height": 1000})

@@ -43,15 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def drafter_view(pair, name: str):
-    """(the pair drafting with ``name``, that drafter's PACER pre-verifier)."""
+def named_drafter(pair, name: str):
+    """(the drafter ``name`` for the pair, that drafter's PACER pre-verifier)."""
     from ..preverifier import default_preverifier
 
     try:
-        view = pair.with_drafter(load_drafter(pair, name))
+        drafter = load_drafter(pair, name)
     except ValueError as bad:
         raise SettingsError(str(bad)) from None
-    return view, default_preverifier(view)
+    return drafter, default_preverifier(pair, drafter)
 
 
 def run_atlas(pair, args, progress=None) -> dict:
@@ -62,7 +62,7 @@ def run_atlas(pair, args, progress=None) -> dict:
     names = [args.drafter] + ([args.compare] if args.compare else [])
     if len(set(names)) < len(names):
         raise SettingsError("--compare needs a drafter other than --drafter.")
-    lanes = [atlas_lane(*drafter_view(pair, name), name, args.method, raw, prompts, limits) for name in names]
+    lanes = [atlas_lane(pair, *named_drafter(pair, name), name, args.method, raw, prompts, limits) for name in names]
     runs = []
     for run in run_prompts(prompts, lanes, args.ar):
         runs.append(run)

@@ -54,23 +54,23 @@ def load_atlas_prompts(path) -> list[AtlasPrompt]:
 @dataclass
 class Lane:
     """One drafter's side of an atlas run."""
-    drafter: str
-    pair: object                    # the pair drafting with it (ModelPair.with_drafter)
-    requests: list[RunRequest]      # one per prompt
+    drafter: str                    # its key
+    pair: object
+    requests: list[RunRequest]      # one per prompt, each drafting with it
 
 
-def atlas_lane(pair, preverifier, drafter: str, method: str, raw: dict, prompts: list[AtlasPrompt],
+def atlas_lane(pair, drafter, preverifier, key: str, method: str, raw: dict, prompts: list[AtlasPrompt],
                limits: Limits) -> Lane:
-    """The lane for ``method`` (fixed[:G], pacer[:B:L[:T]], with +NAME=VALUE settings) drafted by ``pair``'s
-    drafter, named ``drafter``: its settings are the bench's for METHOD@DRAFTER (the drafter's measured
-    starting settings, then ``raw``, then the method's own)."""
+    """The lane for ``method`` (fixed[:G], pacer[:B:L[:T]], with +NAME=VALUE settings) drafted by ``drafter``,
+    named ``key``: its settings are the bench's for METHOD@KEY (the drafter's measured starting settings, then
+    ``raw``, then the method's own)."""
     spec = parse_method(method)
     if spec.kind not in JUDGED_METHODS or spec.drafter:
         raise SettingsError(f"The atlas counts the target's verdicts on drafted tokens: use fixed[:G] or "
                             f"pacer[:B:L[:T]] (got {method!r}; the drafter is a separate choice).")
-    spec.drafter = drafter
+    spec.drafter = key
     encoded = [encode_prompt(pair, prompt.prompt, None, limits) for prompt in prompts]
-    return Lane(drafter, pair, row_requests(pair, spec, raw, encoded, limits, preverifier))
+    return Lane(key, pair, row_requests(pair, drafter, spec, raw, encoded, limits, preverifier))
 
 
 @dataclass

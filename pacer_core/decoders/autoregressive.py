@@ -12,9 +12,10 @@ from .base import CancelFlag, DecodeState, commit, finish, make_state, pick_next
 class Autoregressive:
     name = "ar"
 
-    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel: CancelFlag | None = None,
-            keep_target_rows: bool = False) -> Iterator:
-        state = make_state(pair, prompt_ids, settings, with_draft=False)
+    def run(self, pair, drafter, prompt_ids: list[int], settings: DecodeSettings,
+            cancel: CancelFlag | None = None, keep_target_rows: bool = False) -> Iterator:
+        """The target alone, on the engine the runs drafting with ``drafter`` verify on (None: no drafter)."""
+        state = make_state(pair, drafter, prompt_ids, settings, with_draft=False)
         state.target_rows = [] if keep_target_rows else None
         events = []
         if (yield from steps_until_done(lambda: state.finish_reason is not None,

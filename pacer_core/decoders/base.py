@@ -25,7 +25,7 @@ from typing import Callable, Generator, Iterator, Protocol, TypeVar
 import torch
 
 from .. import sampling
-from ..drafters import new_caches
+from ..drafters import Drafter, new_caches
 from ..events import Metrics, Result, StepEvent, TokenRecord
 from ..kvcache import ModelCache
 from ..llama.engine import target_cache
@@ -34,13 +34,14 @@ from ..settings import DecodeSettings
 
 @dataclass
 class DecodeState:
-    """The growing sequence (prompt + output) and both models' caches over it."""
+    """The growing sequence (prompt + output) and both models' caches over it, and the run's drafter."""
     prompt_len: int
     sequence: list[int]
     target: ModelCache
     draft: ModelCache | None
     generator: torch.Generator
     eos_ids: set[int]
+    drafter: Drafter | None = None             # what the run drafts with (None: AR)
     finish_reason: str | None = None
     drafted_tokens: int = 0
     accepted_tokens: int = 0
@@ -146,26 +147,27 @@ def new_generator(seed: int, device="cpu") -> torch.Generator:
     return generator
 
 
-def make_state(pair, prompt_ids: list[int], settings: DecodeSettings, with_draft: bool,
+def make_state(pair, drafter, prompt_ids: list[int], settings: DecodeSettings, with_draft: bool,
                state_type: type[DecodeState] = DecodeState) -> DecodeState:
-    """Fresh caches for one run. A drafter that reads the target's hidden states needs them for the
-    prompt before it can draft, and a draft cache that adopts the target's prompt (the gguf drafter beside the
-    llama.cpp target) takes the target's keys and values instead of computing its own: for both the target first
-    runs once over prompt[:-1] (counted as a target call, like SMC-SD's prefill; the verify passes then feed the
-    rest)."""
+    """Fresh caches for one run with ``drafter`` (AR, ``with_draft`` False, only runs its target on the engine runs
+    with that drafter get, ``llama.engine.active_engine``; None: no drafter). A drafter that reads the target's
+    hidden states needs them for the prompt before it can draft, and a draft cache that adopts the target's prompt
+    (the gguf drafter beside the llama.cpp target) takes the target's keys and values instead of computing its own:
+    for both the target first runs once over prompt[:-1] (counted as a target call, like SMC-SD's prefill; the
+    verify passes then feed the rest)."""
     started = time.perf_counter()           # the run's clock starts before any prefill below
     if not with_draft:
-        target, draft = target_cache(pair), None
+        target, draft = target_cache(pair, drafter), None
     else:
-        target, draft = new_caches(pair)
+        target, draft = new_caches(pair, drafter)
         if len(prompt_ids) > 1 and getattr(draft, "adopts_target_prompt", False):
             target.forward(list(prompt_ids[:-1]), keep=1)
             draft.adopt(target)
-        elif len(prompt_ids) > 1 and pair.drafter.reads_target_features:
+        elif len(prompt_ids) > 1 and drafter.reads_target_features:
             target.forward(list(prompt_ids[:-1]))
     return state_type(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target, draft=draft,
                        generator=new_generator(settings.seed, target.device), eos_ids=pair.eos_token_ids,
-                       started=started)
+                       drafter=drafter if with_draft else None, started=started)
 
 
 def commit(state: DecodeState, emitted_ids: list[int], settings: DecodeSettings) -> list[int]:
@@ -266,12 +268,12 @@ class SpeculativeDecoder:
     def describe(self, settings: DecodeSettings) -> dict:
         return {}
 
-    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel: CancelFlag | None = None,
-            keep_target_rows: bool = False) -> Iterator:
+    def run(self, pair, drafter, prompt_ids: list[int], settings: DecodeSettings,
+            cancel: CancelFlag | None = None, keep_target_rows: bool = False) -> Iterator:
         """Yield a StepEvent per target call, then the Result (with ``Result.target_rows`` when
-        ``keep_target_rows``)."""
+        ``keep_target_rows``), drafting with ``drafter``."""
         settings = with_pinned(settings, self.pinned)
-        state = make_state(pair, prompt_ids, settings, with_draft=True, state_type=self.state_type)
+        state = make_state(pair, drafter, prompt_ids, settings, with_draft=True, state_type=self.state_type)
         state.target_rows = [] if keep_target_rows else None
         events = []
         if (yield from steps_until_done(lambda: state.finish_reason is not None,

@@ -200,18 +200,18 @@ def block_acceptance(model: PacerCostModel | None, features: list, draft_rows: l
 def run_cost_model(pair, state: PacerState) -> PacerCostModel:
     """The run's cost model at its prompt's length, read once per run (kept on the state)."""
     if state.cost_model is None:
-        state.cost_model = pair_cost_model(pair).at_prompt_length(state.prompt_len)
+        state.cost_model = pair_cost_model(pair, state.drafter).at_prompt_length(state.prompt_len)
     return state.cost_model
 
 
-def pair_cost_model(pair) -> PacerCostModel:
-    """What the cost rule prices a block with for this pair on its kind of device: the drafter's measured model
-    (``pacer_costs`` by device kind in its measured_defaults.json entry, written by ``python -m
+def pair_cost_model(pair, drafter) -> PacerCostModel:
+    """What the cost rule prices a block with for this pair and ``drafter`` on its kind of device: the drafter's
+    measured model (``pacer_costs`` by device kind in its measured_defaults.json entry, written by ``python -m
     pacer_core.training.pacer_costs``), else the prior costs with the drafter's measured cost per draft call
     (its ``cost``) when there is one, else the prior. Read from files, never timed: the same on every call."""
     device = torch.device(pair.device).type
     try:
-        entry = measured_drafter(pair, drafter_key(pair.drafter))
+        entry = measured_drafter(pair, drafter, drafter_key(drafter))
     except AttributeError:
         entry = {}
     record = (entry.get("pacer_costs") or {}).get(device)

@@ -111,11 +111,11 @@ class ParticleState:
         self.log_weights = self.log_weights.index_select(0, ancestors)
 
 
-def start_particles(pair, prompt_ids: list[int], n_particles: int) -> ParticleState:
+def start_particles(pair, drafter, prompt_ids: list[int], n_particles: int) -> ParticleState:
     """Prefill prompt[:-1] once with batch 1 in both models, then expand the caches to N rows."""
     if not prompt_ids:
         raise ValueError("SMC-SD needs at least one prompt token.")
-    target, draft = new_caches(pair, full_support=True)   # the target runs first below: a head sees its states
+    target, draft = new_caches(pair, drafter, full_support=True)   # the target runs first below: a head sees its states
     device = target.device
     expand = torch.zeros(n_particles, dtype=torch.long, device=device)
     seconds = {}
@@ -170,8 +170,8 @@ class SMC:
                                     draft_temperature=draft_temperature, power=power, final=final)
 
     # ------------------------------------------------------------------ the loop
-    def run(self, pair, prompt_ids: list[int], settings: DecodeSettings, cancel: CancelFlag | None = None,
-            keep_target_rows: bool = False) -> Iterator:
+    def run(self, pair, drafter, prompt_ids: list[int], settings: DecodeSettings,
+            cancel: CancelFlag | None = None, keep_target_rows: bool = False) -> Iterator:
         """Yield one SMCCycleEvent per cycle (= one target forward), then the Result (with
         ``Result.target_rows``, the rows that judged the output particle's tokens, when ``keep_target_rows``)."""
         if settings.greedy:
@@ -179,7 +179,7 @@ class SMC:
                                 "For greedy decoding choose AR, fixed SD or PACER.")
         settings = with_pinned(settings, self.pinned)
         started = time.perf_counter()
-        state = start_particles(pair, prompt_ids, settings.n_particles)
+        state = start_particles(pair, drafter, prompt_ids, settings.n_particles)
         state.cycle_target_logits = [] if keep_target_rows else None
         generator = new_generator(settings.seed, state.device)
         sorted_eos_ids = sorted(pair.eos_token_ids)

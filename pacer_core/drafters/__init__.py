@@ -15,9 +15,10 @@ kind and name), four kinds of object:
 * ``gguf`` (kind ``gguf``, ``gguf_drafter.py``): a GGUF file of the target run by llama.cpp.
 
 Each kind's module also builds it for a pair (or says why not); ``drafter.py`` declares what every drafter
-has (``Drafter``), ``caches.py`` makes a run's two caches, ``measured.py`` reads the settings each starts with. A run drafts with another drafter through ``ModelPair.with_drafter`` (a view of
-the pair; nothing is reloaded). This package does not import ``models`` (the loader imports the drafters,
-never the reverse). Docs: docs/drafters.md."""
+has (``Drafter``), ``caches.py`` makes a run's two caches, ``measured.py`` reads the settings each starts with.
+A run names the drafter it drafts with (its ``RunRequest.drafter``); the pair is the same for every drafter and
+nothing is reloaded. This package does not import ``models`` (the loader imports the drafters, never the
+reverse). Docs: docs/drafters.md."""
 from __future__ import annotations
 
 from ..kvcache import CachedModel, ModelCache

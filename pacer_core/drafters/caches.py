@@ -6,10 +6,9 @@ from ..kvcache import ModelCache
 from ..llama.engine import target_cache
 
 
-def new_caches(pair, full_support: bool = False) -> tuple[ModelCache, ModelCache]:
-    """The target's cache and the drafter's cache for one run (both ``kvcache.ModelCache``; the target's on its
+def new_caches(pair, drafter, full_support: bool = False) -> tuple[ModelCache, ModelCache]:
+    """The target's cache and ``drafter``'s cache for one run (both ``kvcache.ModelCache``; the target's on its
     engine, ``llama.engine.target_cache``). A drafter that reads the target's features gets them recorded by the
     target cache. ``full_support``: the drafter's q must be > 0 on every id (SMC-SD's proposal)."""
-    drafter = pair.drafter
-    target = target_cache(pair, keep_features=drafter.reads_target_features)
+    target = target_cache(pair, drafter, keep_features=drafter.reads_target_features)
     return target, drafter.new_cache(target, full_support)

@@ -40,9 +40,10 @@ def measured_defaults(pair) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def measured_drafter(pair, key: str) -> dict:
-    """What the benchmark measured for one drafter of this pair (its entry under ``drafters``); the independent
-    draft's fixed length is also the file's top-level ``gamma``."""
+def measured_drafter(pair, drafter, key: str) -> dict:
+    """What the benchmark measured for drafter ``key`` of this pair (its entry under ``drafters``), as runs drafting
+    with ``drafter`` see it (``target_verifies_on_torch_cpu``); the independent draft's fixed length is also the
+    file's top-level ``gamma``."""
     record = measured_defaults(pair)
     entry = (record.get("drafters") or {}).get(key) or {}
     if not isinstance(entry, dict):
@@ -50,7 +51,7 @@ def measured_drafter(pair, key: str) -> dict:
     if key == "small" and "gamma" in record and "gamma" not in entry:
         entry = {**entry, "gamma": record["gamma"]}
     overlay = entry.get(TORCH_TARGET_PART)
-    if isinstance(overlay, dict) and target_verifies_on_torch_cpu(pair, key):
+    if isinstance(overlay, dict) and target_verifies_on_torch_cpu(pair, drafter, key):
         entry = laid_over(entry, overlay)
     return {name: value for name, value in entry.items() if name != TORCH_TARGET_PART}
 
@@ -64,28 +65,30 @@ def laid_over(entry: dict, overlay: dict) -> dict:
     return merged
 
 
-def target_verifies_on_torch_cpu(pair, key: str) -> bool:
-    """Whether drafter ``key``'s runs verify with the target on torch on a CPU: for the pair's own drafter, where
-    ``llama.engine.active_engine`` runs them; for another key, whether the pair has a llama.cpp engine at all."""
+def target_verifies_on_torch_cpu(pair, drafter, key: str) -> bool:
+    """Whether drafter ``key``'s runs verify with the target on torch on a CPU: for ``drafter`` (the one the runs
+    draft with), where ``llama.engine.active_engine`` runs them; for another key, whether the pair has a llama.cpp
+    engine at all."""
     if torch.device(pair.device).type != "cpu":
         return False
-    drafter = getattr(pair, "drafter", None)
     if drafter is not None and drafter_key(drafter) == key:
-        return active_engine(pair) is None
+        return active_engine(pair, drafter) is None
     return getattr(pair, "target_engine", None) is None
 
 
-def measured_settings(pair, key: str, method: str) -> dict:
-    """The settings a method starts with for this drafter (its entry's "settings": {"pacer": {...}})."""
-    settings = (measured_drafter(pair, key).get("settings") or {}).get(method) or {}
+def measured_settings(pair, drafter, key: str, method: str) -> dict:
+    """The settings a method starts with for drafter ``key`` (its entry's "settings": {"pacer": {...}}), in runs
+    drafting with ``drafter``."""
+    settings = (measured_drafter(pair, drafter, key).get("settings") or {}).get(method) or {}
     return dict(settings) if isinstance(settings, dict) else {}
 
 
-def measured_gamma(pair) -> int | None:
-    """The fixed draft length the benchmark measured fastest for this pair's drafter on this kind of device,
+def measured_gamma(pair, drafter) -> int | None:
+    """The fixed draft length the benchmark measured fastest for ``drafter`` on this pair's kind of device,
     or None when nothing was measured for this drafter."""
     try:
-        gamma = (measured_drafter(pair, drafter_key(pair.drafter)).get("gamma") or {}).get(torch.device(pair.device).type)
+        entry = measured_drafter(pair, drafter, drafter_key(drafter))
+        gamma = (entry.get("gamma") or {}).get(torch.device(pair.device).type)
     except AttributeError:
         return None
     return int(gamma) if isinstance(gamma, int) and gamma >= 1 else None

@@ -1,7 +1,7 @@
 """Which engine runs a pair's target, torch (``kvcache.CachedModel``) or llama.cpp (``target.LlamaTarget``): chosen
 once when the pair loads (``choose_engine``), then for each run (``active_engine``: a drafter that reads the
-target's hidden states keeps the torch target, llama.cpp's are not read). AR and the verify passes of one pair
-always get the same engine (``target_cache``)."""
+target's hidden states keeps the torch target, llama.cpp's are not read). AR and the verify passes of runs with one
+drafter always get the same engine (``target_cache``)."""
 from __future__ import annotations
 
 from typing import Protocol
@@ -21,12 +21,10 @@ class ReadsFeatures(Protocol):
 
 
 class TargetSide(Protocol):
-    """What the choice reads of a pair: its torch target, the llama.cpp engine loaded for it (None: none) and the
-    drafter a run drafts with (None: AR alone)."""
+    """What the choice reads of a pair: its torch target and the llama.cpp engine loaded for it (None: none)."""
     target: torch.nn.Module
     vocab_size: int
     target_engine: LlamaTarget | None
-    drafter: ReadsFeatures | None
 
 
 def parse_engine(text) -> str:
@@ -64,20 +62,20 @@ def choose_engine(requested: str, is_embedded_target: bool, device_type: str, dt
     return "torch"
 
 
-def active_engine(pair: TargetSide) -> LlamaTarget | None:
-    """The engine the pair's target runs on in a run: its llama.cpp engine (``pair.target_engine``) unless it has
-    none or the drafter reads the target's hidden states (llama.cpp's are not read); None means torch. AR and the
-    verify passes of one pair always get the same engine."""
+def active_engine(pair: TargetSide, drafter: ReadsFeatures | None) -> LlamaTarget | None:
+    """The engine the pair's target runs on in a run with ``drafter`` (the drafter of the runs compared with it;
+    None: none): its llama.cpp engine (``pair.target_engine``) unless it has none or the drafter reads the target's
+    hidden states (llama.cpp's are not read); None means torch. AR and the verify passes of runs with one drafter
+    always get the same engine."""
     engine = getattr(pair, "target_engine", None)
-    drafter = getattr(pair, "drafter", None)
     if engine is None or (drafter is not None and drafter.reads_target_features):
         return None
     return engine
 
 
-def engine_label(pair: TargetSide) -> str:
-    """What the page's model line says about the target's engine."""
-    engine = active_engine(pair)
+def engine_label(pair: TargetSide, drafter: ReadsFeatures | None) -> str:
+    """What the page's model line says about the target's engine in runs with ``drafter``."""
+    engine = active_engine(pair, drafter)
     if engine is not None:
         return engine.describe()
     if getattr(pair, "target_engine", None) is not None:
@@ -85,9 +83,9 @@ def engine_label(pair: TargetSide) -> str:
     return "torch"
 
 
-def target_cache(pair: TargetSide, keep_features: bool = False) -> ModelCache:
-    """A fresh cache of the pair's target on its engine (``active_engine``)."""
-    engine = active_engine(pair)
+def target_cache(pair: TargetSide, drafter: ReadsFeatures | None, keep_features: bool = False) -> ModelCache:
+    """A fresh cache of the pair's target on its engine in runs with ``drafter`` (``active_engine``)."""
+    engine = active_engine(pair, drafter)
     if engine is not None and not keep_features:
         return engine.new_cache()
     return CachedModel(pair.target, pair.vocab_size, keep_features=keep_features)

@@ -7,31 +7,31 @@ __all__ = ["TokenFeatures", "token_features", "ConfidencePreVerifier", "chosen_p
            "default_preverifier", "own_threshold"]
 
 
-def confidence_rule(pair) -> ConfidencePreVerifier:
-    """The confidence rule with the threshold measured for the pair's drafter (its measured_defaults.json entry's
-    ``confidence_threshold``), else the rule's own."""
+def confidence_rule(pair, drafter) -> ConfidencePreVerifier:
+    """The confidence rule with the threshold measured for ``drafter`` on this pair (its measured_defaults.json
+    entry's ``confidence_threshold``), else the rule's own."""
     from ..drafters import drafter_key, measured_drafter
 
     try:
-        measured = measured_drafter(pair, drafter_key(pair.drafter)).get("confidence_threshold")
-    except AttributeError:      # a pair without a drafter key (a test's stand-in)
+        measured = measured_drafter(pair, drafter, drafter_key(drafter)).get("confidence_threshold")
+    except AttributeError:      # a drafter without a key (a test's stand-in)
         measured = None
     return ConfidencePreVerifier(float(measured)) if isinstance(measured, (int, float)) else ConfidencePreVerifier()
 
 
-def default_preverifier(pair):
-    """The trained layer shipped for this pair when one exists, else the confidence rule."""
+def default_preverifier(pair, drafter):
+    """The trained layer shipped for this pair's target and ``drafter`` when one exists, else the confidence rule."""
     from .model import load_for_pair
 
-    trained = load_for_pair(pair)
-    return trained if trained is not None else confidence_rule(pair)
+    trained = load_for_pair(pair, drafter)
+    return trained if trained is not None else confidence_rule(pair, drafter)
 
 
-def chosen_preverifier(pair, available, choice: str):
-    """The pre-verifier a run uses: ``available`` (the pair's default, or one given) unless the run chose the
-    confidence rule (setting ``preverifier_choice``) while a trained layer is available."""
+def chosen_preverifier(pair, drafter, available, choice: str):
+    """The pre-verifier a run drafting with ``drafter`` uses: ``available`` (the drafter's default, or one given)
+    unless the run chose the confidence rule (setting ``preverifier_choice``) while a trained layer is available."""
     if choice == "confidence" and getattr(available, "kind", None) == "trained":
-        return confidence_rule(pair)
+        return confidence_rule(pair, drafter)
     return available
 
 

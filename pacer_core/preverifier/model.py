@@ -172,18 +172,18 @@ def load(directory: Path) -> TrainedPreVerifier:
     return TrainedPreVerifier(layer, config, sampling_layer)
 
 
-def load_for_pair(pair) -> TrainedPreVerifier | None:
-    """The trained layer for exactly this (target, draft) pair, if one was shipped or trained. A draft model
+def load_for_pair(pair, drafter) -> TrainedPreVerifier | None:
+    """The trained layer for exactly this target and ``drafter``, if one was shipped or trained. A draft model
     drafting from a reduced vocabulary (``small-N``) reads the same hidden states as when it drafts from all
     ids, so it uses the layer trained for the draft model when it has none of its own."""
-    draft_names = [pair.draft_id]
-    if getattr(pair.drafter, "kind", "") == "independent" and getattr(pair.drafter, "kept_ids", None) is not None:
+    draft_names = [drafter.name]
+    if getattr(drafter, "kind", "") == "independent" and getattr(drafter, "kept_ids", None) is not None:
         draft_names.append(pair.draft_model_id)
     for root in search_dirs():
         for draft_name in draft_names:
             directory = root / pair_slug(pair.target_id, draft_name)
             if (directory / "config.json").exists():
                 trained = load(directory)
-                if trained.config.get("hidden_size") == pair.drafter.hidden_size:
+                if trained.config.get("hidden_size") == drafter.hidden_size:
                     return trained
     return None

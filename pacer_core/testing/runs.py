@@ -16,7 +16,7 @@ GREEDY_PROMPTS = ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20)))
 
 def run_result(decoder, pair, prompt_ids: list[int], **settings) -> Result:
     """The Result of one run of ``decoder`` on ``pair`` with these settings (the events consumed)."""
-    *_, result = decoder.run(pair, prompt_ids, validate_settings(**settings))
+    *_, result = decoder.run(pair, pair.drafter, prompt_ids, validate_settings(**settings))
     return result
 
 

@@ -49,26 +49,26 @@ def depth_counts(events, gamma: int) -> tuple[list[int], list[int]]:
 
 
 @torch.inference_mode()
-def divergences(pair, prompt_ids, output_ids) -> dict:
+def divergences(pair, drafter, prompt_ids, output_ids) -> dict:
     """Per-position KL(p||q) and 1 - TV at each temperature for the first drafted token."""
     ids = torch.tensor([list(prompt_ids) + list(output_ids)], device=pair.device)
     target_logits = pair.target(input_ids=ids).logits[0, len(prompt_ids) - 1: -1, : pair.vocab_size].float().cpu()
-    draft_logits = draft_teacher_forced_logits(pair, prompt_ids, output_ids)
+    draft_logits = draft_teacher_forced_logits(pair, drafter, prompt_ids, output_ids)
     figures = {}
     for temperature in TEMPERATURES:
         kl = proposal_kl(token_log_probs(target_logits, temperature), token_log_probs(draft_logits, temperature))
         overlap = torch.minimum(logits_to_probs(target_logits, temperature), logits_to_probs(draft_logits, temperature))
         figures[f"kl_{temperature}"] = kl.tolist()
         figures[f"one_minus_tv_{temperature}"] = overlap.sum(-1).tolist()
-    smc_logits = draft_teacher_forced_logits(pair, prompt_ids, output_ids, full_support=True)
+    smc_logits = draft_teacher_forced_logits(pair, drafter, prompt_ids, output_ids, full_support=True)
     figures["smc_kl_0.7"] = proposal_kl(token_log_probs(target_logits, 0.7), token_log_probs(smc_logits, 0.7)).tolist()
     return figures
 
 
 @torch.inference_mode()
-def cost_ratio(pair, context: list[int], steps: int = 60) -> float:
-    """Median of interleaved single-token steps: one drafted token over one target step."""
-    target, draft = new_caches(pair)
+def cost_ratio(pair, drafter, context: list[int], steps: int = 60) -> float:
+    """Median of interleaved single-token steps: one token ``drafter`` drafts over one target step."""
+    target, draft = new_caches(pair, drafter)
     target.forward(context[:-1])
     draft.feed_sequence(context[:-1] + [context[-1]], [])
     target_times, draft_times = [], []
@@ -85,7 +85,8 @@ def cost_ratio(pair, context: list[int], steps: int = 60) -> float:
 
 
 def evaluate_drafter(pair, requests: list[RunRequest], references: list[list[int]]) -> dict:
-    """Greedy fixed SD (gamma 4) requests, one per prompt, against AR's outputs."""
+    """Greedy fixed SD (gamma 4) requests, one per prompt, all drafting with one drafter, against AR's outputs."""
+    drafter = requests[0].drafter
     reached, accepted, tokens, verify_steps, per_position = [0] * GAMMA, [0] * GAMMA, 0, 0, {}
     for request, reference in zip(requests, references):
         prompt_ids = list(request.prompt_ids)
@@ -95,11 +96,11 @@ def evaluate_drafter(pair, requests: list[RunRequest], references: list[list[int
         reached = [a + b for a, b in zip(reached, step_reached)]
         accepted = [a + b for a, b in zip(accepted, step_accepted)]
         tokens, verify_steps = tokens + result.metrics.new_tokens, verify_steps + len(events)
-        for key, values in divergences(pair, prompt_ids, reference).items():
+        for key, values in divergences(pair, drafter, prompt_ids, reference).items():
             per_position.setdefault(key, []).extend(values)
     row = {"agreement_at_depth": [round(a / r, 4) if r else None for a, r in zip(accepted, reached)],
            "tau_gamma4": round(tokens / verify_steps, 4),
-           "cost_ratio": round(cost_ratio(pair, list(requests[0].prompt_ids) + references[0]), 4)}
+           "cost_ratio": round(cost_ratio(pair, drafter, list(requests[0].prompt_ids) + references[0]), 4)}
     row.update({key: round(sum(values) / len(values), 4) for key, values in per_position.items()})
     return row
 
@@ -135,12 +136,14 @@ def main(argv=None) -> int:
     prompts = [encode_prompt(pair, record["prompt"], None, limits) for record in records]
     raw = {"max_new_tokens": args.max_new_tokens, "temperature": 0.0, "gamma": GAMMA}
     settings, chosen = validate_settings(limits, **raw), chosen_names(raw)
-    references = [list(run_request(pair, request_for(pair, "ar", settings, chosen, prompt, limits)))[-1].token_ids
+    own = pair.drafter
+    references = [list(run_request(pair, request_for(pair, own, "ar", settings, chosen, prompt, limits)))[-1].token_ids
                   for prompt in prompts]
-    fixed = [request_for(pair, "fixed", settings, chosen, prompt, limits) for prompt in prompts]
     rows = {}
     for name in args.drafters.split(","):
-        rows[name] = evaluate_drafter(pair.with_drafter(load_drafter(pair, name, args.head)), fixed, references)
+        drafter = load_drafter(pair, name, args.head)
+        fixed = [request_for(pair, drafter, "fixed", settings, chosen, prompt, limits) for prompt in prompts]
+        rows[name] = evaluate_drafter(pair, fixed, references)
         print(f"{name}: {rows[name]}", file=sys.stderr, flush=True)
     report = {"prompts": args.prompts, "prompt_count": len(prompts), "max_new_tokens": args.max_new_tokens,
               "dtype": str(pair.dtype).replace("torch.", ""), "drafters": rows, "table": markdown_table(rows)}

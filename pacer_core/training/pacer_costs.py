@@ -119,7 +119,7 @@ def prefill_seconds(pair, prompt_ids: list[int], settings) -> float:
     """What a speculative run spends before its first step: fresh caches and the target's prefill that the
     drafter adopts or reads (``decoders.base.make_state``)."""
     started = time.perf_counter()
-    make_state(pair, prompt_ids, settings, with_draft=True)
+    make_state(pair, pair.drafter, prompt_ids, settings, with_draft=True)
     return time.perf_counter() - started
 
 
@@ -131,11 +131,11 @@ def measure(pair, prompt_ids: list[list[int]], gammas, temperature: float, max_n
             settings = validate_settings(max_new_tokens=max_new_tokens, temperature=temperature,
                                          seed=1000 * repeat + index)
             prefill = prefill_seconds(pair, ids, settings)
-            *events, result = Autoregressive().run(pair, ids, settings)
+            *events, result = Autoregressive().run(pair, pair.drafter, ids, settings)
             observed.add_ar(events, result)
             for gamma in gammas:
                 decoder = RecordingFixed(gamma)
-                *events, result = decoder.run(pair, ids, settings)
+                *events, result = decoder.run(pair, pair.drafter, ids, settings)
                 observed.add_fixed(events, result, decoder.entropies, gamma == max(gammas), prefill)
                 if progress:
                     progress.update()
@@ -176,7 +176,7 @@ def write_model(pair, key: str, device: str, model: PacerCostModel, source: str)
     path = Path(draft_folder(pair)) / MEASURED_DEFAULTS_FILE
     record = json.loads(path.read_text()) if path.exists() else {}
     entry = record.setdefault("drafters", {}).setdefault(key, {})
-    if target_verifies_on_torch_cpu(pair, key):
+    if target_verifies_on_torch_cpu(pair, pair.drafter, key):
         entry = entry.setdefault(TORCH_TARGET_PART, {})
     entry.setdefault("pacer_costs", {})[device] = model.to_record() | {"source": source}
     path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
@@ -238,7 +238,7 @@ def main(argv=None) -> int:
     source = (f"python -m pacer_core.training.pacer_costs --drafter {args.drafter} on {len(prompt_ids)} prompts of "
               f"{args.prompts}, T = {args.temperature}, {args.max_new_tokens} tokens, fixed SD at {gammas}, "
               f"{date.today().isoformat()}; AR step {observed.ar_seconds / observed.ar_tokens * 1000:.1f} ms; "
-              f"target on {pair.describe().get('target_engine', 'torch')}")
+              f"target on {pair.describe(pair.drafter).get('target_engine', 'torch')}")
     model = observed.model(source)
     if args.length_sets:
         by_length = costs_by_length(drafting, args, limits) + [(median_tokens(prompt_ids), model.costs)]

@@ -138,7 +138,7 @@ def collect(pair, args) -> Path:
             settings = validate_settings(max_new_tokens=args.max_new_tokens, temperature=temperature,
                                          gamma=args.draft_len, seed=args.seed + prompt_index)
             recorder = RecordingDrafter(args.draft_len, args.soft_temperature)
-            for _ in recorder.run(pair, pair.encode_prompt(prompt), settings):
+            for _ in recorder.run(pair, pair.drafter, pair.encode_prompt(prompt), settings):
                 pass
             done["rows"] += [row | {"prompt_index": prompt_index} for row in recorder.rows]
         done["prompts"].append(prompt)
@@ -364,8 +364,8 @@ def measure_threshold(pair, preverifier: TrainedPreVerifier, args, temperature: 
         for threshold in candidates:
             tokens, seconds = 0, 0.0
             for index, prompt in enumerate(prompts):
-                result = generate(pair, "pacer", prompt, preverifier=preverifier, max_new_tokens=args.max_new_tokens,
-                                  temperature=temperature, seed=1000 * repeat + index, threshold=threshold,
+                result = generate(pair, pair.drafter, "pacer", prompt, preverifier=preverifier,
+                                  max_new_tokens=args.max_new_tokens, temperature=temperature, seed=1000 * repeat + index, threshold=threshold,
                                   stop_rule="threshold", block_size=args.block_size,
                                   max_draft_len=args.max_draft_len, phrase_len=args.phrase_len)
                 tokens, seconds = tokens + result.metrics.new_tokens, seconds + result.metrics.seconds

@@ -1,5 +1,5 @@
 """The live explainer: pure renderers (events → escaped HTML, plotly figures, metrics tables), the
-per-session run state, the button handlers, and ``build_ui(pair)`` that lays out the Gradio app and
+per-session run state, the button handlers, and ``build_ui(pair, drafter)`` that lays out the Gradio app and
 wires its events.
 
 Data flows one way: decoders yield events → ``session`` collects them → ``handlers`` turn each click

@@ -61,7 +61,7 @@ class AtlasUpdate:
 
 
 def drafter_keys(context: AppContext, choice: AtlasChoice) -> list[str]:
-    default = context.drafters.default_key if context.drafters is not None else drafter_key(context.pair.drafter)
+    default = context.drafters.default_key if context.drafters is not None else drafter_key(context.drafter)
     keys = [choice.drafter or default]
     if choice.compare and choice.compare != keys[0]:
         keys.append(choice.compare)
@@ -77,7 +77,8 @@ def lanes_for(context: AppContext, choice: AtlasChoice, prompts: list[AtlasPromp
     lanes = []
     for key in drafter_keys(context, choice):
         chosen = drafter_context(context, key)
-        lanes.append(atlas_lane(chosen.pair, chosen.preverifier, key, choice.method, raw, prompts, context.limits))
+        lanes.append(atlas_lane(chosen.pair, chosen.drafter, chosen.preverifier, key, choice.method, raw, prompts,
+                                context.limits))
     return lanes
 
 

@@ -2,8 +2,8 @@
 for it here — the pair's independent draft (``small``), the feature head (``head``, for the embedded target),
 the target's own weights in 8 and 4 bits (``self-int8``, ``self-int4``) and its GGUF file run by llama.cpp
 (``gguf``, on a CPU). Each is built once, on first use, and kept for the life of the process; the
-target is never reloaded. A choice is a view of the pair (``ModelPair.with_drafter``: same target,
-tokenizer and device, another drafter) with the pre-verifier trained for that drafter, if one exists.
+target is never reloaded. A choice is a drafter for the same pair, with the pre-verifier trained for it, if one
+exists.
 
 Memory: the small draft and the head are loaded with the pair (or on first use); each self-quantized copy
 holds only its quantized linear weights and shares the rest with the target (``SelfQuantizedDrafter.describe``
@@ -78,13 +78,14 @@ def estimated_size(pair, key: str) -> str:
 
 
 class DrafterMenu:
-    """Drafter key → a pair view drafting with it, built on first use (thread-safe) and kept."""
+    """Drafter key → a drafter for the pair, built on first use (thread-safe) and kept."""
 
-    def __init__(self, pair, preverifier=None):
-        """``preverifier``: the one already loaded for the pair's own drafter (found again when None)."""
+    def __init__(self, pair, drafter, preverifier=None):
+        """``drafter``: the page's own (the loader's); ``preverifier``: the one already loaded for it (found again
+        when None)."""
         self.pair = pair
-        self.default_key = drafter_key(pair.drafter)
-        self._views = {self.default_key: pair}
+        self.default_key = drafter_key(drafter)
+        self._drafters = {self.default_key: drafter}
         self._preverifiers: dict = {} if preverifier is None else {self.default_key: preverifier}
         self._lock = threading.Lock()
         self.unavailable = {entry.key: entry.unavailable(pair) for entry in KINDS}   # key -> why not (None: offered)
@@ -96,42 +97,42 @@ class DrafterMenu:
         """The kinds this page does not offer, each with why (shown under the menu and in the log)."""
         return {key: why for key, why in self.unavailable.items() if why and key not in self.keys}
 
-    def view(self, key: str | None):
-        """The pair drafting with ``key`` (None or "": the pair's own drafter). ValueError for a key the
-        menu does not offer or a drafter that cannot be built."""
+    def drafter(self, key: str | None):
+        """The drafter ``key`` names (None or "": the page's own). ValueError for a key the menu does not offer or
+        a drafter that cannot be built."""
         key = key or self.default_key
         if key not in self.keys:
             why = self.unavailable.get(key)
             raise ValueError(f"The drafter '{key}' is not available here: {why}." if why else
                              f"Unknown drafter '{key}': this page offers {', '.join(self.keys)}.")
         with self._lock:
-            if key not in self._views:
-                self._views[key] = self.pair.with_drafter(load_drafter(self.pair, key))
-            return self._views[key]
+            if key not in self._drafters:
+                self._drafters[key] = load_drafter(self.pair, key)
+            return self._drafters[key]
 
     def preverifier(self, key: str | None):
         """PACER's pre-verifier for the drafter: the layer trained for it, else the confidence rule (a broken
         layer file is reported in the log and replaced by the rule)."""
         key = key or self.default_key
-        view = self.view(key)
+        drafter = self.drafter(key)
         with self._lock:
             if key not in self._preverifiers:
                 try:
-                    self._preverifiers[key] = default_preverifier(view)
+                    self._preverifiers[key] = default_preverifier(self.pair, drafter)
                 except Exception:  # noqa: BLE001 - a broken optional layer must not stop the app
                     traceback.print_exc(file=sys.stderr)
-                    self._preverifiers[key] = confidence_rule(view)
+                    self._preverifiers[key] = confidence_rule(self.pair, drafter)
             return self._preverifiers[key]
 
     def built(self, key: str) -> bool:
-        return key in self._views
+        return key in self._drafters
 
     def options(self) -> list[DrafterOption]:
         """Every key with its one-line description (a drafter not built yet is described from its kind)."""
-        device_type = self.pair.device.type
+        device_type, own = self.pair.device.type, self._drafters[self.default_key]
         options = []
         for key in self.keys:
-            size = size_text(self._views[key].drafter) if key in self._views else estimated_size(self.pair, key)
-            options.append(DrafterOption(key, describe_option(key, size, measured_drafter(self.pair, key),
+            size = size_text(self._drafters[key]) if key in self._drafters else estimated_size(self.pair, key)
+            options.append(DrafterOption(key, describe_option(key, size, measured_drafter(self.pair, own, key),
                                                               device_type)))
         return options

@@ -36,10 +36,11 @@ from .timing_turn import TimingTurn
 
 @dataclass(frozen=True)
 class AppContext:
-    """What every handler of one app shares: the pair loaded once per process, PACER's pre-verifier, the
-    Space owner's limits (read once, here or by ``build_ui``) and the drafters the page offers (a
-    ``DrafterMenu``; None: only the pair's own)."""
+    """What every handler of one app shares: the pair loaded once per process, the drafter its runs draft with,
+    PACER's pre-verifier, the Space owner's limits (read once, here or by ``build_ui``) and the drafters the page
+    offers (a ``DrafterMenu``; None: only ``drafter``)."""
     pair: object
+    drafter: object
     preverifier: object = None
     preverifier_kind: str = "heuristic"     # "trained" or "heuristic"
     limits: Limits = field(default_factory=Limits.from_env)
@@ -53,7 +54,7 @@ class PageInputs:
     settings: dict              # setting name → control value; threshold None: the pre-verifier's own
     chat: bool = False
     measure_ar: bool = True
-    drafter: str | None = None  # the drafter menu's key (drafters.drafter_keys()); None: the pair's own
+    drafter: str | None = None  # the drafter menu's key (drafters.drafter_keys()); None: the context's own
 
     def key(self) -> tuple:
         """Equal to ``RunSession.key()`` of a session started from these inputs."""
@@ -78,22 +79,22 @@ class ViewUpdate:
 def new_session(context: AppContext, inputs: PageInputs) -> RunSession:
     """Validates the settings (SettingsError) and encodes the prompt; no model runs yet. ``context`` is the
     chosen drafter's (``drafter_context``)."""
-    return RunSession(context.pair, inputs.prompt, dict(inputs.settings), chat=bool(inputs.chat),
+    return RunSession(context.pair, context.drafter, inputs.prompt, dict(inputs.settings), chat=bool(inputs.chat),
                       preverifier=context.preverifier, measure_ar=bool(inputs.measure_ar), limits=context.limits,
-                      drafter=inputs.drafter or None)
+                      menu_key=inputs.drafter or None)
 
 
 def drafter_context(context: AppContext, key: str | None) -> AppContext:
-    """The context whose pair drafts with the menu's ``key`` and whose PACER uses that drafter's trained
-    pre-verifier (or the confidence rule); the same context for the pair's own drafter. The drafter is built
-    on its first use and kept (``DrafterMenu``); ValueError for a key the page does not offer."""
+    """The context drafting with the menu's ``key``, whose PACER uses that drafter's trained pre-verifier (or the
+    confidence rule); the same context for its own drafter. The drafter is built on its first use and kept
+    (``DrafterMenu``); ValueError for a key the page does not offer."""
     if context.drafters is None or not key or key == context.drafters.default_key:
         if key and context.drafters is None:
             raise ValueError(f"This page drafts only with its pair's own drafter, not '{key}'.")
         return context
-    view = context.drafters.view(key)
+    drafter = context.drafters.drafter(key)
     preverifier = context.drafters.preverifier(key)
-    return replace(context, pair=view, preverifier=preverifier,
+    return replace(context, drafter=drafter, preverifier=preverifier,
                    preverifier_kind=getattr(preverifier, "kind", None) or "heuristic")
 
 
@@ -115,7 +116,7 @@ def column_note(context: AppContext, session: RunSession, method: str) -> str | 
     if method == "pacer" and settings.get("on_fail") == "discard" and settings.get("temperature", 0) > 0:
         notes.append("Discard mode under sampling is approximate (not lossless).")
     if method == "smc" and not session.runs[method].error:
-        notes.append(measured.smc_column_note(session.pair.describe(), settings, session.logliks,
+        notes.append(measured.smc_column_note(session.pair.describe(session.drafter), settings, session.logliks,
                                               proposal_kl=session.proposal_kl))
     return " ".join(notes) or None
 
@@ -167,7 +168,7 @@ def plots_view(session: RunSession, names=None) -> dict[str, object]:
 
 def drafter_label(session: RunSession) -> str:
     """The drafter's menu key (one of ``drafters.drafter_keys()``), as the page's drafter choice names it."""
-    return session.drafter or drafter_key(session.pair.drafter)
+    return session.menu_key or drafter_key(session.drafter)
 
 
 def table_view(session: RunSession):

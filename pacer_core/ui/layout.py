@@ -63,12 +63,13 @@ def launch_options() -> dict:
             "footer_links": ["api"]}
 
 
-def load_preverifier(pair):
-    """The pair's trained pre-verifier, or None (PACER then uses its heuristic rule)."""
+def load_preverifier(pair, drafter):
+    """The trained pre-verifier for the pair's target and ``drafter``, or None (PACER then uses its heuristic
+    rule)."""
     try:
         from ..preverifier import default_preverifier
 
-        return default_preverifier(pair)
+        return default_preverifier(pair, drafter)
     except Exception:  # noqa: BLE001 - a broken optional layer must not stop the app
         traceback.print_exc(file=sys.stderr)
         return None
@@ -259,17 +260,20 @@ def left_out_text(left_out: dict[str, str]) -> str:
 def drafter_choice_view(context: AppContext, key: str, pair_note: str | None) -> dict:
     """What the page shows for a drafter: the pair line, and where its drafter-dependent controls start."""
     chosen = handlers.drafter_context(context, key)
-    starts = drafter_starts(chosen.pair, chosen.preverifier, key or context.drafters.default_key)
-    return {"pair": page.pair_status_html(chosen.pair.describe(), chosen.preverifier_kind, pair_note)} | starts
+    starts = drafter_starts(chosen.pair, chosen.drafter, chosen.preverifier, key or context.drafters.default_key)
+    return {"pair": page.pair_status_html(chosen.pair.describe(chosen.drafter), chosen.preverifier_kind,
+                                          pair_note)} | starts
 
 
-def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: str | None = None,
+def build_ui(pair, drafter, preverifier=None, limits: Limits | None = None, pair_note: str | None = None,
              title: str = "PACER Lab") -> gr.Blocks:
-    """The whole app for one ModelPair loaded once per process."""
+    """The whole app for one ModelPair loaded once per process, drafting with ``drafter`` until the page chooses
+    another."""
     limits = limits or Limits.from_env()
-    preverifier = preverifier if preverifier is not None else load_preverifier(pair)
-    context = AppContext(pair, preverifier, getattr(preverifier, "kind", None) or preverifier_kind(pair), limits,
-                         DrafterMenu(pair, preverifier))
+    preverifier = preverifier if preverifier is not None else load_preverifier(pair, drafter)
+    context = AppContext(pair, drafter, preverifier,
+                         getattr(preverifier, "kind", None) or preverifier_kind(pair, drafter), limits,
+                         DrafterMenu(pair, drafter, preverifier))
     examples = load_examples()
     explain_text = EXPLAIN_PATH.read_text(encoding="utf-8") if EXPLAIN_PATH.exists() else ""
 
@@ -281,7 +285,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 # collapsed, then run status, legend and the three columns; narration, plots and table below.
                 with gr.Row(elem_id="pacer-header", equal_height=False):
                     gr.Markdown(INTRO, elem_id="pacer-title", scale=2, min_width=300)
-                    pair_status = gr.HTML(page.pair_status_html(pair.describe(), context.preverifier_kind, pair_note),
+                    pair_status = gr.HTML(page.pair_status_html(pair.describe(drafter), context.preverifier_kind,
+                                                                pair_note),
                                           elem_id="pair-status", scale=3, min_width=300)
                 with gr.Row(equal_height=False, elem_id="prompt-row"):
                     with gr.Column(scale=4, min_width=300):
@@ -297,9 +302,9 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                                                                 for item in examples], label=None)
                             with gr.Column(min_width=260):
                                 settings, chat, own_threshold = settings_panel(pair, limits, drafter_starts(
-                                    pair, preverifier, context.drafters.default_key))
+                                    pair, drafter, preverifier, context.drafters.default_key))
                             with gr.Column(min_width=300, elem_id="drafter-column"):
-                                drafter = drafter_dropdown(context.drafters)
+                                drafter_menu = drafter_dropdown(context.drafters)
                                 if context.drafters.left_out():
                                     gr.Markdown(left_out_text(context.drafters.left_out()), elem_id="drafters-left-out")
                     with gr.Column(scale=1, min_width=240, elem_id="buttons"):
@@ -314,8 +319,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 view, show_trace, show_rejected = live_outputs(session_state)
             other_tabs(preverifier, explain_text)
             replay_tab()
-            atlas_tab(context, prompt, settings, drafter)
-        controls = Controls(prompt, settings, chat, own_threshold, measure_ar, drafter)
+            atlas_tab(context, prompt, settings, drafter_menu)
+        controls = Controls(prompt, settings, chat, own_threshold, measure_ar, drafter_menu)
 
         def show(updates):
             """ViewUpdates → Gradio update dicts; a warning also becomes a toast (HTML: escape it)."""
@@ -342,7 +347,8 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
                 shown = drafter_choice_view(context, key, pair_note)
             except (ValueError, RuntimeError) as error:
                 gr.Warning(html.escape(str(error)))
-                return {pair_status: page.pair_status_html(pair.describe(), context.preverifier_kind, str(error))}
+                return {pair_status: page.pair_status_html(pair.describe(drafter), context.preverifier_kind,
+                                                           str(error))}
             return ({pair_status: shown["pair"], own_threshold: shown["own_threshold"]}
                     | {settings[name]: shown[name] for name in DRAFTER_STARTS})
 
@@ -352,9 +358,9 @@ def build_ui(pair, preverifier=None, limits: Limits | None = None, pair_note: st
         prompt.submit(run_all, api_visibility="private", **decode)
         step_button.click(step_once, api_name="step", **decode)
         stop_button.click(stop, inputs=session_state, outputs=view.status, concurrency_limit=None, api_name="stop")
-        drafter.change(choose_drafter, inputs=drafter,
-                       outputs=[pair_status, own_threshold] + [settings[n] for n in DRAFTER_STARTS],
-                       concurrency_id="decode", api_name="choose_drafter")
+        drafter_menu.change(choose_drafter, inputs=drafter_menu,
+                            outputs=[pair_status, own_threshold] + [settings[n] for n in DRAFTER_STARTS],
+                            concurrency_id="decode", api_name="choose_drafter")
         # Pure display toggle, in the browser only: hide struck-through drafts to read the final text.
         show_rejected.change(None, inputs=show_rejected, js=(
             "(show) => { document.body.classList.toggle('pacer-hide-rejected', !show); return show; }"),
