@@ -26,7 +26,6 @@ of a step's time is what this measures. This module imports neither tests/ nor g
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -45,6 +44,7 @@ from pacer_core.events import Result  # noqa: E402
 from pacer_core.models import ModelPair  # noqa: E402
 from pacer_core.request import EncodedPrompt, RunRequest, chosen_names, request_for  # noqa: E402
 from pacer_core.settings import Limits, validate_settings  # noqa: E402
+from benchmarks.results_writer import write_summary  # noqa: E402
 
 # Real shapes of the pairs the app loads on a GPU with no target set (models.GPU_DEFAULT_PAIRS, chosen by memory).
 REAL_SHAPES = {
@@ -308,13 +308,7 @@ def main(argv=None) -> int:
         print("device_check: no CUDA device visible; run with --dry-run for the CPU check.", file=sys.stderr)
         return 2
     report = run_check(args)
-    text = summary_text(report)
-    print(text)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "device_check.json").write_text(json.dumps(report, indent=2))
-        (out / "summary.txt").write_text(text + "\n")
+    write_summary(args.out, "device_check.json", report, summary_text(report))
     return 0
 
 

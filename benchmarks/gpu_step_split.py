@@ -19,7 +19,6 @@ Medians over ``--steps`` steps after a warm-up, in ms. ``--dry-run``: tiny shape
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from device_check import DRY_DRAFT_SHAPE, DRY_VOCAB_SIZE, REAL_SHAPES, random_model, synchronize  # noqa: E402
 from pacer_core.kvcache import CachedModel, cache_argument  # noqa: E402
 from pacer_core.sampling import sample_rows, token_log_probs  # noqa: E402
+from benchmarks.results_writer import write_summary  # noqa: E402
 
 GPU_PAIRS = (("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
              ("HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"))
@@ -160,13 +160,7 @@ def main() -> None:
               "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__,
               "transformers": transformers.__version__, "steps": args.steps, "prompt_tokens": args.prompt_tokens,
               "rows": rows}
-    text = summary(report)
-    print(text)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "gpu_step_split.json").write_text(json.dumps(report, indent=2))
-        (out / "summary.txt").write_text(text + "\n")
+    write_summary(args.out, "gpu_step_split.json", report, summary(report))
 
 
 if __name__ == "__main__":

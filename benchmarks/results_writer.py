@@ -1,6 +1,6 @@
-"""How a benchmark script hands back its results: the report printed and written as JSON (``print_and_write``), or a
-results folder with results.json and report.md (``write_folder``). One writer, so every results file has the
-same layout."""
+"""How a benchmark script hands back its results: the report printed and written as JSON (``print_and_write``), a
+results folder with results.json and report.md (``write_folder``), or one with a named JSON file and summary.txt
+(``write_summary``). One writer, so every results file has the same layout."""
 from __future__ import annotations
 
 import json
@@ -26,3 +26,14 @@ def write_folder(out: str | Path, report: dict, markdown: str) -> None:
     (out / "results.json").write_text(as_json(report) + "\n")
     (out / "report.md").write_text(markdown)
     print(markdown)
+
+
+def write_summary(out: str | Path | None, json_name: str, report: dict, summary: str) -> None:
+    """The summary printed; with ``out``, ``out``/``json_name`` (the report) and ``out``/summary.txt (the folder
+    made)."""
+    print(summary)
+    if out:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / json_name).write_text(as_json(report, indent=2))
+        (out / "summary.txt").write_text(summary + "\n")
