@@ -414,7 +414,7 @@ def markdown(report: dict) -> str:
               f"**{best.get('ratio_of_medians', 0):.2f}x** ({best.get('ours')} / {best.get('theirs')}; median per-prompt "
               f"ratio {best.get('median_per_prompt_ratio', 0):.2f}x).",
               f"The project's AR over llama.cpp's AR: {ar.get('ratio_of_medians', 0):.2f}x.",
-              f"Greedy rows equal to the project's AR (first repeat): " + ", ".join(
+              "Greedy rows equal to the project's AR (first repeat): " + ", ".join(
                   f"{name} {count}/{identity['prompts']}" for name, count in identity["rows_equal_to_ar"].items()) + "."]
     return "\n".join(lines) + "\n"
 

@@ -12,7 +12,7 @@ from pacer_core import Autoregressive, Pacer, generate, validate_settings
 from pacer_core.preverifier import ConfidencePreVerifier, default_preverifier, token_features
 from pacer_core.preverifier.features import DraftContext, history_context
 from pacer_core.preverifier import model as preverifier_model
-from pacer_core.preverifier.model import PreVerifierLayer, TrainedPreVerifier, block_scalars, load, pair_slug, save
+from pacer_core.preverifier.model import PreVerifierLayer, TrainedPreVerifier, load, pair_slug, save
 from pacer_core.training.preverifier import reliability, roc_auc
 from pacer_core.testing.tiny import tiny_pair
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from pacer_core.events import Metrics, Result, SMCCycleEvent, StepEvent, TokenRecord
-from pacer_core.ui import columns, handlers, narration, plots, timeline
+from pacer_core.ui import columns, narration, plots, timeline
 
 pytestmark = pytest.mark.pure
 
