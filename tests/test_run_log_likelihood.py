@@ -78,7 +78,7 @@ def test_the_kept_rows_are_the_teacher_forced_logits(decoder):
     pair = tiny_pair(scale=3.0, draft_noise=0.4, eos_token_id=63)
     for seed, prompt in enumerate(([1, 2, 3], list(range(12)), [5, 9])):
         result = kept_rows_run(decoder, pair, prompt, max_new_tokens=17, temperature=0.8, seed=seed)
-        expected = target_teacher_forced_logits(pair, prompt, result.token_ids)
+        expected = target_teacher_forced_logits(pair, pair.drafter, prompt, result.token_ids)
         assert result.target_rows.shape == expected.shape
         assert torch.allclose(result.target_rows.float(), expected, atol=1e-4)
 
