@@ -163,8 +163,8 @@ def drafter_sentence(method: str, drafter: str) -> str:
     if method == "smc":
         return (f" Drafter {drafter}: {lesson}. SMC-SD weighs each particle by p/q, so the closer the drafter's q "
                 "is to the target's p, the more even the weights and the closer its text to what the target writes. "
-                "Its speed: every particle is a row of work, which a CPU pays for row by row (on a 2-core CPU it measured "
-                "slower than AR) and a GPU almost not at all.")
+                "Its speed: every particle is a row of work, which a CPU pays for row by row (on a 2-core CPU it gains "
+                "little or nothing over AR: compare its speedup in the table) and a GPU almost not at all.")
     return f" Drafter {drafter}: {lesson}."
 
 
