@@ -79,18 +79,17 @@ def output_logits(pair, drafter, prompt_ids, outputs: dict, drafted: dict | None
     rows that judged its tokens): returned as they are, with no target pass over that output."""
     from .llama.engine import target_cache
     known = known_target_logits or {}
-    if not drafted and set(outputs) <= set(known):
-        return {key: known[key] for key in outputs}, {}
+    target_logits = {key: known[key] for key in outputs if key in known}
+    missing = {key: output_ids for key, output_ids in outputs.items() if key not in known}
+    if not drafted and not missing:
+        return target_logits, {}
     target = target_cache(pair, drafter)
     prefix, last = list(prompt_ids[:-1]), list(prompt_ids[-1:])
     if prefix:
         target.forward(prefix, keep=1)
     draft_logits = {key: drafted_after(pair, drafter, target, prompt_ids, outputs[key], full_support)
                     for key, full_support in (drafted or {}).items()}
-    target_logits = {key: known[key] for key in outputs if key in known}
-    for key, output_ids in outputs.items():
-        if key in known:
-            continue
+    for key, output_ids in missing.items():
         target.crop(len(prefix))
         fed = last + list(output_ids[:-1])
         target_logits[key] = target.forward(fed, keep=len(fed))[0, :, : pair.vocab_size].float().cpu()

@@ -14,7 +14,6 @@ from enum import StrEnum
 IN_MEMORY_ONLY = "in_memory_only"      # field metadata key: the field is never serialised
 
 
-
 class TokenState(StrEnum):
     """What happened to one token. A str: ``TokenState.ACCEPTED == "accepted"``, and JSON shows the value."""
     DRAFTED = "drafted"        # proposed by the draft: not yet verified, or (SMC-SD) kept and reweighted

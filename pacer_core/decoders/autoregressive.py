@@ -15,8 +15,7 @@ class Autoregressive:
     def run(self, pair, drafter, prompt_ids: list[int], settings: DecodeSettings,
             cancel: CancelFlag | None = None, keep_target_rows: bool = False) -> Iterator:
         """The target alone, on the engine the runs drafting with ``drafter`` verify on (None: no drafter)."""
-        state = make_state(pair, drafter, prompt_ids, settings, with_draft=False)
-        state.target_rows = [] if keep_target_rows else None
+        state = make_state(pair, drafter, prompt_ids, settings, with_draft=False, keep_target_rows=keep_target_rows)
         events = []
         if (yield from steps_until_done(lambda: state.finish_reason is not None,
                                         lambda step: self.step(pair, state, settings, step), events, cancel)):

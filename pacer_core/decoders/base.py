@@ -55,7 +55,8 @@ class DecodeState:
     def record_log_probs(self, target_logits_rows: torch.Tensor, emitted: list[int], settings: DecodeSettings) -> None:
         """When sampling, the target's log-probability (temperature 1) of each token just emitted, read from
         the rows that judged them (row i scores emitted[i]): the run's own log-likelihood, which the page
-        would otherwise compute with another target pass (greedy runs show none)."""
+        would otherwise compute with another target pass (greedy runs show none); and, when the run keeps them
+        (``target_rows``), those rows themselves."""
         if not settings.greedy:
             self.target_log_probs += sampling.chosen_log_probs(target_logits_rows, emitted)
         if self.target_rows is not None and emitted:
@@ -148,13 +149,13 @@ def new_generator(seed: int, device="cpu") -> torch.Generator:
 
 
 def make_state(pair, drafter, prompt_ids: list[int], settings: DecodeSettings, with_draft: bool,
-               state_type: type[DecodeState] = DecodeState) -> DecodeState:
+               state_type: type[DecodeState] = DecodeState, keep_target_rows: bool = False) -> DecodeState:
     """Fresh caches for one run with ``drafter`` (AR, ``with_draft`` False, only runs its target on the engine runs
     with that drafter get, ``llama.engine.active_engine``; None: no drafter). A drafter that reads the target's
     hidden states needs them for the prompt before it can draft, and a draft cache that adopts the target's prompt
     (the gguf drafter beside the llama.cpp target) takes the target's keys and values instead of computing its own:
     for both the target first runs once over prompt[:-1] (counted as a target call, like SMC-SD's prefill; the
-    verify passes then feed the rest)."""
+    verify passes then feed the rest). ``keep_target_rows``: the state keeps the rows that judge its tokens."""
     started = time.perf_counter()           # the run's clock starts before any prefill below
     if not with_draft:
         target, draft = target_cache(pair, drafter), None
@@ -167,7 +168,8 @@ def make_state(pair, drafter, prompt_ids: list[int], settings: DecodeSettings, w
             target.forward(list(prompt_ids[:-1]))
     return state_type(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target, draft=draft,
                        generator=new_generator(settings.seed, target.device), eos_ids=pair.eos_token_ids,
-                       drafter=drafter if with_draft else None, started=started)
+                       drafter=drafter if with_draft else None, started=started,
+                       target_rows=[] if keep_target_rows else None)
 
 
 def commit(state: DecodeState, emitted_ids: list[int], settings: DecodeSettings) -> list[int]:
@@ -273,8 +275,8 @@ class SpeculativeDecoder:
         """Yield a StepEvent per target call, then the Result (with ``Result.target_rows`` when
         ``keep_target_rows``), drafting with ``drafter``."""
         settings = with_pinned(settings, self.pinned)
-        state = make_state(pair, drafter, prompt_ids, settings, with_draft=True, state_type=self.state_type)
-        state.target_rows = [] if keep_target_rows else None
+        state = make_state(pair, drafter, prompt_ids, settings, with_draft=True, state_type=self.state_type,
+                           keep_target_rows=keep_target_rows)
         events = []
         if (yield from steps_until_done(lambda: state.finish_reason is not None,
                                         lambda step: self.step(pair, state, settings, step), events, cancel)):
