@@ -104,9 +104,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="benchmarks/results/atlas-overhead")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    pair = load_pair()
+    pair, loaded = load_pair()
     prompts = runner.load_atlas_prompts(args.prompts)
-    drafter, preverifier = named_drafter(pair, args.drafter)
+    drafter, preverifier = named_drafter(pair, loaded, args.drafter)
     lane = runner.atlas_lane(pair, drafter, preverifier, args.drafter, args.method,
                              {"temperature": 0.0, "seed": 0, "max_new_tokens": args.max_new_tokens}, prompts, Limits())
     runner.decode(lane.pair, lane.requests[0])                      # warm-up
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     final = repeats[-1].pop("atlas")
     for result in repeats[:-1]:
         result.pop("atlas")
-    report = summarise(args, pair, repeats, render_seconds(final))
+    report = summarise(args, pair, drafter, repeats, render_seconds(final))
     report["alpha"], report["drafted"], report["accepted"] = final["alpha"], final["drafted"], final["accepted"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -132,12 +132,12 @@ def main(argv=None) -> int:
     return 0
 
 
-def summarise(args, pair, repeats: list[dict], render_s: float) -> dict:
+def summarise(args, pair, drafter, repeats: list[dict], render_s: float) -> dict:
     from pacer_core.ui.atlas_session import RENDER_INTERVAL_S
 
     plain, atlas = [r["plain_s"] for r in repeats], [r["atlas_s"] for r in repeats]
     bookkeeping = [(r["record_s"] + r["finishing_s"]) / r["plain_s"] for r in repeats]
-    return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "pair": pair.describe(pair.drafter), "threads": torch.get_num_threads(),
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "pair": pair.describe(drafter), "threads": torch.get_num_threads(),
             "prompts": args.prompts, "method": args.method, "drafter": args.drafter, "temperature": 0.0,
             "max_new_tokens": args.max_new_tokens, "repeats": repeats,
             "plain_s_median": statistics.median(plain), "atlas_s_median": statistics.median(atlas),

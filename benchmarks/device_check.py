@@ -38,10 +38,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pacer_core.drafters import load_drafter  # noqa: E402
+from pacer_core.drafters import IndependentDrafter, LoadedDrafters, load_drafter  # noqa: E402
 from pacer_core.api import run_request  # noqa: E402
 from pacer_core.events import Result  # noqa: E402
-from pacer_core.models import ModelPair  # noqa: E402
+from pacer_core.models import ModelPair, pair_from_models  # noqa: E402
 from pacer_core.request import EncodedPrompt, RunRequest, chosen_names, request_for  # noqa: E402
 from pacer_core.settings import Limits, validate_settings  # noqa: E402
 from benchmarks.results_writer import write_summary  # noqa: E402
@@ -68,7 +68,8 @@ OVERHEAD_LIMIT = 0.10   # the issue's bar: above it, the per-step Python work ne
 
 @dataclass
 class MethodRow:
-    """One method and temperature in the report; ``drafter``: drafters.load_drafter's name (None: the pair's)."""
+    """One method and temperature in the report; ``drafter``: drafters.load_drafter's name (None: the random draft
+    model)."""
     label: str
     method: str
     temperature: float
@@ -136,20 +137,22 @@ def named_gpu_pair_ids(target_id: str) -> tuple[str, str]:
     return chosen.target, chosen.draft
 
 
-def random_pair(dry_run: bool, device: torch.device, dtype: torch.dtype, target_id: str | None = None) -> ModelPair:
+def random_pair(dry_run: bool, device: torch.device, dtype: torch.dtype,
+                target_id: str | None = None) -> tuple[ModelPair, IndependentDrafter]:
+    """(the pair, its random draft model as a drafter): the CI's tiny shapes, or a GPU default pair's real shapes."""
     if dry_run:
         target = random_model("llama", DRY_TARGET_SHAPE, DRY_VOCAB_SIZE, device, dtype, seed=0)
         draft = random_model("llama", DRY_DRAFT_SHAPE, DRY_VOCAB_SIZE, device, dtype, seed=1)
-        return ModelPair.from_models(target, draft, NumberTokenizer(DRY_VOCAB_SIZE), "tiny random target",
-                                     "tiny random draft", use_chat_template=False)
+        return pair_from_models(target, draft, NumberTokenizer(DRY_VOCAB_SIZE), "tiny random target",
+                                "tiny random draft", use_chat_template=False)
     target_id, draft_id = named_gpu_pair_ids(target_id) if target_id else default_gpu_pair_ids(device)
     (target_type, target_vocab, target_shape), (draft_type, draft_vocab, draft_shape) = \
         REAL_SHAPES[target_id], REAL_SHAPES[draft_id]
     target = random_model(target_type, target_shape, target_vocab, device, dtype, seed=0)
     draft = random_model(draft_type, draft_shape, draft_vocab, device, dtype, seed=1)
-    return ModelPair.from_models(target, draft, NumberTokenizer(min(target_vocab, draft_vocab)),
-                                 f"random {target_id.split('/')[-1]}-shaped target",
-                                 f"random {draft_id.split('/')[-1]}-shaped draft", use_chat_template=False)
+    return pair_from_models(target, draft, NumberTokenizer(min(target_vocab, draft_vocab)),
+                            f"random {target_id.split('/')[-1]}-shaped target",
+                            f"random {draft_id.split('/')[-1]}-shaped draft", use_chat_template=False)
 
 
 def synchronize(device: torch.device) -> None:
@@ -157,11 +160,11 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def row_request(pair, row: MethodRow, prompt_ids: list[int], max_new_tokens: int) -> RunRequest:
+def row_request(pair, drafter, row: MethodRow, prompt_ids: list[int], max_new_tokens: int) -> RunRequest:
     """The row's run request (seed 0), validated once: this script is a front door."""
     limits = Limits.from_env()
     raw = {"max_new_tokens": max_new_tokens, "temperature": row.temperature, **row.overrides}
-    return request_for(pair, pair.drafter, row.method, validate_settings(limits, **raw), chosen_names(raw),
+    return request_for(pair, drafter, row.method, validate_settings(limits, **raw), chosen_names(raw),
                        EncodedPrompt(tuple(prompt_ids)), limits)
 
 
@@ -198,23 +201,25 @@ def summarize(row: MethodRow, steps: list[tuple], results: list[Result]) -> dict
             "tokens_per_s": statistics.median(result.metrics.tokens_per_s for result in results)}
 
 
-def measure(pair, row: MethodRow, prompt_ids: list[int], args) -> dict:
-    """The row's per-step figures; a row whose drafter cannot be built here (no quantized kernel on this
-    device) says why instead."""
+def measure(pair, draft: IndependentDrafter, row: MethodRow, prompt_ids: list[int], args) -> dict:
+    """The row's per-step figures, drafting with ``draft`` (the random draft model) or the drafter the row names,
+    built for the pair; a row whose drafter cannot be built here (no quantized kernel on this device) says why
+    instead."""
     if row.drafter is None:
-        return measure_with(pair, row, prompt_ids, args)
+        return measure_with(pair, draft, row, prompt_ids, args)
     try:
-        drafter = load_drafter(pair, row.drafter)
+        drafter = load_drafter(pair, LoadedDrafters.around(draft), row.drafter)
     except ValueError as missing:
         return {"label": row.label, "method": row.method, "temperature": row.temperature, "error": str(missing),
                 "steps": 0, "step_ms": 0.0, "draft_ms": 0.0, "verify_ms": 0.0, "other_ms": 0.0, "median_step_ms": 0.0,
                 "overhead": 0.0, "tokens_per_target_call": 0.0, "tokens_per_s": 0.0}
-    return measure_with(pair.with_drafter(drafter), row, prompt_ids, args)
+    return measure_with(pair, drafter, row, prompt_ids, args)
 
 
-def measure_with(pair, row: MethodRow, prompt_ids: list[int], args) -> dict:
-    timed_run(pair, row_request(pair, row, prompt_ids, min(8, args.max_new_tokens)))   # warm-up (kernels, allocator)
-    request = row_request(pair, row, prompt_ids, args.max_new_tokens)
+def measure_with(pair, drafter, row: MethodRow, prompt_ids: list[int], args) -> dict:
+    warm_up = row_request(pair, drafter, row, prompt_ids, min(8, args.max_new_tokens))
+    timed_run(pair, warm_up)   # kernels, allocator
+    request = row_request(pair, drafter, row, prompt_ids, args.max_new_tokens)
     steps, results = [], []
     for repeat in range(args.repeats):
         run_steps, result = timed_run(pair, request.reseeded(repeat))
@@ -274,18 +279,18 @@ def run_check(args) -> dict:
     dtype = torch.float32 if args.dry_run else torch.bfloat16
     if args.dry_run:
         torch.set_num_threads(1)   # tiny models are dispatch-bound; one thread is fastest on a shared CPU
-    pair = random_pair(args.dry_run, args.device, dtype, args.target)
+    pair, draft = random_pair(args.dry_run, args.device, dtype, args.target)
     prompt_ids = torch.randint(pair.vocab_size, (args.prompt_tokens,), generator=torch.Generator().manual_seed(0)).tolist()
     rows, skipped = [], []
     for row in ROWS:
         if time.perf_counter() - started > args.budget_seconds:
             skipped.append(row.label)
             continue
-        rows.append(measure(pair, row, prompt_ids, args))
+        rows.append(measure(pair, draft, row, prompt_ids, args))
         print(f"  {row.label}: {rows[-1]['step_ms']:.2f} ms/step, overhead {100 * rows[-1]['overhead']:.1f}%",
               flush=True)
     return {"dry_run": args.dry_run, "machine": machine(args.device, dtype), "target": pair.target_id,
-            "draft": pair.draft_id, "prompt_tokens": args.prompt_tokens, "max_new_tokens": args.max_new_tokens,
+            "draft": draft.name, "prompt_tokens": args.prompt_tokens, "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats, "rows": rows, "skipped": skipped, "overhead_limit": OVERHEAD_LIMIT,
             "seconds": time.perf_counter() - started}
 

@@ -64,13 +64,13 @@ def nearest_prompts(lengths: list[int], pair) -> dict[int, dict]:
     return {length: min(measured, key=lambda item: abs(item[0] - length))[1] for length in lengths}
 
 
-def run_method(pair, method: str, prompt_ids: list[int], tokens: int, gamma: int) -> tuple[float, list[int]]:
+def run_method(pair, drafter, method: str, prompt_ids: list[int], tokens: int, gamma: int) -> tuple[float, list[int]]:
     from pacer_core.decoders import Autoregressive, FixedSpeculative
     from pacer_core.settings import DecodeSettings
 
     decoder = Autoregressive() if method == "ar" else FixedSpeculative(gamma)
     started = time.perf_counter()
-    *_, result = decoder.run(pair, pair.drafter, list(prompt_ids), DecodeSettings(max_new_tokens=tokens, temperature=0.0, seed=0))
+    *_, result = decoder.run(pair, drafter, list(prompt_ids), DecodeSettings(max_new_tokens=tokens, temperature=0.0, seed=0))
     return time.perf_counter() - started, list(result.token_ids)
 
 
@@ -111,11 +111,11 @@ def milliseconds(values: list[float]) -> dict:
 def profile_length(pair, drafter, prompt, tokens: int, gamma: int, alone_repeats: int) -> dict:
     prompt_ids = pair.encode_prompt(prompt["prompt"])
     with DecodeLog(drafter) as ar_log:
-        ar_seconds, ar_ids = run_method(pair, "ar", prompt_ids, tokens, gamma)
+        ar_seconds, ar_ids = run_method(pair, drafter, "ar", prompt_ids, tokens, gamma)
     with DecodeLog(drafter) as log:
-        sd_seconds, sd_ids = run_method(pair, "fixed", prompt_ids, tokens, gamma)
+        sd_seconds, sd_ids = run_method(pair, drafter, "fixed", prompt_ids, tokens, gamma)
     kinds = split_calls(log.calls)
-    target, draft = new_caches(pair, pair.drafter)
+    target, draft = new_caches(pair, drafter)
     context_ids = list(prompt_ids) + ar_ids
     draft.forward(context_ids, keep=1)
     target.forward(context_ids, keep=1)
@@ -144,8 +144,8 @@ def main(argv=None) -> int:
     parser.add_argument("--alone-repeats", type=int, default=25)
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
-    pair = without_eos(load_pair("embedded", "gguf", device="cpu", dtype="float32"))
-    drafter = pair.drafter
+    pair, loaded = load_pair("embedded", "gguf", device="cpu", dtype="float32")
+    pair, drafter = without_eos(pair), loaded.default
     lengths = [int(text) for text in args.lengths.split(",")]
     prompts = nearest_prompts(lengths, pair)
     rounds = []
@@ -162,7 +162,7 @@ def main(argv=None) -> int:
                                  "ar target steps")}), flush=True)
     summary = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "tokens": args.tokens, "gamma": args.gamma,
-        "engine": type(target_cache(pair, pair.drafter)).__name__, "gguf_threads": drafter.model.threads,
+        "engine": type(target_cache(pair, drafter)).__name__, "gguf_threads": drafter.model.threads,
         "torch_threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"), "rounds": rounds}
     if args.out:

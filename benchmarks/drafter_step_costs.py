@@ -33,12 +33,11 @@ def main() -> None:
     parser.add_argument("--drafters", default="gguf,small,self-int8,self-int4")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    pair = load_pair("embedded", "gguf", device="cpu", dtype="float32")
+    pair, loaded = load_pair("embedded", "gguf", device="cpu", dtype="float32")
     for round_index in range(args.rounds):
-        target_ms = one_token_ms(target_cache(pair, pair.drafter))
+        target_ms = one_token_ms(target_cache(pair, loaded.default))
         for name in args.drafters.split(","):
-            view = pair.with_drafter(load_drafter(pair, name))
-            _, draft_cache = new_caches(view, view.drafter)
+            _, draft_cache = new_caches(pair, load_drafter(pair, loaded, name))
             draft_ms = one_token_ms(draft_cache)
             print(f"round {round_index + 1}: {name}: draft call {draft_ms:.1f} ms, target step {target_ms:.1f} ms, "
                   f"c = {draft_ms / target_ms:.2f}", flush=True)

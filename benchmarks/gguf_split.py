@@ -54,7 +54,7 @@ def timed(owner, name: str, totals: dict, key: str):
         setattr(owner, name, original)
 
 
-def split_one(pair, spec_text: str, prompts: list, settings_text: dict, limits) -> dict:
+def split_one(pair, drafter, spec_text: str, prompts: list, settings_text: dict, limits) -> dict:
     """Run one method over the prompts; the per-token and per-verify split in milliseconds."""
     spec = parse_method(spec_text)
     totals = {"llama_cpp": 0.0, "target_forward": 0.0}
@@ -62,8 +62,8 @@ def split_one(pair, spec_text: str, prompts: list, settings_text: dict, limits) 
     drafted = verifies = tokens = 0
     with timed(GGUFCache, "_decode_once", totals, "llama_cpp"), timed(CachedModel, "_run", totals, "target_forward"):
         for prompt_ids in prompts:
-            raw = measured_settings(pair, pair.drafter, "gguf", spec.kind) | settings_text | spec.overrides
-            request = request_for(pair, pair.drafter, spec.kind, validate_settings(limits, **raw), frozenset(raw),
+            raw = measured_settings(pair, drafter, "gguf", spec.kind) | settings_text | spec.overrides
+            request = request_for(pair, drafter, spec.kind, validate_settings(limits, **raw), frozenset(raw),
                                   prompt_ids, limits)
             *events, result = list(run_request(pair, request))
             draft_s += sum(event.draft_seconds for event in events)
@@ -92,19 +92,20 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     limits = Limits.from_env()
-    pair = load_pair(draft="gguf", target_engine=args.target_engine)
+    pair, loaded = load_pair(draft="gguf", target_engine=args.target_engine)
+    drafter = loaded.default
     records = load_prompts(args.prompts)[: args.limit or None]
     prompts = [encode_prompt(pair, record["prompt"], None, limits) for record in records]
     settings = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature}
     rows = []
-    split_one(pair, args.methods.split(",")[0], prompts[:1], settings, limits)       # warm-up
+    split_one(pair, drafter, args.methods.split(",")[0], prompts[:1], settings, limits)       # warm-up
     for method in args.methods.split(","):
-        rows.append(split_one(pair, method, prompts, settings, limits))
+        rows.append(split_one(pair, drafter, method, prompts, settings, limits))
         print(json.dumps(rows[-1]), flush=True)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"temperature": args.temperature, "prompts": args.prompts,
-                                              "target_engine": pair.describe(pair.drafter)["target_engine"],
+                                              "target_engine": pair.describe(drafter)["target_engine"],
                                               "limit": args.limit, "threads": torch.get_num_threads(),
                                               "rows": rows}, indent=1) + "\n")
     return 0

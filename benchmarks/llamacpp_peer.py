@@ -288,24 +288,24 @@ def without_eos(pair):
     return NoEosPair(**{field.name: getattr(pair, field.name) for field in dataclasses.fields(pair)})
 
 
-def project_rows(pair, gamma: int | None):
-    """(row name, method, settings) for the project's rows: AR and the page's default fixed SD and PACER with the
-    pair's drafter (measured_defaults.json's starting settings)."""
+def project_rows(pair, drafter, gamma: int | None):
+    """(row name, method, settings) for the project's rows: AR and the page's default fixed SD and PACER with
+    ``drafter`` (measured_defaults.json's starting settings)."""
     from pacer_core.drafters import drafter_key, measured_gamma, measured_settings
-    key = drafter_key(pair.drafter)
-    fixed = gamma or measured_gamma(pair, pair.drafter) or 4
+    key = drafter_key(drafter)
+    fixed = gamma or measured_gamma(pair, drafter) or 4
     return [("ours ar", "ar", {}), (f"ours fixed:{fixed}", "fixed", {"gamma": fixed}),
-            ("ours pacer", "pacer", measured_settings(pair, pair.drafter, key, "pacer"))]
+            ("ours pacer", "pacer", measured_settings(pair, drafter, key, "pacer"))]
 
 
-def project_run(pair, method: str, settings: dict, prompt_ids, tokens: int) -> tuple[float, list[int]]:
+def project_run(pair, drafter, method: str, settings: dict, prompt_ids, tokens: int) -> tuple[float, list[int]]:
     from pacer_core.api import run_request
     from pacer_core.request import EncodedPrompt, request_for
     from pacer_core.settings import Limits, validate_settings
 
     limits = Limits.from_env()
     raw = {"max_new_tokens": tokens, "temperature": 0.0, **settings}
-    request = request_for(pair, pair.drafter, method, validate_settings(limits, **raw), frozenset(raw),
+    request = request_for(pair, drafter, method, validate_settings(limits, **raw), frozenset(raw),
                           EncodedPrompt(tuple(prompt_ids)), limits)
     *_, result = list(run_request(pair, request))
     return result.metrics.tokens_per_s, list(result.token_ids)
@@ -325,9 +325,10 @@ def measure(args) -> dict:
     env = tool_env(library)
     draft_file = Path(args.draft_gguf) if args.draft_gguf else find_gguf_file()
     target_file = Path(args.target_gguf) if args.target_gguf else f32_target(tools, draft_file, work, env)
-    pair = without_eos(load_pair(args.target, args.draft, target_engine=args.target_engine))
+    pair, loaded = load_pair(args.target, args.draft, target_engine=args.target_engine)
+    pair, drafter = without_eos(pair), loaded.default
     prompts = load_prompts(args.prompts)[: args.limit or None]
-    ours = project_rows(pair, args.gamma)
+    ours = project_rows(pair, drafter, args.gamma)
     theirs = ["llama.cpp ar"] + [f"llama.cpp spec n_max={n}" for n in args.n_max]
     samples: dict[str, dict[str, list[float]]] = {name: {} for name, _, _ in ours}
     samples.update({name: {} for name in theirs})
@@ -345,7 +346,7 @@ def measure(args) -> dict:
                 prompt_file.write_text(text)
                 outputs = {}
                 for name, method, settings in ours:
-                    speed, token_ids = project_run(pair, method, settings, prompt_ids, args.max_new_tokens)
+                    speed, token_ids = project_run(pair, drafter, method, settings, prompt_ids, args.max_new_tokens)
                     samples[name].setdefault(prompt_id, []).append(speed)
                     outputs[name] = token_ids
                 try:
@@ -376,7 +377,7 @@ def measure(args) -> dict:
     medians = per_prompt_medians(samples)
     exact_rows = [name for name, _, _ in ours]
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": "python " + " ".join(map(shlex.quote, sys.argv)),
-            "pair": pair.describe(pair.drafter), "threads": args.threads, "max_new_tokens": args.max_new_tokens,
+            "pair": pair.describe(drafter), "threads": args.threads, "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats, "prompts": [prompt["id"] for prompt in prompts], "target_gguf": str(target_file),
             "tools": {name: str(path) for name, path in tools.items()},
             "tools_library": tools_library_words(args),

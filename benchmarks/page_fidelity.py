@@ -94,7 +94,7 @@ def wait_until_drawn(page) -> None:
     time.sleep(DRAWN_S)
 
 
-def alone_round(pair, trace: dict) -> dict:
+def alone_round(pair, drafter, trace: dict) -> dict:
     """The page's four decoders alone, one after another in the page's order, with the settings the page ran."""
     from pacer_core import generate
 
@@ -102,7 +102,7 @@ def alone_round(pair, trace: dict) -> dict:
     out = {}
     for method in page_order(trace):
         started = time.perf_counter()
-        result = generate(pair, pair.drafter, method, trace["prompt"], chat=trace.get("chat_template"), **settings)
+        result = generate(pair, drafter, method, trace["prompt"], chat=trace.get("chat_template"), **settings)
         out[method] = {"seconds": time.perf_counter() - started, "tokens": result.metrics.new_tokens,
                        "token_ids": list(result.token_ids)}
     return out
@@ -206,18 +206,18 @@ def measure(args) -> dict:
 
     from pacer_core.models import pair_from_env
 
-    pair = pair_from_env()
+    pair, loaded = pair_from_env()
     chosen = examples(args.examples)
     rounds = {item["label"]: [] for item in chosen}
     downloads = Path(tempfile.mkdtemp(prefix="page-fidelity-"))
     with running_app(downloads / "app.log") as url, sync_playwright() as playwright:
         browser, page = browser_page(playwright, url)
         warm = page_round(page, WARM_UP_PROMPT, downloads)        # lazy builds and first-call costs, both sides
-        alone_round(pair, warm["trace"])
+        alone_round(pair, loaded.default, warm["trace"])
         for round_index in range(args.rounds):
             for item in chosen:
                 on_page = page_round(page, item["prompt"], downloads)
-                alone = alone_round(pair, on_page["trace"])
+                alone = alone_round(pair, loaded.default, on_page["trace"])
                 entry = {"round": round_index, "click_to_table_s": on_page["click_to_table_s"],
                          "phase_seconds": on_page["trace"].get("phase_seconds"),
                          "status": on_page["status"], "settings": on_page["trace"]["settings"],
@@ -237,7 +237,7 @@ def measure(args) -> dict:
                     row.pop("token_ids", None)
     results = {"date": datetime.date.today().isoformat(), "rounds": args.rounds,
                "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
-               "pair": pair.describe(pair.drafter) | {"drafter": chosen and rounds[chosen[0]["label"]][0]["drafter"]},
+               "pair": pair.describe(loaded.default) | {"drafter": chosen and rounds[chosen[0]["label"]][0]["drafter"]},
                "examples": []}
     for item in chosen:
         summary = summarize(rounds[item["label"]])

@@ -36,9 +36,9 @@ def caches_by_config(dtypes: list[str], packed: str) -> dict:
     caches = {}
     for dtype, packing in configurations(dtypes, packed):
         os.environ["PACER_PACKED_LINEAR"] = packing
-        pair = load_pair("embedded", "embedded-small", device="cpu", dtype=dtype)
-        label = dtype + (" packed" if pair.describe(pair.drafter)["linear_kernels"] != "default" else "")
-        for role, model in (("target", pair.target), ("draft", pair.draft)):
+        pair, loaded = load_pair("embedded", "embedded-small", device="cpu", dtype=dtype)
+        label = dtype + (" packed" if pair.describe(loaded.default)["linear_kernels"] != "default" else "")
+        for role, model in (("target", pair.target), ("draft", loaded.small_model)):
             cache = CachedModel(model, pair.vocab_size)
             cache.forward(CONTEXT)
             caches[f"{role} {label}"] = cache

@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="benchmarks/results/target-engine")
     args = parser.parse_args(argv)
-    pair = load_pair("embedded", "small", target_engine="torch")
+    pair, _ = load_pair("embedded", "small", target_engine="torch")
     engine = LlamaTarget.for_embedded(pair.tokenizer, pair.vocab_size)
     prompt = pair.encode_prompt(PROMPT)
     continuation = [int(token) for token in torch.randint(100, 40000, (max(VERIFY_TOKENS),),

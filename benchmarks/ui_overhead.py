@@ -245,13 +245,13 @@ def main():
         Path(args.out).write_text(json.dumps(report, indent=2))
         print(json.dumps(report, indent=2))
         return
-    pair = load_pair("embedded", "embedded")
+    pair, loaded = load_pair("embedded", "embedded")
     if args.ignore_eos:
         from scaling import without_stops
 
         pair = without_stops(pair)
-    preverifier = default_preverifier(pair, pair.drafter)
-    context = AppContext(pair, pair.drafter, preverifier, getattr(preverifier, "kind", "heuristic"))
+    preverifier = default_preverifier(pair, loaded.default)
+    context = AppContext(pair, loaded.default, preverifier, getattr(preverifier, "kind", "heuristic"))
     settings = {"max_new_tokens": args.max_new_tokens, "temperature": 0.7, "seed": 0}
     inputs = PageInputs(PROMPT, settings, chat=pair.use_chat_template, measure_ar=not args.no_ar)
     with_ui_seconds(context, PageInputs(PROMPT, settings | {"max_new_tokens": 8}, chat=inputs.chat,

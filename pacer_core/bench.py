@@ -55,7 +55,9 @@ class CallCounter:
         self.handle.remove()
 
 
-def run_hf(pair, spec: MethodSpec, request: RunRequest) -> RunRecord:
+def run_hf(pair, draft_model, spec: MethodSpec, request: RunRequest) -> RunRecord:
+    """transformers' own generate: plain (``hf``) or assisted by ``draft_model``, the loaded independent draft model
+    (``hf-assisted``, ``hf-assisted-dynamic``)."""
     settings, prompt_ids = request.settings, list(request.prompt_ids)
     eos_ids = sorted(pair.eos_token_ids)
     kwargs = {"max_new_tokens": settings.max_new_tokens, "eos_token_id": eos_ids or None,
@@ -66,20 +68,20 @@ def run_hf(pair, spec: MethodSpec, request: RunRequest) -> RunRecord:
         torch.manual_seed(settings.seed)
         kwargs.update(do_sample=True, temperature=settings.temperature, top_k=settings.top_k or None,
                       top_p=settings.top_p)
-    if spec.kind != "hf" and pair.draft is None:
-        raise SettingsError(f"{spec.kind} needs an independent draft model; this pair has only a feature head.")
-    draft_config = pair.draft.generation_config if pair.draft is not None else None
+    if spec.kind != "hf" and draft_model is None:
+        raise SettingsError(f"{spec.kind} needs an independent draft model; none was loaded with this target.")
+    draft_config = draft_model.generation_config if draft_model is not None else None
     saved_draft_config = copy.deepcopy(draft_config)
     if spec.kind in ("hf-assisted", "hf-assisted-dynamic"):
         # transformers 5 reads the assisted-generation knobs from the ASSISTANT's generation_config,
         # not from generate() kwargs; set them there for this call and restore them afterwards.
-        kwargs["assistant_model"] = pair.draft
+        kwargs["assistant_model"] = draft_model
     if spec.kind == "hf-assisted":
         draft_config.num_assistant_tokens = settings.gamma
         draft_config.num_assistant_tokens_schedule = "constant"
         draft_config.assistant_confidence_threshold = 0.0
     target_counter = CallCounter(pair.target)
-    draft_counter = CallCounter(pair.draft if pair.draft is not None else pair.target)
+    draft_counter = CallCounter(draft_model if draft_model is not None else pair.target)
     input_ids = torch.tensor([prompt_ids], device=pair.device)
     started = time.perf_counter()
     try:
@@ -88,8 +90,8 @@ def run_hf(pair, spec: MethodSpec, request: RunRequest) -> RunRecord:
     finally:
         target_counter.close()
         draft_counter.close()
-        if pair.draft is not None:
-            pair.draft.generation_config = saved_draft_config
+        if draft_model is not None:
+            draft_model.generation_config = saved_draft_config
     seconds = time.perf_counter() - started
     new_ids = output[0, len(prompt_ids):].tolist()
     return RunRecord(seconds, len(new_ids), target_counter.calls, draft_counter.calls, 0, 0, 0.0, 0.0,
@@ -178,15 +180,15 @@ def run_benchmark(args) -> int:
     if any(spec.kind == "oracle" for spec in specs) and not base.greedy:
         raise SettingsError("The oracle method needs --temperature 0.")
     prompts = select_prompts(load_prompts(args.prompts), args.per_category)[: args.limit or None]
-    pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype,
-                     draft_dtype=args.draft_dtype, draft_vocab=args.draft_vocab, draft_gguf=args.draft_gguf,
-                     target_engine=args.target_engine or os.environ.get("PACER_TARGET_ENGINE"))
+    pair, loaded = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype,
+                             draft_dtype=args.draft_dtype, draft_vocab=args.draft_vocab, draft_gguf=args.draft_gguf,
+                             target_engine=args.target_engine or os.environ.get("PACER_TARGET_ENGINE"))
     from .preverifier import default_preverifier
 
-    own = pair.drafter
+    own = loaded.default
     preverifier = default_preverifier(pair, own)
     encoded = [encode_prompt(pair, record["prompt"], None, limits) for record in prompts]
-    drafters = load_row_drafters(pair, specs, args.head)
+    drafters = load_row_drafters(pair, loaded, specs, args.head)
     row_drafters = {spec.label: drafters[spec.drafter] if spec.drafter else (own, preverifier) for spec in specs}
     requests = {spec.label: row_requests(pair, row_drafters[spec.label][0], spec, raw, encoded, limits,
                                          row_drafters[spec.label][1])
@@ -200,7 +202,7 @@ def run_benchmark(args) -> int:
         if not request.settings.greedy:  # sampling: a different seed per repeat, so log-likelihoods see varied samples
             request = request.reseeded(repeat)
         if spec.kind in HF_METHODS:
-            return run_hf(pair, spec, request)
+            return run_hf(pair, loaded.small_model, spec, request)
         if spec.drafter:
             return run_ours(pair, spec, request, references.get(index, []))
         record = run_ours(pair, spec, request, references.get(index, []))
@@ -239,14 +241,14 @@ def run_benchmark(args) -> int:
     return 0
 
 
-def load_row_drafters(pair, specs: list[MethodSpec], head) -> dict:
+def load_row_drafters(pair, loaded, specs: list[MethodSpec], head) -> dict:
     """Drafter name (@NAME in a method) → (the drafter, its pre-verifier)."""
     from .preverifier import default_preverifier
 
     drafters = {}
     for name in sorted({spec.drafter for spec in specs if spec.drafter}):
         try:
-            drafter = load_drafter(pair, name, head)
+            drafter = load_drafter(pair, loaded, name, head)
         except ValueError as bad:
             raise SettingsError(str(bad)) from None
         drafters[name] = (drafter, default_preverifier(pair, drafter))

@@ -1,4 +1,6 @@
-"""ModelPair: a target and a draft causal LM that share one tokenizer, on one device and dtype.
+"""ModelPair: the target causal LM with its tokenizer, device, dtype and engine; and the loader, which builds it
+and, beside it, what the runs draft with (``drafters.LoadedDrafters``): a draft model sharing the tokenizer, a
+feature head, or a drafter built from the target itself.
 
 Sources are a hub id, a local directory, or the word ``embedded``. Loading errors become
 ``ModelLoadError`` with a message that names the model; the UI and CLIs show it as one line."""
@@ -16,6 +18,7 @@ from . import embedded
 from .drafters.drafter import Drafter
 from .drafters.feature_head import is_head_dir
 from .drafters.kinds import entry_for_name
+from .drafters.loaded import LoadedDrafters
 from .llama.target import LlamaTarget
 from .packed_linear import PackedLinear, pack_linear_layers, packing_wanted
 
@@ -33,53 +36,27 @@ class ModelLoadError(RuntimeError):
     """A model or tokenizer could not be loaded, or the pair does not fit together."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelPair:
-    """Target and draft in eval mode with their shared tokenizer.
+    """The target in eval mode with its tokenizer, device, dtype and engine: what every run of every drafter shares.
+    It holds no drafter (a run names its own: ``RunRequest.drafter``; what the loader built beside the target is a
+    ``drafters.LoadedDrafters``) and nothing changes it once loaded (frozen).
 
-    ``vocab_size`` is the number of ids both models score (the smaller of the two logit widths);
-    logits are sliced to it so pairs whose embedding matrices differ only by padding rows work."""
-
+    ``vocab_size``: the ids every run scores, the narrower of the target's and its draft model's logit widths (the
+    loader's). ``target_engine``: llama.cpp's when it runs the target (llama/target.py); None: torch.
+    ``measured_file``: the measured_defaults.json with the settings each drafter of this target starts with
+    (``drafters.measured``; "" without one). ``load_note``: one line for the page about how this pair was chosen
+    (e.g. a GPU default that fell back)."""
     target: torch.nn.Module
-    draft: torch.nn.Module
     tokenizer: object
     target_id: str = "target"
-    draft_id: str = "draft"
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     dtype: torch.dtype = torch.float32
     vocab_size: int = 0
     use_chat_template: bool = True
-    drafter: Drafter | None = None   # what the decoders draft with (drafters/); the draft model by default
-    draft_model_id: str = ""  # name of the independent draft model (kept when a head drafts instead)
-    draft_gguf: str = ""      # a GGUF file for the ``gguf`` drafter (the embedded target's own file without one)
-    target_engine: LlamaTarget | None = None   # when llama.cpp runs the target (llama/target.py); None: torch
-    load_note: str = ""       # one line for the page about how this pair was chosen (e.g. a GPU default that fell back)
-
-    def __post_init__(self):
-        self.draft_model_id = self.draft_model_id or self.draft_id
-        if self.drafter is None and self.draft is not None:
-            from .drafters import IndependentDrafter
-            self.drafter = IndependentDrafter(self.draft, self.vocab_size, self.draft_id)
-
-    def with_drafter(self, drafter) -> "ModelPair":
-        """Another view of this pair drafting with ``drafter``: the same target, draft model, tokenizer and
-        device (nothing is copied or reloaded); this pair is unchanged."""
-        return dataclasses.replace(self, drafter=drafter, draft_id=drafter.name, draft_model_id=self.draft_model_id)
-
-    @classmethod
-    def from_models(cls, target_model, draft_model, tokenizer, target_id="target", draft_id="draft",
-                    check_tokenizer=True, draft_tokenizer=None, use_chat_template=True) -> "ModelPair":
-        """Wrap models already in memory (tests build tiny random Llamas this way)."""
-        target_model.eval()
-        if draft_model is not None:
-            draft_model.eval()
-        if check_tokenizer and draft_tokenizer is not None:
-            check_tokenizers_match(tokenizer, draft_tokenizer, target_id, draft_id)
-        parameter = next(target_model.parameters())
-        vocab = min(_logit_width(model) for model in (target_model, draft_model) if model is not None)
-        return cls(target=target_model, draft=draft_model, tokenizer=tokenizer, target_id=target_id,
-                   draft_id=draft_id, device=parameter.device, dtype=parameter.dtype, vocab_size=vocab,
-                   use_chat_template=use_chat_template and bool(getattr(tokenizer, "chat_template", None)))
+    target_engine: LlamaTarget | None = None
+    measured_file: str = ""
+    load_note: str = ""
 
     @property
     def eos_token_ids(self) -> set[int]:
@@ -126,6 +103,32 @@ class ModelPair:
                 "device": str(self.device), "linear_kernels": linear_kernels(self.target),
                 "dtype": str(self.dtype).replace("torch.", ""), "vocab_size": self.vocab_size,
                 "chat_template": self.use_chat_template}
+
+
+def pair_from_models(target_model, draft_model, tokenizer, target_id: str = "target", draft_id: str = "draft",
+                     check_tokenizer: bool = True, draft_tokenizer=None,
+                     use_chat_template: bool = True) -> tuple[ModelPair, Drafter]:
+    """A pair of models already built (tests, tools): the target's ``ModelPair`` and the draft model as its
+    ``IndependentDrafter`` (None without a draft model); both score the narrower of the two logit widths."""
+    from .drafters import IndependentDrafter
+    target_model.eval()
+    if draft_model is not None:
+        draft_model.eval()
+    if check_tokenizer and draft_tokenizer is not None:
+        check_tokenizers_match(tokenizer, draft_tokenizer, target_id, draft_id)
+    pair = target_pair(target_model, tokenizer, target_id, draft_model, use_chat_template)
+    drafter = IndependentDrafter(draft_model, pair.vocab_size, draft_id) if draft_model is not None else None
+    return pair, drafter
+
+
+def target_pair(target_model, tokenizer, target_id: str, draft_model, use_chat_template: bool) -> ModelPair:
+    """The pair for a target in memory, on its parameters' device and dtype, scoring the ids both it and
+    ``draft_model`` (None: none) have logits for; the chat template only where the tokenizer has one."""
+    parameter = next(target_model.parameters())
+    vocab = min(_logit_width(model) for model in (target_model, draft_model) if model is not None)
+    return ModelPair(target=target_model, tokenizer=tokenizer, target_id=target_id, device=parameter.device,
+                     dtype=parameter.dtype, vocab_size=vocab,
+                     use_chat_template=use_chat_template and bool(getattr(tokenizer, "chat_template", None)))
 
 
 def linear_kernels(model) -> str:
@@ -228,14 +231,16 @@ def _load_one(location: str, name: str, role: str, device, dtype, device_map=Non
 
 def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dtype=None,
               use_chat_template: bool = True, device_map: str | None = None, draft_dtype=None,
-              draft_vocab=None, draft_gguf: str | None = None, target_engine: str | None = None) -> ModelPair:
-    """Load a target and a draft (hub ids, local dirs or ``embedded``) on one device and dtype.
+              draft_vocab=None, draft_gguf: str | None = None,
+              target_engine: str | None = None) -> tuple[ModelPair, LoadedDrafters]:
+    """Load a target and a draft (hub ids, local dirs or ``embedded``) on one device and dtype: the target's
+    ``ModelPair`` and what was built beside it to draft with (``LoadedDrafters``; its ``default`` is ``draft``).
 
     ``draft_dtype`` (default: ``dtype``) changes only the drafter's numerics: exactness depends on the
     target's alone, so e.g. a float32 target with a bfloat16 draft still returns AR's greedy tokens.
     ``device_map="auto"`` spreads a target too large for one GPU over all visible GPUs (accelerate).
     ``draft_vocab``: how many of its most frequent ids the independent draft scores ("all", a number, or None
-    for its folder's recommendation; see ``_apply_draft_vocabulary``). ``draft_gguf``: the GGUF file the
+    for its folder's recommendation; see ``small_drafter_of``). ``draft_gguf``: the GGUF file the
     ``gguf`` drafter runs (default: for the embedded target, the file it was converted from). ``target_engine``:
     auto (default), torch or llama.cpp (llama/engine.py: auto is llama.cpp for the embedded target in float32 on a
     CPU with llama-cpp-python, torch otherwise)."""
@@ -246,39 +251,52 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
         raise ModelLoadError("A CUDA device was requested but no GPU is visible.")
     target_location, target_name = resolve_source(target, "target")
     target_model, target_tokenizer = _load_one(target_location, target_name, "target", device, dtype, device_map)
-    if target_location == str(embedded.converted_target_dir()):
+    is_embedded_target = target_location == str(embedded.converted_target_dir())
+    if is_embedded_target:
         draft = default_embedded_drafter(draft, device)
     draft_location, draft_name = resolve_source(draft, "draft")
     named = entry_for_name(draft_location)
     built_from_target = draft_location if named is not None and named.kind in ("self-quantized", "gguf") else None
     head_location = draft_location if is_head_dir(draft_location) else None
-    kept_alongside = head_location or built_from_target
-    if kept_alongside:   # the independent draft stays loaded for the embedded target (hf-assisted baselines)
-        draft_location, draft_model = None, None
-        if target_location == str(embedded.converted_target_dir()):
-            draft_location, _ = resolve_source(embedded.EMBEDDED_SMALL, "draft")
-    if draft_location:
-        draft_model, draft_tokenizer = _load_one(draft_location, draft_name, "draft", device, draft_dtype)
-        check_tokenizers_match(target_tokenizer, draft_tokenizer, target_name, draft_name)
-        if _parameter_count(draft_model) > _parameter_count(target_model):
-            import warnings
-            warnings.warn(f"The draft '{draft_name}' is larger than the target '{target_name}': "
-                          "speculative decoding will be slower than plain decoding.")
-    pair = ModelPair.from_models(target_model, draft_model, target_tokenizer, target_name, draft_name,
-                                 check_tokenizer=False, use_chat_template=use_chat_template)
-    pair.device = device if not device_map else pair.device
-    pair.draft_gguf = str(draft_gguf or "")
-    if kept_alongside and draft_location:
-        pair.draft_model_id = resolve_source(embedded.EMBEDDED_SMALL, "draft")[1]
-    if draft_model is not None and not kept_alongside:
-        _apply_draft_vocabulary(pair, draft_vocab)
+    small_location, small_name = draft_location, draft_name
+    if head_location or built_from_target:   # the independent draft stays loaded for the embedded target
+        small_location, small_name = resolve_source(embedded.EMBEDDED_SMALL, "draft") if is_embedded_target else (
+            None, "")
+    small_model = _load_draft(small_location, small_name, device, draft_dtype, target_model, target_tokenizer,
+                              target_name) if small_location else None
+    pair = target_pair(target_model, target_tokenizer, target_name, small_model, use_chat_template)
+    pair = dataclasses.replace(pair, device=device if not device_map else pair.device,
+                               measured_file=_measured_file(small_model))
+    pair = dataclasses.replace(pair, target_engine=load_target_engine(target_engine,
+                                                                      is_embedded_target and not device_map, pair))
+    loaded = LoadedDrafters(default=None, small_model=small_model, small_model_id=small_name,
+                            gguf_file=str(draft_gguf or ""))
     if head_location:
-        pair = pair.with_drafter(loaded_head(pair, head_location, draft_name, draft_dtype))
-    if built_from_target:
-        pair = pair.with_drafter(drafter_by_name(pair, built_from_target))
-    pair.target_engine = load_target_engine(target_engine, target_location == str(embedded.converted_target_dir())
-                                            and not device_map, pair)
-    return pair
+        chosen = loaded_head(pair, head_location, draft_name, draft_dtype)
+    elif built_from_target:
+        chosen = drafter_by_name(pair, loaded, built_from_target)
+    else:
+        chosen = small_drafter_of(pair, loaded, draft_vocab)
+    return pair, dataclasses.replace(loaded, default=chosen)
+
+
+def _load_draft(location: str, name: str, device, dtype, target_model, target_tokenizer, target_name: str):
+    """The independent draft model, checked against the target's tokenizer (a draft larger than the target loads,
+    with a warning: speculative decoding will be slower than plain decoding)."""
+    draft_model, draft_tokenizer = _load_one(location, name, "draft", device, dtype)
+    check_tokenizers_match(target_tokenizer, draft_tokenizer, target_name, name)
+    if _parameter_count(draft_model) > _parameter_count(target_model):
+        import warnings
+        warnings.warn(f"The draft '{name}' is larger than the target '{target_name}': "
+                      "speculative decoding will be slower than plain decoding.")
+    return draft_model
+
+
+def _measured_file(small_model) -> str:
+    """The measured_defaults.json in the independent draft model's folder ("" without a draft model)."""
+    from .drafters import MEASURED_DEFAULTS_FILE
+    folder = getattr(getattr(small_model, "config", None), "_name_or_path", "") or ""
+    return str(Path(folder) / MEASURED_DEFAULTS_FILE) if folder else ""
 
 
 def loaded_head(pair: ModelPair, directory: str, name: str, dtype) -> Drafter:
@@ -290,11 +308,11 @@ def loaded_head(pair: ModelPair, directory: str, name: str, dtype) -> Drafter:
         raise ModelLoadError(f"Could not load the feature head '{name}': {failure}") from failure
 
 
-def drafter_by_name(pair: ModelPair, name: str) -> Drafter:
+def drafter_by_name(pair: ModelPair, loaded: LoadedDrafters, name: str) -> Drafter:
     """``drafters.load_drafter`` for the loader: a drafter that cannot be built is a ModelLoadError."""
     from .drafters import load_drafter
     try:
-        return load_drafter(pair, name)
+        return load_drafter(pair, loaded, name)
     except ValueError as failure:
         raise ModelLoadError(str(failure)) from failure
 
@@ -336,23 +354,21 @@ def default_embedded_drafter(draft, device: torch.device) -> str:
     return embedded.DEFAULT_EMBEDDED_DRAFTER
 
 
-def _apply_draft_vocabulary(pair: ModelPair, draft_vocab) -> None:
-    """Let the independent draft score only its N most frequent ids (drafters/vocabulary.py). ``draft_vocab``:
-    None → what the draft folder's frequent_ids.json recommends (``default_kept``; all ids without one),
-    "all" or 0 → every id, N → the N most frequent."""
-    from .drafters import draft_folder, reduced_vocabulary_drafter
+def small_drafter_of(pair: ModelPair, loaded: LoadedDrafters, draft_vocab) -> Drafter:
+    """The independent draft model as a drafter, scoring the ids ``draft_vocab`` asks for (drafters/vocabulary.py):
+    None → what its folder's frequent_ids.json recommends (``default_kept``; all ids without one), "all" or 0 →
+    every id, N → the N most frequent."""
+    from .drafters import IndependentDrafter, reduced_vocabulary_drafter
     from .drafters.vocabulary import recommended_kept
 
     text = "" if draft_vocab is None else str(draft_vocab).strip().lower()
-    if text in ("all", "0", "full"):
-        return
-    if text and not text.isdigit():
+    if text and text not in ("all", "0", "full") and not text.isdigit():
         raise ModelLoadError(f"Unknown draft vocabulary '{draft_vocab}': use all or a number of ids such as 16384.")
-    count = int(text) if text else recommended_kept(draft_folder(pair))
+    count = 0 if text in ("all", "0", "full") else int(text) if text else recommended_kept(loaded.small_model_folder)
     if not count:
-        return
+        return IndependentDrafter(loaded.small_model, pair.vocab_size, loaded.small_model_id)
     try:
-        pair.drafter = reduced_vocabulary_drafter(pair, count, name=pair.draft_id)
+        return reduced_vocabulary_drafter(pair, loaded, count, name=loaded.small_model_id)
     except ValueError as missing:
         raise ModelLoadError(str(missing)) from missing
 
@@ -361,7 +377,7 @@ def _parameter_count(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def pair_from_env(**overrides) -> ModelPair:
+def pair_from_env(**overrides) -> tuple[ModelPair, LoadedDrafters]:
     """load_pair with PACER_TARGET / PACER_DRAFT / PACER_DEVICE / PACER_DTYPE / PACER_DRAFT_DTYPE /
     PACER_DRAFT_VOCAB / PACER_DRAFT_GGUF / PACER_TARGET_ENGINE as defaults. With no target configured the pair is
     the embedded one, except on a GPU: there the hub pair chosen for its memory (``load_gpu_default``)."""
@@ -413,7 +429,7 @@ def gpu_memory_gb(device: torch.device) -> float:
         return 0.0
 
 
-def load_gpu_default(settings: dict, device: torch.device) -> ModelPair:
+def load_gpu_default(settings: dict, device: torch.device) -> tuple[ModelPair, LoadedDrafters]:
     """The hub pair for this GPU's memory (a configured drafter is kept); when it cannot load (the hub out of
     reach, say), the embedded pair on the same device with a one-line ``load_note`` saying why."""
     memory = gpu_memory_gb(device)
@@ -429,6 +445,5 @@ def load_gpu_default(settings: dict, device: torch.device) -> ModelPair:
         note = (f"The GPU default pair ({chosen.target} with {draft}) could not load: {reason}. "
                 "Serving the embedded pair.")
         print(f"[pacer] {note}", file=sys.stderr, flush=True)
-    pair = load_pair(**(settings | {"target": embedded.EMBEDDED, "draft": embedded.EMBEDDED, "device": device}))
-    pair.load_note = note
-    return pair
+    pair, loaded = load_pair(**(settings | {"target": embedded.EMBEDDED, "draft": embedded.EMBEDDED, "device": device}))
+    return dataclasses.replace(pair, load_note=note), loaded

@@ -30,13 +30,14 @@ from pacer_core.ui.workshop import load_workshop, recorded_runs, starting_settin
 WORKSHOP_DRAFTER = "small"   # the guide's "16M-parameter draft" (tests/conftest.py's embedded_pair drafts with it too)
 
 
-def app_context(pair, drafter) -> AppContext:
-    """The context ``layout.build_ui`` makes for the pair and the loader's drafter: its pre-verifier and the drafter
-    menu."""
+def app_context(pair, loaded) -> AppContext:
+    """The context ``layout.build_ui`` makes for the pair and what the loader built beside it: the loader's drafter,
+    its pre-verifier and the drafter menu."""
+    drafter = loaded.default
     preverifier = load_preverifier(pair, drafter)
     return AppContext(pair, drafter, preverifier,
                       getattr(preverifier, "kind", None) or preverifier_kind(pair, drafter),
-                      drafters=DrafterMenu(pair, drafter, preverifier))
+                      drafters=DrafterMenu(pair, loaded, preverifier))
 
 
 def page_inputs(context: AppContext, run) -> PageInputs:
@@ -65,8 +66,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     chosen = [item for item in recorded_runs(load_workshop())
               if not args.exercises or item.exercise.id in args.exercises]
-    pair = pair_from_env(draft=args.draft)
-    context = app_context(pair, pair.drafter)
+    pair, loaded = pair_from_env(draft=args.draft)
+    context = app_context(pair, loaded)
     for item in chosen:
         started = time.perf_counter()
         text = json.dumps(record(context, item), ensure_ascii=False, separators=(",", ":"))

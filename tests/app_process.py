@@ -8,6 +8,9 @@ from pathlib import Path
 
 from pacer_core.testing.app_runner import ROOT, START_TIMEOUT_S, AppStartError, free_port, running_app  # noqa: F401
 
+__all__ = ["ROOT", "START_TIMEOUT_S", "AppStartError", "free_port", "running_app",   # app_runner's, for the tests
+           "CHROMIUM", "CHROMIUM_ARGS", "browser_marks", "embedded_pair_missing", "set_max_new_tokens"]
+
 CHROMIUM = os.environ.get("PACER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]

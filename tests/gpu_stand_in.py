@@ -36,9 +36,9 @@ def stand_in_gpu(memory_gb: float) -> None:
 
 
 def describe_pair() -> dict:
-    pair = models.pair_from_env()
-    decoded = generate(pair, pair.drafter, "fixed", "Hello world", max_new_tokens=4, chat=False)
-    return {"target": pair.target_id, "draft": pair.draft_model_id, "model_type": pair.target.config.model_type,
+    pair, loaded = models.pair_from_env()
+    decoded = generate(pair, loaded.default, "fixed", "Hello world", max_new_tokens=4, chat=False)
+    return {"target": pair.target_id, "draft": loaded.small_model_id, "model_type": pair.target.config.model_type,
             "requested_devices": REQUESTED_DEVICES, "note": pair.load_note, "tokens": len(decoded.token_ids)}
 
 

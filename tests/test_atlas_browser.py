@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from app_process import CHROMIUM, free_port
+from pacer_core.drafters import LoadedDrafters
 from pacer_core.testing.tiny import tiny_pair
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -22,8 +23,8 @@ TIMEOUT_MS = 180_000
 def tiny_app_url():
     from pacer_core.ui.layout import build_ui, serve
 
-    pair = tiny_pair(scale=40)
-    demo = build_ui(pair, pair.drafter)
+    pair, drafter = tiny_pair(scale=40)
+    demo = build_ui(pair, LoadedDrafters.around(drafter))
     port = free_port()
     serve(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
     yield f"http://127.0.0.1:{port}/"

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from pacer_core.drafters import LoadedDrafters
 from pacer_core.testing.tiny import tiny_pair
 from pacer_core.ui import atlas_session, atlas_view
 from pacer_core.ui.atlas_session import AtlasChoice
@@ -17,8 +18,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 @pytest.fixture(scope="module")
 def context():
-    pair = tiny_pair(scale=40)
-    return AppContext(pair, pair.drafter, None, "heuristic", Limits(), DrafterMenu(pair, pair.drafter))
+    pair, drafter = tiny_pair(scale=40)
+    return AppContext(pair, drafter, None, "heuristic", Limits(), DrafterMenu(pair, LoadedDrafters.around(drafter)))
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +114,8 @@ def test_untrusted_text_stays_plain():
 def test_the_page_has_the_atlas_tab():
     from pacer_core.ui.layout import build_ui
 
-    pair = tiny_pair()
-    demo = build_ui(pair, pair.drafter)
+    pair, drafter = tiny_pair()
+    demo = build_ui(pair, LoadedDrafters.around(drafter))
     config = demo.get_config_file()
     tabs = [c["props"].get("id") for c in config["components"] if c.get("type") == "tabitem"]
     assert "atlas" in tabs and "live" in tabs

@@ -47,22 +47,22 @@ def test_the_keyword_follows_the_forwards_signature():
 
 
 def test_a_release_with_the_older_name_decodes_like_this_one():
-    pair = tiny_pair(scale=6.0, draft_noise=0.2)
-    expected = {tuple(prompt): run_ids(Autoregressive(), pair, prompt, max_new_tokens=24)
+    pair, drafter = tiny_pair(scale=6.0, draft_noise=0.2)
+    expected = {tuple(prompt): run_ids(Autoregressive(), pair, drafter, prompt, max_new_tokens=24)
                 for prompt in ([1, 2, 3], list(range(20)))}
     pair.target.__class__ = OlderNamesLlama
-    pair.draft.__class__ = OlderNamesLlama
+    drafter.model.__class__ = OlderNamesLlama
     for prompt, tokens in expected.items():
-        assert run_ids(Autoregressive(), pair, list(prompt), max_new_tokens=24) == list(tokens)
-    assert greedy_rejections(pair, max_new_tokens=24) > 0
+        assert run_ids(Autoregressive(), pair, drafter, list(prompt), max_new_tokens=24) == list(tokens)
+    assert greedy_rejections(pair, drafter, max_new_tokens=24) > 0
 
 
 def test_a_reduced_vocabulary_draft_feeds_its_decoder_under_the_older_name():
-    pair = tiny_pair(scale=6.0, draft_noise=0.2)
-    drafter = IndependentDrafter(pair.draft, pair.vocab_size, "kept", kept_ids=torch.arange(0, 64, 2))
+    pair, noisy = tiny_pair(scale=6.0, draft_noise=0.2)
+    drafter = IndependentDrafter(noisy.model, pair.vocab_size, "kept", kept_ids=torch.arange(0, 64, 2))
     tokens = torch.tensor([[1, 2, 3, 4, 5]])
     expected = drafter.new_cache(None).forward(tokens)
-    pair.draft.model.__class__ = OlderNamesLlamaModel
+    noisy.model.model.__class__ = OlderNamesLlamaModel
     cache = drafter.new_cache(None)
     fed_in_two = torch.cat([cache.forward(tokens[:, :3]), cache.forward(tokens[:, 3:])], 1)
     kept = expected.isfinite()
@@ -70,7 +70,7 @@ def test_a_reduced_vocabulary_draft_feeds_its_decoder_under_the_older_name():
 
 
 def test_a_model_that_drops_the_cache_is_an_error_not_wrong_tokens():
-    pair = tiny_pair()
+    pair, _ = tiny_pair()
     pair.target.__class__ = CacheIgnoringLlama
     cache = CachedModel(pair.target, pair.vocab_size)
     with pytest.raises(RuntimeError, match="did not use the KV cache"):

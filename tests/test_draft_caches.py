@@ -25,16 +25,28 @@ def close(got: torch.Tensor, expected: torch.Tensor) -> bool:
 
 
 @pytest.fixture(scope="module")
-def pair():
+def tiny():
+    """(a tiny pair, its drafter: an unrelated 1-layer model)."""
     return tiny_pair(draft_noise=None)
+
+
+@pytest.fixture(scope="module")
+def pair(tiny):
+    return tiny[0]
+
+
+@pytest.fixture(scope="module")
+def draft_model(tiny):
+    """The tiny pair's independent draft model."""
+    return tiny[1].model
 
 
 def causal_lm(pair):
     return lambda: CachedModel(pair.target, VOCAB)
 
 
-def reduced_vocabulary(pair):
-    drafter = IndependentDrafter(pair.draft, VOCAB, "tiny [small-32]", torch.arange(0, VOCAB, 2))
+def reduced_vocabulary(draft_model):
+    drafter = IndependentDrafter(draft_model, VOCAB, "tiny [small-32]", torch.arange(0, VOCAB, 2))
     return lambda: drafter.new_cache(None)
 
 
@@ -65,9 +77,11 @@ KINDS = {"causal-lm": causal_lm, "reduced-vocabulary": reduced_vocabulary, "self
 
 
 @pytest.fixture(params=sorted(KINDS))
-def new_cache(request, pair, tmp_path_factory):
+def new_cache(request, pair, draft_model, tmp_path_factory):
     """A function returning a fresh, empty cache of one kind."""
     maker = KINDS[request.param]
+    if request.param == "reduced-vocabulary":
+        return maker(draft_model)
     return maker(pair, tmp_path_factory.mktemp("gguf")) if request.param == "gguf" else maker(pair)
 
 

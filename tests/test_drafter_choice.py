@@ -3,6 +3,7 @@ first use and kept; the three columns, the table, the speedup plot, the narratio
 choice; the loaded pair itself never changes."""
 import pytest
 
+from pacer_core.drafters import LoadedDrafters
 from pacer_core.testing.tiny import tiny_pair
 from pacer_core.ui import handlers
 from pacer_core.ui.drafter_menu import DrafterMenu, describe_option, drafter_key
@@ -13,8 +14,8 @@ SETTINGS = {"max_new_tokens": 10, "temperature": 0.7, "seed": 3, "n_particles": 
 
 @pytest.fixture()
 def context():
-    pair = tiny_pair()
-    return AppContext(pair, pair.drafter, drafters=DrafterMenu(pair, pair.drafter))
+    pair, drafter = tiny_pair()
+    return AppContext(pair, drafter, drafters=DrafterMenu(pair, LoadedDrafters.around(drafter)))
 
 
 def finished(context, drafter, prompt="t1 t2 t3"):
@@ -80,6 +81,6 @@ def test_a_description_says_cost_and_agreement_when_measured():
 
 
 def test_drafter_keys_of_each_kind():
-    pair = tiny_pair()
-    assert drafter_key(pair.drafter) == "small"
-    assert drafter_key(DrafterMenu(pair, pair.drafter).drafter("self-int4")) == "self-int4"
+    pair, drafter = tiny_pair()
+    assert drafter_key(drafter) == "small"
+    assert drafter_key(DrafterMenu(pair, LoadedDrafters.around(drafter)).drafter("self-int4")) == "self-int4"

@@ -15,7 +15,7 @@ from pacer_core.testing.tiny import tiny_pair
 VOCAB = 64
 
 
-def gguf_drafter(pair, folder):
+def gguf_drafter(pair, draft_model, folder):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash setup.sh builds it)")
     from pacer_core.drafters.gguf_drafter import GGUFDrafter
     from pacer_core.testing.gguf_file import write_llama_gguf
@@ -24,17 +24,29 @@ def gguf_drafter(pair, folder):
 
 
 BUILDS = {
-    "small": lambda pair, folder: IndependentDrafter(pair.draft, VOCAB, "tiny"),
-    "head": lambda pair, folder: random_head_drafter(pair.target, VOCAB, seed=3),
-    "self-int8": lambda pair, folder: SelfQuantizedDrafter.from_target(pair.target, VOCAB, "self-int8"),
-    "self-int4": lambda pair, folder: SelfQuantizedDrafter.from_target(pair.target, VOCAB, "self-int4"),
+    "small": lambda pair, draft_model, folder: IndependentDrafter(draft_model, VOCAB, "tiny"),
+    "head": lambda pair, draft_model, folder: random_head_drafter(pair.target, VOCAB, seed=3),
+    "self-int8": lambda pair, draft_model, folder: SelfQuantizedDrafter.from_target(pair.target, VOCAB, "self-int8"),
+    "self-int4": lambda pair, draft_model, folder: SelfQuantizedDrafter.from_target(pair.target, VOCAB, "self-int4"),
     "gguf": gguf_drafter,
 }
 
 
 @pytest.fixture(scope="module")
-def pair():
+def tiny():
+    """(a tiny pair, its drafter: an unrelated 1-layer model)."""
     return tiny_pair(draft_noise=None)
+
+
+@pytest.fixture(scope="module")
+def pair(tiny):
+    return tiny[0]
+
+
+@pytest.fixture(scope="module")
+def draft_model(tiny):
+    """The tiny pair's independent draft model."""
+    return tiny[1].model
 
 
 def test_every_row_of_the_drafter_table_has_a_case():
@@ -42,8 +54,8 @@ def test_every_row_of_the_drafter_table_has_a_case():
 
 
 @pytest.mark.parametrize("key", sorted(BUILDS))
-def test_every_drafter_kind_is_a_drafter_and_hands_out_a_model_cache(pair, key, tmp_path):
-    drafter = BUILDS[key](pair, tmp_path)
+def test_every_drafter_kind_is_a_drafter_and_hands_out_a_model_cache(pair, draft_model, key, tmp_path):
+    drafter = BUILDS[key](pair, draft_model, tmp_path)
     assert isinstance(drafter, Drafter)
     assert drafter.kind == entry_for_key(key).kind and drafter_key(drafter) == key
     target = CachedModel(pair.target, VOCAB, keep_features=drafter.reads_target_features)

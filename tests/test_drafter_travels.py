@@ -25,8 +25,8 @@ def attributes(pair) -> dict:
 
 
 def test_two_generate_calls_draft_with_their_own_drafters():
-    pair = tiny_pair()
-    own, other = pair.drafter, tiny_pair(draft_seed=5, draft_noise=0.6).drafter
+    pair, own = tiny_pair()
+    _, other = tiny_pair(draft_seed=5, draft_noise=0.6)
     own_caches, other_caches = counting(own), counting(other)
     before = attributes(pair)
     reference = generate(pair, own, "ar", "t1 t2 t3", max_new_tokens=12).token_ids
@@ -39,8 +39,8 @@ def test_two_generate_calls_draft_with_their_own_drafters():
 
 
 def test_two_sessions_over_one_pair_keep_their_drafters():
-    pair = tiny_pair()
-    own, other = pair.drafter, tiny_pair(draft_seed=5, draft_noise=0.6).drafter
+    pair, own = tiny_pair()
+    _, other = tiny_pair(draft_seed=5, draft_noise=0.6)
     own_caches, other_caches = counting(own), counting(other)
     before = attributes(pair)
     settings = {"max_new_tokens": 8, "temperature": 0.8, "seed": 2}

@@ -3,6 +3,8 @@ feeds, crops and reorders), exactness of every decoder that drafts with it (gree
 chi-square on sampling), SMC-SD's full-support proposal, clear errors for bad files, and the real embedded
 file on the embedded target."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -10,7 +12,7 @@ from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_setting
 from pacer_core.analysis import (draft_teacher_forced_logits, output_logits,
                                  target_teacher_forced_logits)
 from pacer_core.decoders.smc import SMC
-from pacer_core.drafters import drafter_key, load_drafter, valid_drafter_name
+from pacer_core.drafters import LoadedDrafters, drafter_key, load_drafter, valid_drafter_name
 from pacer_core.drafters.gguf_drafter import GGUFDrafter
 from pacer_core.drafters.kinds import entry_for_key, gguf_unavailable
 from pacer_core.kvcache import CachedModel
@@ -42,15 +44,14 @@ def gguf_of(model, tokenizer, folder, name="draft.gguf", **options) -> str:
 
 @pytest.fixture(scope="module")
 def pair_with_gguf(tmp_path_factory):
-    """A tiny pair (target, a noisy copy as its draft) and the draft written as a GGUF file."""
-    pair = tiny_pair(scale=6.0, eos_token_id=63)
+    """A tiny pair (target, a noisy copy as its draft) and what it loaded: that draft, also written as a GGUF file."""
+    pair, drafter = tiny_pair(scale=6.0, eos_token_id=63)
     folder = tmp_path_factory.mktemp("gguf")
-    pair.draft_gguf = gguf_of(pair.draft, pair.tokenizer, folder)
-    return pair
+    return pair, LoadedDrafters.around(drafter, gguf_file=gguf_of(drafter.model, pair.tokenizer, folder))
 
 
 def test_the_cache_computes_what_the_written_model_computes_through_crops_and_reorders(tmp_path):
-    pair = tiny_pair(draft_noise=None)
+    pair, _ = tiny_pair(draft_noise=None)
     drafter = GGUFDrafter.load(gguf_of(pair.target, pair.tokenizer, tmp_path), pair.tokenizer, 64, "tiny")
     gguf_cache, model_cache = drafter.new_cache(), CachedModel(pair.target, 64)
     prompt = [3, 9, 27, 17, 51, 25]
@@ -69,8 +70,8 @@ def test_the_cache_computes_what_the_written_model_computes_through_crops_and_re
 
 
 def test_crop_and_reorder_equal_a_fresh_context_fed_the_same_tokens(tmp_path):
-    pair = tiny_pair()
-    drafter = GGUFDrafter.load(gguf_of(pair.draft, pair.tokenizer, tmp_path), pair.tokenizer, 64, "tiny")
+    pair, draft = tiny_pair()
+    drafter = GGUFDrafter.load(gguf_of(draft.model, pair.tokenizer, tmp_path), pair.tokenizer, 64, "tiny")
     used = drafter.new_cache()
     used.forward([4, 8, 15, 16, 23, 42])
     used.crop(3)
@@ -85,7 +86,7 @@ def test_crop_and_reorder_equal_a_fresh_context_fed_the_same_tokens(tmp_path):
 def test_a_long_feed_grows_the_context_and_keeps_every_row(tmp_path, monkeypatch):
     from pacer_core.llama import model
     monkeypatch.setattr(model, "START_CELLS", 256)      # the smallest context llama.cpp takes here
-    pair = tiny_pair(draft_noise=None)
+    pair, _ = tiny_pair(draft_noise=None)
     drafter = GGUFDrafter.load(gguf_of(pair.target, pair.tokenizer, tmp_path), pair.tokenizer, 64, "tiny")
     cache, reference = drafter.new_cache(), CachedModel(pair.target, 64)
     prompt = [index % 60 for index in range(250)]
@@ -97,10 +98,11 @@ def test_a_long_feed_grows_the_context_and_keeps_every_row(tmp_path, monkeypatch
 
 
 def test_greedy_fixed_and_pacer_with_a_gguf_drafter_return_ars_tokens(pair_with_gguf):
-    drafter = load_drafter(pair_with_gguf, "gguf")
+    pair, loaded = pair_with_gguf
+    drafter = load_drafter(pair, loaded, "gguf")
     assert drafter_key(drafter) == "gguf"
     with_layer = [Pacer(1, 8, None, shipped_layer(), "submit"), Pacer(2, 12, None, shipped_layer(0.9), "discard")]
-    assert greedy_rejections(pair_with_gguf.with_drafter(drafter), also=with_layer) > 0   # the draft is sometimes wrong
+    assert greedy_rejections(pair, drafter, also=with_layer) > 0   # the draft is sometimes wrong
 
 
 PROMPT, N_TOKENS, RUNS = [1, 2], 3, 1000
@@ -109,10 +111,10 @@ FILTERED = {"temperature": 0.8, "top_k": 4}
 
 @pytest.fixture(scope="module")
 def five_token_pair_with_gguf(tmp_path_factory):
-    pair = tiny_pair(vocab_size=5, scale=6.0, target_layers=1, hidden=32, draft_noise=0.5)
+    """(a five-token tiny pair, its draft written in float16 as a GGUF file and loaded as a gguf drafter)."""
+    pair, draft = tiny_pair(vocab_size=5, scale=6.0, target_layers=1, hidden=32, draft_noise=0.5)
     folder = tmp_path_factory.mktemp("gguf5")
-    drafter = GGUFDrafter.load(gguf_of(pair.draft, pair.tokenizer, folder, float16=True), pair.tokenizer, 5, "t5")
-    return pair.with_drafter(drafter)
+    return pair, GGUFDrafter.load(gguf_of(draft.model, pair.tokenizer, folder, float16=True), pair.tokenizer, 5, "t5")
 
 
 @pytest.mark.statistical
@@ -120,26 +122,26 @@ def five_token_pair_with_gguf(tmp_path_factory):
                                      Pacer(1, 2, 0.9, shipped_layer(0.9), "submit")],
                          ids=["fixed", "pacer", "pacer-trained-layer"])
 def test_sampling_with_a_gguf_drafter_matches_the_target(five_token_pair_with_gguf, decoder):
-    assert p_value_against_target(decoder, five_token_pair_with_gguf, PROMPT, N_TOKENS, RUNS, **FILTERED) > SIGNIFICANCE
+    pair, drafter = five_token_pair_with_gguf
+    assert p_value_against_target(decoder, pair, drafter, PROMPT, N_TOKENS, RUNS, **FILTERED) > SIGNIFICANCE
 
 
 def test_smc_sd_runs_with_a_gguf_drafter_and_its_proposal_has_full_support(pair_with_gguf):
-    pair = pair_with_gguf
-    drafter = load_drafter(pair, "gguf")
+    pair, loaded = pair_with_gguf
+    drafter = load_drafter(pair, loaded, "gguf")
     cache = drafter.new_cache(None, full_support=True)
     probs = torch.softmax(cache.forward([1, 2, 3], keep=1)[0, -1], dim=-1)
     assert (probs > 0).all()
-    drafting = pair.with_drafter(drafter)
-    *events, result = SMC().run(drafting, drafting.drafter, [1, 2, 3], validate_settings(
+    *events, result = SMC().run(pair, drafter, [1, 2, 3], validate_settings(
         max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
 
 def test_contexts_are_reused_across_runs(pair_with_gguf):
-    drafter = load_drafter(pair_with_gguf, "gguf")
-    drafting = pair_with_gguf.with_drafter(drafter)
+    pair, loaded = pair_with_gguf
+    drafter = load_drafter(pair, loaded, "gguf")
     for _ in range(3):
-        run_result(FixedSpeculative(3), drafting, [1, 2, 3], max_new_tokens=8)
+        run_result(FixedSpeculative(3), pair, drafter, [1, 2, 3], max_new_tokens=8)
     assert drafter.pool.created == 1
 
 
@@ -153,43 +155,43 @@ def test_gguf_names_and_vocabulary_check():
 
 
 def test_a_missing_file_is_a_clear_error(tmp_path):
-    pair = tiny_pair()
-    pair.draft_gguf = str(tmp_path / "nowhere.gguf")
+    pair, drafter = tiny_pair()
+    loaded = LoadedDrafters.around(drafter, gguf_file=str(tmp_path / "nowhere.gguf"))
     with pytest.raises(ValueError, match="nowhere.gguf' does not exist"):
-        load_drafter(pair, "gguf")
+        load_drafter(pair, loaded, "gguf")
 
 
 def test_a_file_that_is_not_gguf_is_a_clear_error(tmp_path):
-    pair = tiny_pair()
+    pair, drafter = tiny_pair()
     (tmp_path / "weights.gguf").write_bytes(b"PK\x03\x04 not a gguf file")
-    pair.draft_gguf = str(tmp_path / "weights.gguf")
+    loaded = LoadedDrafters.around(drafter, gguf_file=str(tmp_path / "weights.gguf"))
     with pytest.raises(ValueError, match="is not a GGUF file"):
-        load_drafter(pair, "gguf")
+        load_drafter(pair, loaded, "gguf")
 
 
 def test_a_gguf_with_another_tokenizer_is_a_clear_error_naming_both(tmp_path):
-    pair = tiny_pair()
+    pair, drafter = tiny_pair()
     other_tokens = [f"u{index}" for index in range(64)]
-    pair.draft_gguf = gguf_of(pair.draft, pair.tokenizer, tmp_path, tokens=other_tokens)
+    other_file = gguf_of(drafter.model, pair.tokenizer, tmp_path, tokens=other_tokens)
+    loaded = LoadedDrafters.around(drafter, gguf_file=other_file)
     with pytest.raises(ValueError, match=r"does not share the tokenizer of the target 'tiny-target'.*'u0'.*'t0'"):
-        load_drafter(pair, "gguf")
+        load_drafter(pair, loaded, "gguf")
 
 
 def test_without_a_file_the_kind_says_how_to_give_one():
-    pair = tiny_pair()
-    assert "--draft-gguf" in gguf_unavailable(pair)
+    pair, drafter = tiny_pair()
+    assert "--draft-gguf" in gguf_unavailable(pair, LoadedDrafters.around(drafter))
 
 
 @pytest.mark.embedded
-def test_the_embedded_gguf_drafts_ars_tokens_on_the_embedded_target(embedded_pair):
-    drafter = load_drafter(embedded_pair, "gguf")
+def test_the_embedded_gguf_drafts_ars_tokens_on_the_embedded_target(embedded_pair, embedded_drafters):
+    drafter = load_drafter(embedded_pair, embedded_drafters, "gguf")
     assert drafter.describe()["file"].endswith(".gguf")
     drafted = accepted = 0
-    drafting = embedded_pair.with_drafter(drafter)
     for prompt in ("Name three primary colours.", "Write a haiku about rain."):
-        prompt_ids = drafting.encode_prompt(prompt)
-        reference = run_result(Autoregressive(), drafting, prompt_ids, max_new_tokens=24).token_ids
-        result = run_result(FixedSpeculative(5), drafting, prompt_ids, max_new_tokens=24)
+        prompt_ids = embedded_pair.encode_prompt(prompt)
+        reference = run_result(Autoregressive(), embedded_pair, drafter, prompt_ids, max_new_tokens=24).token_ids
+        result = run_result(FixedSpeculative(5), embedded_pair, drafter, prompt_ids, max_new_tokens=24)
         assert result.token_ids == reference
         drafted += result.metrics.drafted_tokens
         accepted += result.metrics.accepted_tokens
@@ -197,43 +199,43 @@ def test_the_embedded_gguf_drafts_ars_tokens_on_the_embedded_target(embedded_pai
 
 
 @pytest.mark.embedded
-def test_the_pages_shared_scoring_pass_gives_each_outputs_own_logits(embedded_pair):
+def test_the_pages_shared_scoring_pass_gives_each_outputs_own_logits(embedded_pair, embedded_drafters):
     """``output_logits`` (one target pass over the prompt, the drafter adopting its cells) against scoring each
     output alone, on the embedded target with its gguf drafter."""
-    drafting = embedded_pair.with_drafter(load_drafter(embedded_pair, "gguf"))
-    prompt_ids = drafting.encode_prompt("Name three primary colours.")
-    outputs = {"a": run_result(Autoregressive(), drafting, prompt_ids, max_new_tokens=12).token_ids,
-               "b": run_result(Autoregressive(), drafting, prompt_ids, max_new_tokens=12, temperature=1.0,
+    pair, drafter = embedded_pair, load_drafter(embedded_pair, embedded_drafters, "gguf")
+    prompt_ids = pair.encode_prompt("Name three primary colours.")
+    outputs = {"a": run_result(Autoregressive(), pair, drafter, prompt_ids, max_new_tokens=12).token_ids,
+               "b": run_result(Autoregressive(), pair, drafter, prompt_ids, max_new_tokens=12, temperature=1.0,
                                seed=1).token_ids}
-    target_logits, draft_logits = output_logits(drafting, drafting.drafter, prompt_ids, outputs, {"a": False, "b": True})
+    target_logits, draft_logits = output_logits(pair, drafter, prompt_ids, outputs, {"a": False, "b": True})
     for key, output_ids in outputs.items():
-        alone = target_teacher_forced_logits(drafting, drafting.drafter, prompt_ids, output_ids)
+        alone = target_teacher_forced_logits(pair, drafter, prompt_ids, output_ids)
         assert target_logits[key].shape == alone.shape and torch.allclose(target_logits[key], alone, atol=1e-3)
-        drafted = draft_teacher_forced_logits(drafting, drafting.drafter, prompt_ids, output_ids, full_support=key == "b")
+        drafted = draft_teacher_forced_logits(pair, drafter, prompt_ids, output_ids, full_support=key == "b")
         assert torch.allclose(draft_logits[key], drafted, atol=1e-3)
 
 
 @pytest.mark.embedded
-def test_pacer_runs_the_shipped_layer_on_the_embedded_default_and_returns_ars_tokens(embedded_pair):
+def test_pacer_runs_the_shipped_layer_on_the_embedded_default_and_returns_ars_tokens(embedded_pair, embedded_drafters):
     """The page's default pair: PACER's pre-verifier is the trained layer (with its layer for sampled tokens), it
     stops drafting on its own, greedy output is AR's, and a run that chooses the confidence rule gets the rule."""
     from pacer_core import generate
     from pacer_core.preverifier import default_preverifier
 
-    drafting = embedded_pair.with_drafter(load_drafter(embedded_pair, "gguf"))
-    trained = default_preverifier(drafting, drafting.drafter)
+    pair, drafter = embedded_pair, load_drafter(embedded_pair, embedded_drafters, "gguf")
+    trained = default_preverifier(pair, drafter)
     assert trained.kind == "trained" and trained.sampling_layer is not None and trained.layer.hidden_size == 0
     for prompt in ("Name three primary colours.", "Write a Python function that reverses a string."):
-        reference = generate(drafting, drafting.drafter, "ar", prompt, max_new_tokens=32).token_ids
-        result = generate(drafting, drafting.drafter, "pacer", prompt, max_new_tokens=32, max_draft_len=8)
+        reference = generate(pair, drafter, "ar", prompt, max_new_tokens=32).token_ids
+        result = generate(pair, drafter, "pacer", prompt, max_new_tokens=32, max_draft_len=8)
         assert result.token_ids == reference
         assert result.info["preverifier"] == "trained" and "trained pre-verification layer" in result.info["stopped_by"]
-    sampled = generate(drafting, drafting.drafter, "pacer", "Write a haiku about rain.", max_new_tokens=32, temperature=0.7,
+    sampled = generate(pair, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=32, temperature=0.7,
                        stop_rule="auto")
     assert "the trained layer's acceptance estimates" in sampled.info["stopped_by"]
-    threshold = generate(drafting, drafting.drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16, temperature=0.7)
+    threshold = generate(pair, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16, temperature=0.7)
     assert "trained pre-verification layer at threshold 0.70" in threshold.info["stopped_by"]
-    rule = generate(drafting, drafting.drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16,
+    rule = generate(pair, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16,
                     preverifier_choice="confidence")
     assert rule.info["preverifier"] == "heuristic" and rule.settings["threshold"] == 0.05   # the drafter's measured
 
@@ -251,10 +253,10 @@ def test_the_embedded_default_drafter_is_gguf_on_a_cpu_with_llama_cpp(monkeypatc
 
 
 @pytest.mark.embedded
-def test_the_page_offers_gguf_first_on_the_embedded_default(embedded_pair):
+def test_the_page_offers_gguf_first_on_the_embedded_default(embedded_pair, embedded_drafters):
     from pacer_core.ui.drafter_menu import DrafterMenu
-    gguf_pair = embedded_pair.with_drafter(load_drafter(embedded_pair, "gguf"))
-    menu = DrafterMenu(gguf_pair, gguf_pair.drafter)
+    gguf_drafter = load_drafter(embedded_pair, embedded_drafters, "gguf")
+    menu = DrafterMenu(embedded_pair, dataclasses.replace(embedded_drafters, default=gguf_drafter))
     assert menu.default_key == "gguf" and "gguf" in menu.keys and "small" in menu.keys
     line = next(option.description for option in menu.options() if option.key == "gguf")
     assert line.startswith("gguf · the target's own GGUF file run by llama.cpp · 94 MB")

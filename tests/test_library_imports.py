@@ -44,11 +44,11 @@ CHILD = textwrap.dedent("""
     torch.set_num_threads(1)
     from pacer_core.testing.tiny import tiny_pair
 
-    pair = tiny_pair(scale=4.0)
+    pair, drafter = tiny_pair(scale=4.0)
     for method, temperature in (("ar", 0.0), ("fixed", 0.0), ("pacer", 0.8), ("smc", 0.8)):
-        result = generate(pair, pair.drafter, method, "t3 t4 t5", max_new_tokens=8, temperature=temperature, seed=1)
+        result = generate(pair, drafter, method, "t3 t4 t5", max_new_tokens=8, temperature=temperature, seed=1)
         assert len(result.token_ids) == 8, (method, result.token_ids)
-    items = list(stream(pair, pair.drafter, "fixed", "t1 t2", max_new_tokens=4))
+    items = list(stream(pair, drafter, "fixed", "t1 t2", max_new_tokens=4))
     assert items[-1].kind == "result"
     loaded = sorted(name for name in sys.modules if name.split(".")[0] in BLOCKED and sys.modules[name])
     assert not loaded, loaded

@@ -1,20 +1,21 @@
 """The fixed draft length a draft folder records as measured fastest on a kind of device (the app's start value)."""
 import json
+from dataclasses import replace
 
-from pacer_core.drafters import measured_gamma
+from pacer_core.drafters import LoadedDrafters, measured_gamma
 from pacer_core.drafters.feature_head import random_head_drafter
 from pacer_core.testing.tiny import tiny_pair
 
 
 def pair_from_folder(folder):
-    pair = tiny_pair()
-    pair.draft.config._name_or_path = str(folder)
-    return pair
+    """(the tiny pair reading ``folder``'s measured_defaults.json, its drafter)."""
+    pair, drafter = tiny_pair()
+    return replace(pair, measured_file=str(folder / "measured_defaults.json")), drafter
 
 
 def gamma_in(folder):
-    pair = pair_from_folder(folder)
-    return measured_gamma(pair, pair.drafter)
+    pair, drafter = pair_from_folder(folder)
+    return measured_gamma(pair, drafter)
 
 
 def test_measured_gamma_reads_the_draft_folder_for_this_device(tmp_path):
@@ -34,22 +35,20 @@ def test_measured_gamma_is_none_without_a_measurement_for_this_device(tmp_path):
 
 def test_measured_gamma_is_only_for_the_independent_draft_it_was_measured_with(tmp_path):
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 3}}))
-    pair = pair_from_folder(tmp_path)
-    drafting = pair.with_drafter(random_head_drafter(pair.target, pair.vocab_size))
-    assert measured_gamma(drafting, drafting.drafter) is None
+    pair, _ = pair_from_folder(tmp_path)
+    assert measured_gamma(pair, random_head_drafter(pair.target, pair.vocab_size)) is None
 
 
 def test_each_drafter_has_its_own_measured_length_cost_and_agreement(tmp_path):
     from pacer_core.drafters import load_drafter, measured_drafter
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 2}, "drafters": {
         "self-int8": {"gamma": {"cpu": 5}, "cost": {"cpu": 0.6}, "agreement": 0.96}}}))
-    pair = pair_from_folder(tmp_path)
-    assert measured_gamma(pair, pair.drafter) == 2 and measured_drafter(pair, pair.drafter, "small") == {"gamma": {"cpu": 2}}
-    drafting = pair.with_drafter(load_drafter(pair, "self-int8"))
-    assert measured_gamma(drafting, drafting.drafter) == 5
-    drafting = pair.with_drafter(load_drafter(pair, "self-int4"))
-    assert measured_gamma(drafting, drafting.drafter) is None
-    assert measured_drafter(pair, pair.drafter, "self-int8")["agreement"] == 0.96
+    pair, drafter = pair_from_folder(tmp_path)
+    loaded = LoadedDrafters.around(drafter)
+    assert measured_gamma(pair, drafter) == 2 and measured_drafter(pair, drafter, "small") == {"gamma": {"cpu": 2}}
+    assert measured_gamma(pair, load_drafter(pair, loaded, "self-int8")) == 5
+    assert measured_gamma(pair, load_drafter(pair, loaded, "self-int4")) is None
+    assert measured_drafter(pair, drafter, "self-int8")["agreement"] == 0.96
 
 
 def test_a_drafters_measured_pacer_settings_start_its_bench_rows_and_its_page(tmp_path):
@@ -64,17 +63,18 @@ def test_a_drafters_measured_pacer_settings_start_its_bench_rows_and_its_page(tm
 
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"drafters": {
         "self-int8": {"gamma": {"cpu": 4}, "settings": {"pacer": {"block_size": 1, "phrase_len": 0}}}}}))
-    pair = pair_from_folder(tmp_path)
+    pair, drafter = pair_from_folder(tmp_path)
+    loaded = LoadedDrafters.around(drafter)
     prompt = [EncodedPrompt((1, 2, 3))]
 
     def ran(method):
         spec = parse_method(method)
-        drafting = pair.with_drafter(load_drafter(pair, spec.drafter)) if spec.drafter else pair
-        return row_requests(drafting, drafting.drafter, spec, {"max_new_tokens": 8}, prompt, Limits(), None)[0].settings
+        drafting = load_drafter(pair, loaded, spec.drafter) if spec.drafter else drafter
+        return row_requests(pair, drafting, spec, {"max_new_tokens": 8}, prompt, Limits(), None)[0].settings
     assert (ran("pacer@self-int8").block_size, ran("pacer@self-int8").phrase_len) == (1, 0)
     assert ran("pacer+phrase_len=4@self-int8").phrase_len == 4
     assert ran("pacer").phrase_len == 8
-    context = AppContext(pair, pair.drafter, drafters=DrafterMenu(pair, pair.drafter))
+    context = AppContext(pair, drafter, drafters=DrafterMenu(pair, loaded))
     shown = drafter_choice_view(context, "self-int8", None)
     assert (shown["gamma"], shown["block_size"], shown["phrase_len"]) == (4, 1, 0)
     assert drafter_choice_view(context, "small", None)["phrase_len"] == 8
@@ -90,11 +90,11 @@ def test_the_pages_drafter_starts_follow_the_measured_pacer_and_smc_settings(tmp
         "self-int8": {"gamma": {"cpu": 10}, "settings": {
             "pacer": {"block_size": 4, "max_draft_len": 32, "threshold": 0.05, "phrase_len": 0},
             "smc": {"n_particles": 2, "draft_len": 4}}}}}))
-    pair = pair_from_folder(tmp_path)
-    small = drafter_starts(pair, pair.drafter, ConfidencePreVerifier(), "small")
+    pair, drafter = pair_from_folder(tmp_path)
+    small = drafter_starts(pair, drafter, ConfidencePreVerifier(), "small")
     assert small["gamma"] == 2 and small["own_threshold"] and small["threshold"] == 0.3
-    drafting = pair.with_drafter(load_drafter(pair, "self-int8"))
-    starts = drafter_starts(drafting, drafting.drafter, ConfidencePreVerifier(), "self-int8")
+    self_int8 = load_drafter(pair, LoadedDrafters.around(drafter), "self-int8")
+    starts = drafter_starts(pair, self_int8, ConfidencePreVerifier(), "self-int8")
     assert (starts["gamma"], starts["block_size"], starts["max_draft_len"], starts["phrase_len"]) == (10, 4, 32, 0)
     assert starts["threshold"] == 0.05 and not starts["own_threshold"]
     assert (starts["n_particles"], starts["draft_len"]) == (2, 4)
@@ -108,17 +108,15 @@ def test_figures_measured_beside_the_torch_target_apply_only_where_the_target_ve
                       "cpu_torch_target": {"gamma": {"cpu": 3}, "cost": {"cpu": 0.6},
                                            "settings": {"pacer": {"block_size": 1}}}},
         "head": {"gamma": {"cpu": 2}, "cpu_torch_target": {"gamma": {"cpu": 5}}}}}))
-    pair = pair_from_folder(tmp_path)
-    on_torch = pair.with_drafter(load_drafter(pair, "self-int8"))
-    assert measured_gamma(on_torch, on_torch.drafter) == 3 and measured_drafter(on_torch, on_torch.drafter, "self-int8")["cost"] == {"cpu": 0.6}
-    assert measured_settings(on_torch, on_torch.drafter, "self-int8", "pacer") == {"block_size": 1}
-    assert measured_settings(on_torch, on_torch.drafter, "self-int8", "smc") == {"n_particles": 2}
-    assert "cpu_torch_target" not in measured_drafter(on_torch, on_torch.drafter, "self-int8")
-    on_llama = pair.with_drafter(load_drafter(pair, "self-int8"))
-    on_llama.target_engine = object()          # the target verifies on llama.cpp: the entry's own figures
-    assert measured_gamma(on_llama, on_llama.drafter) == 1 and measured_drafter(on_llama, on_llama.drafter, "self-int8")["agreement"] == 0.96
-    assert measured_settings(on_llama, on_llama.drafter, "self-int8", "pacer") == {"stop_rule": "cost"}
-    reading_features = pair.with_drafter(random_head_drafter(pair.target, pair.vocab_size))
-    reading_features.target_engine = object()  # a drafter that reads hidden states keeps the torch target
-    assert measured_drafter(reading_features, reading_features.drafter, "head")["gamma"] == {"cpu": 5}
-    assert measured_drafter(reading_features, reading_features.drafter, "self-int8")["gamma"] == {"cpu": 1}
+    on_torch, drafter = pair_from_folder(tmp_path)
+    self_int8 = load_drafter(on_torch, LoadedDrafters.around(drafter), "self-int8")
+    assert measured_gamma(on_torch, self_int8) == 3 and measured_drafter(on_torch, self_int8, "self-int8")["cost"] == {"cpu": 0.6}
+    assert measured_settings(on_torch, self_int8, "self-int8", "pacer") == {"block_size": 1}
+    assert measured_settings(on_torch, self_int8, "self-int8", "smc") == {"n_particles": 2}
+    assert "cpu_torch_target" not in measured_drafter(on_torch, self_int8, "self-int8")
+    on_llama = replace(on_torch, target_engine=object())   # the target verifies on llama.cpp: the entry's own figures
+    assert measured_gamma(on_llama, self_int8) == 1 and measured_drafter(on_llama, self_int8, "self-int8")["agreement"] == 0.96
+    assert measured_settings(on_llama, self_int8, "self-int8", "pacer") == {"stop_rule": "cost"}
+    head = random_head_drafter(on_torch.target, on_torch.vocab_size)   # reads hidden states: keeps the torch target
+    assert measured_drafter(on_llama, head, "head")["gamma"] == {"cpu": 5}
+    assert measured_drafter(on_llama, head, "self-int8")["gamma"] == {"cpu": 1}

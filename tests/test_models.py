@@ -30,10 +30,10 @@ def test_load_saved_pair_from_temp_dirs(tmp_path):
     tokenizer = word_tokenizer(WORDS)
     target_dir = save_model(tmp_path / "target", tiny_llama(64, seed=0), tokenizer)
     draft_dir = save_model(tmp_path / "draft", tiny_llama(64, hidden=16, layers=1, seed=1), tokenizer)
-    pair = load_pair(target_dir, draft_dir, device="cpu", dtype="float32")
+    pair, loaded = load_pair(target_dir, draft_dir, device="cpu", dtype="float32")
     assert pair.vocab_size == 64 and pair.dtype == torch.float32 and not pair.target.training
-    ar = generate(pair, pair.drafter, "ar", "w3 w4 w5", max_new_tokens=8, chat=False)
-    fixed = generate(pair, pair.drafter, "fixed", "w3 w4 w5", max_new_tokens=8, chat=False)
+    ar = generate(pair, loaded.default, "ar", "w3 w4 w5", max_new_tokens=8, chat=False)
+    fixed = generate(pair, loaded.default, "fixed", "w3 w4 w5", max_new_tokens=8, chat=False)
     assert len(ar.token_ids) == 8 and fixed.token_ids == ar.token_ids
 
 
@@ -53,10 +53,10 @@ def test_padded_vocab_pair_is_accepted(tmp_path):
     target_dir = save_model(tmp_path / "target", tiny_llama(80, seed=0), tokenizer)
     draft_dir = save_model(tmp_path / "draft", tiny_llama(72, seed=1), tokenizer)
     check_tokenizers_match(tokenizer, tokenizer, "t", "d")
-    pair = load_pair(target_dir, draft_dir, device="cpu", dtype="float32")
+    pair, loaded = load_pair(target_dir, draft_dir, device="cpu", dtype="float32")
     assert pair.vocab_size == 72
-    ar = generate(pair, pair.drafter, "ar", "w3 w4", max_new_tokens=6, chat=False)
-    pacer = generate(pair, pair.drafter, "pacer", "w3 w4", max_new_tokens=6, chat=False)
+    ar = generate(pair, loaded.default, "ar", "w3 w4", max_new_tokens=6, chat=False)
+    pacer = generate(pair, loaded.default, "pacer", "w3 w4", max_new_tokens=6, chat=False)
     assert pacer.token_ids == ar.token_ids and max(ar.token_ids) < 72
 
 
@@ -86,8 +86,8 @@ def test_embedded_target_loads_fast_and_answers_sensibly():
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(directory)
     assert time.perf_counter() - started < 5.0
-    from pacer_core.models import ModelPair
+    from pacer_core.models import pair_from_models
 
-    pair = ModelPair.from_models(model, model, tokenizer, "target", "target")
-    result = generate(pair, pair.drafter, "ar", "What is the capital of France?", max_new_tokens=12)
+    pair, drafter = pair_from_models(model, model, tokenizer, "target", "target")
+    result = generate(pair, drafter, "ar", "What is the capital of France?", max_new_tokens=12)
     assert "Paris" in result.text

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from pacer_core.drafters import load_drafter
+from pacer_core.drafters import LoadedDrafters, load_drafter
 from pacer_core.drafters.kinds import gguf_unavailable
 from pacer_core.llama import proof
 from pacer_core.llama.availability import embedded_gguf_unavailable
@@ -31,12 +31,13 @@ def fresh_proofs(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def tiny_gguf_pair(tmp_path_factory):
+    """(a tiny pair, what it loaded: its target written as the gguf drafter's file)."""
     from test_gguf_drafter import gguf_of
     from pacer_core.testing.tiny import tiny_pair
 
-    pair = tiny_pair(scale=40)
-    pair.draft_gguf = gguf_of(pair.target, pair.tokenizer, tmp_path_factory.mktemp("gguf"))
-    return pair
+    pair, drafter = tiny_pair(scale=40)
+    target_file = gguf_of(pair.target, pair.tokenizer, tmp_path_factory.mktemp("gguf"))
+    return pair, LoadedDrafters.around(drafter, gguf_file=target_file)
 
 
 @pytest.mark.pure
@@ -49,8 +50,9 @@ def test_a_crash_is_named_with_its_signal_and_the_rebuild_command(number, named,
 
 
 def test_the_build_here_passes_its_proof_once_then_from_the_cache(tiny_gguf_pair):
-    path = tiny_gguf_pair.draft_gguf
-    assert gguf_unavailable(tiny_gguf_pair) is None
+    pair, loaded = tiny_gguf_pair
+    path = loaded.gguf_file
+    assert gguf_unavailable(pair, loaded) is None
     verdict = proof.prove(path)
     assert verdict.ok and not verdict.cached                      # proven by the call above, kept in memory
     proof._VERDICTS.clear()
@@ -61,21 +63,22 @@ def test_the_build_here_passes_its_proof_once_then_from_the_cache(tiny_gguf_pair
 
 @pytest.mark.parametrize("hook, named", [("SIGSEGV", "SIGSEGV"), ("SIGILL", "SIGILL")])
 def test_a_build_that_dies_is_left_out_and_the_library_says_why(tiny_gguf_pair, monkeypatch, hook, named):
+    pair, loaded = tiny_gguf_pair
     monkeypatch.setenv(proof.CRASH_HOOK, hook)
-    reason = gguf_unavailable(tiny_gguf_pair)
+    reason = gguf_unavailable(pair, loaded)
     assert reason and f"llama.cpp died with {named}" in reason and proof.REBUILD_COMMAND in reason
     with pytest.raises(ValueError, match=named):
-        load_drafter(tiny_gguf_pair, "gguf")
-    assert proof.read_cached(proof.proof_key(proof.Path(tiny_gguf_pair.draft_gguf))).ok is False
+        load_drafter(pair, loaded, "gguf")
+    assert proof.read_cached(proof.proof_key(proof.Path(loaded.gguf_file))).ok is False
     monkeypatch.delenv(proof.CRASH_HOOK)             # the hook is part of the key: the real build still passes
-    assert gguf_unavailable(tiny_gguf_pair) is None
+    assert gguf_unavailable(pair, loaded) is None
 
 
 def test_a_proof_that_hangs_is_stopped_left_out_and_not_cached(tiny_gguf_pair, monkeypatch):
     monkeypatch.setenv(proof.CRASH_HOOK, "HANG")
     monkeypatch.setenv(proof.TIMEOUT_ENV, "3")
     started = time.monotonic()
-    reason = gguf_unavailable(tiny_gguf_pair)
+    reason = gguf_unavailable(*tiny_gguf_pair)
     assert time.monotonic() - started < 30
     assert "did not finish within 3 s" in reason
     assert not list(proof.cache_dir().glob("*.json"))
@@ -88,7 +91,7 @@ def test_the_bench_says_the_same_reason_for_at_gguf(tiny_gguf_pair, monkeypatch)
 
     monkeypatch.setenv(proof.CRASH_HOOK, "SIGILL")
     with pytest.raises(SettingsError, match="llama.cpp died with SIGILL"):
-        load_row_drafters(tiny_gguf_pair, [parse_method("fixed:3@gguf")], None)
+        load_row_drafters(*tiny_gguf_pair, [parse_method("fixed:3@gguf")], None)
 
 
 def test_the_default_drafter_moves_on_when_the_embedded_build_dies(monkeypatch):
@@ -109,7 +112,8 @@ def test_the_default_drafter_moves_on_when_the_embedded_build_dies(monkeypatch):
 def test_the_command_line_prints_one_verdict_line(tiny_gguf_pair, monkeypatch):
     from pacer_core.testing.app_runner import ROOT
 
-    command = [sys.executable, "-m", "pacer_core.llama.proof", "--again", tiny_gguf_pair.draft_gguf]
+    _, loaded = tiny_gguf_pair
+    command = [sys.executable, "-m", "pacer_core.llama.proof", "--again", loaded.gguf_file]
     passed = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert passed.returncode == 0 and passed.stdout.strip().startswith("gguf drafter proven"), passed
     monkeypatch.setenv(proof.CRASH_HOOK, "SIGSEGV")

@@ -9,6 +9,8 @@ Run as a script (``python tests/test_pacer_reproducible.py tiny|embedded FOLDER`
 drafter's runs as JSON: what the two-process tests compare against."""
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 import os
 import shutil
@@ -23,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from pacer_core import validate_settings  # noqa: E402
 from pacer_core.api import make_decoder  # noqa: E402
-from pacer_core.drafters import load_drafter  # noqa: E402
+from pacer_core.drafters import LoadedDrafters, load_drafter  # noqa: E402
 from pacer_core.preverifier import default_preverifier  # noqa: E402
 from pacer_core.ui.workshop import starting_settings  # noqa: E402
 
@@ -35,68 +37,68 @@ EMBEDDED_PROMPT = "Write a Python function that returns the factorial of n."
 
 def has_llama_cpp() -> bool:
     try:
-        import llama_cpp  # noqa: F401
+        importlib.import_module("llama_cpp")
         return True
     except ImportError:
         return False
 
 
 def tiny_pair_in(folder: Path):
-    """A tiny pair whose draft folder holds the shipped measured_defaults.json (the page's starts, the cost models)."""
+    """(a tiny pair whose measured file is the shipped measured_defaults.json (the page's starts, the cost models)
+    copied into ``folder``, its drafter)."""
     from pacer_core.testing.tiny import tiny_pair
 
-    shutil.copy(ROOT / "assets" / "draft-smollm2" / "measured_defaults.json", folder / "measured_defaults.json")
-    pair = tiny_pair(scale=2.0, draft_noise=0.2)
-    pair.draft.config._name_or_path = str(folder)
-    return pair
+    measured_file = folder / "measured_defaults.json"
+    shutil.copy(ROOT / "assets" / "draft-smollm2" / "measured_defaults.json", measured_file)
+    pair, drafter = tiny_pair(scale=2.0, draft_noise=0.2)
+    return dataclasses.replace(pair, measured_file=str(measured_file)), drafter
 
 
-def tiny_drafter(pair, key: str, folder: Path):
+def tiny_drafter(pair, small, key: str, folder: Path):
+    """The drafter ``key`` for a tiny pair whose small drafter is ``small`` (gguf: its draft written to a file)."""
     from pacer_core.drafters.feature_head import random_head_drafter
     from pacer_core.testing.gguf_file import write_llama_gguf
 
     if key == "head":
         return random_head_drafter(pair.target, pair.vocab_size)
+    gguf_file = ""
     if key == "gguf":
-        pair.draft_gguf = str(write_llama_gguf(pair.draft, pair.tokenizer, folder / "draft.gguf"))
-    return load_drafter(pair, key)
+        gguf_file = str(write_llama_gguf(small.model, pair.tokenizer, folder / "draft.gguf"))
+    return load_drafter(pair, LoadedDrafters.around(small, gguf_file=gguf_file), key)
 
 
-def page_run(pair, prompt_ids: list[int], seed: int):
-    """PACER as the page starts it for the pair's current drafter (its Settings accordion untouched), seeded."""
-    preverifier = default_preverifier(pair, pair.drafter)
-    settings = validate_settings(**(starting_settings(pair, pair.drafter, preverifier) | {"seed": seed}))
-    *events, result = make_decoder("pacer", preverifier).run(pair, pair.drafter, prompt_ids, settings)
+def page_run(pair, drafter, prompt_ids: list[int], seed: int):
+    """PACER as the page starts it for ``drafter`` (its Settings accordion untouched), seeded."""
+    preverifier = default_preverifier(pair, drafter)
+    settings = validate_settings(**(starting_settings(pair, drafter, preverifier) | {"seed": seed}))
+    *events, result = make_decoder("pacer", preverifier).run(pair, drafter, prompt_ids, settings)
     return events, result
 
 
-def other_runs(pair, prompt_ids: list[int]) -> None:
+def other_runs(pair, drafter, prompt_ids: list[int]) -> None:
     """Runs that a process may have made before: other methods, seeds, temperatures and stopping rules."""
     for method, extra in (("fixed", {"gamma": 6}), ("pacer", {"stop_rule": "cost", "block_size": 1}),
                           ("pacer", {"stop_rule": "cost", "temperature": 0.0}), ("smc", {"n_particles": 2})):
         settings = validate_settings(max_new_tokens=24, temperature=extra.pop("temperature", 0.9), seed=5, **extra)
-        for _ in make_decoder(method, default_preverifier(pair, pair.drafter)).run(pair, pair.drafter, prompt_ids, settings):
+        for _ in make_decoder(method, default_preverifier(pair, drafter)).run(pair, drafter, prompt_ids, settings):
             pass
 
 
 def drafter_tokens(pair, prompt_ids: list[int], drafters: dict) -> dict:
     """Every drafter's tokens for every seed, as the page would run them."""
-    tokens = {}
-    for key, drafter in drafters.items():
-        drafting = pair.with_drafter(drafter)
-        tokens[key] = {str(seed): page_run(drafting, prompt_ids, seed)[1].token_ids for seed in SEEDS}
-    return tokens
+    return {key: {str(seed): page_run(pair, drafter, prompt_ids, seed)[1].token_ids for seed in SEEDS}
+            for key, drafter in drafters.items()}
 
 
-def tiny_drafters(pair, folder: Path) -> dict:
-    return {key: tiny_drafter(pair, key, folder) for key in DRAFTERS if key != "gguf" or has_llama_cpp()}
+def tiny_drafters(pair, small, folder: Path) -> dict:
+    return {key: tiny_drafter(pair, small, key, folder) for key in DRAFTERS if key != "gguf" or has_llama_cpp()}
 
 
 def embedded_setup():
     from pacer_core import load_pair
 
-    pair = load_pair("embedded", "small", device="cpu", dtype="float32")
-    drafters = {key: load_drafter(pair, key) for key in DRAFTERS if key != "gguf" or has_llama_cpp()}
+    pair, loaded = load_pair("embedded", "small", device="cpu", dtype="float32")
+    drafters = {key: load_drafter(pair, loaded, key) for key in DRAFTERS if key != "gguf" or has_llama_cpp()}
     return pair, list(pair.encode_prompt(EMBEDDED_PROMPT)), drafters
 
 
@@ -109,8 +111,8 @@ def tokens_in_another_process(kind: str, folder: Path) -> dict:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     folder = tmp_path_factory.mktemp("draft")
-    pair = tiny_pair_in(folder)
-    return pair, folder, tiny_drafters(pair, folder)
+    pair, small = tiny_pair_in(folder)
+    return pair, folder, tiny_drafters(pair, small, folder)
 
 
 def test_the_gguf_page_settings_take_the_cost_rule_at_the_pages_temperature(tiny):
@@ -118,12 +120,12 @@ def test_the_gguf_page_settings_take_the_cost_rule_at_the_pages_temperature(tiny
     pair, _, drafters = tiny
     if "gguf" not in drafters:
         pytest.skip("llama-cpp-python is not installed")
-    drafting = pair.with_drafter(drafters["gguf"])
-    preverifier = default_preverifier(drafting, drafting.drafter)
-    starts = starting_settings(drafting, drafting.drafter, preverifier)
+    gguf = drafters["gguf"]
+    preverifier = default_preverifier(pair, gguf)
+    starts = starting_settings(pair, gguf, preverifier)
     assert starts["stop_rule"] == "auto" and starts["temperature"] > 0      # auto: the cost rule when sampling
     settings = validate_settings(**(starts | {"seed": SEEDS[0], "max_draft_len": 32}))
-    *events, _ = make_decoder("pacer", preverifier).run(drafting, drafting.drafter, TINY_PROMPT, settings)
+    *events, _ = make_decoder("pacer", preverifier).run(pair, gguf, TINY_PROMPT, settings)
     assert any(event.stop_reason == "cost" for event in events)   # past the page's short cap, the rule itself stops
 
 
@@ -131,8 +133,7 @@ def test_a_seeded_page_run_repeats_after_other_runs_in_one_process(tiny):
     pair, _, drafters = tiny
     before = drafter_tokens(pair, TINY_PROMPT, drafters)
     for drafter in drafters.values():
-        drafting = pair.with_drafter(drafter)
-        other_runs(drafting, TINY_PROMPT)
+        other_runs(pair, drafter, TINY_PROMPT)
     assert drafter_tokens(pair, TINY_PROMPT, drafters) == before
 
 
@@ -149,16 +150,15 @@ def test_the_real_drafters_repeat_after_other_runs_and_in_another_process(tmp_pa
     pair, prompt_ids, drafters = embedded_setup()
     before = drafter_tokens(pair, prompt_ids, drafters)
     for drafter in drafters.values():
-        drafting = pair.with_drafter(drafter)
-        other_runs(drafting, prompt_ids)
+        other_runs(pair, drafter, prompt_ids)
     assert drafter_tokens(pair, prompt_ids, drafters) == before
     assert tokens_in_another_process("embedded", tmp_path) == before
 
 
 def main(kind: str, folder: str) -> None:
     if kind == "tiny":
-        pair = tiny_pair_in(Path(folder))
-        print(json.dumps(drafter_tokens(pair, TINY_PROMPT, tiny_drafters(pair, Path(folder)))))
+        pair, small = tiny_pair_in(Path(folder))
+        print(json.dumps(drafter_tokens(pair, TINY_PROMPT, tiny_drafters(pair, small, Path(folder)))))
     else:
         pair, prompt_ids, drafters = embedded_setup()
         print(json.dumps(drafter_tokens(pair, prompt_ids, drafters)))

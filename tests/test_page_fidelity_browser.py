@@ -22,21 +22,23 @@ FACTOR = 1.5
 
 
 @pytest.fixture(scope="module")
-def default_pair():
+def default_load():
+    """(the pair app.py serves, what was loaded beside it), loaded the way app.py loads them."""
     from pacer_core.models import pair_from_env
 
     return pair_from_env()
 
 
-def test_page_speedups_are_the_decoders_own(page, default_pair, tmp_path):
+def test_page_speedups_are_the_decoders_own(page, default_load, tmp_path):
+    pair, loaded = default_load
     prompt = page_fidelity.examples([0])[0]["prompt"]
     warm = page_fidelity.page_round(page, page_fidelity.WARM_UP_PROMPT, tmp_path)   # first-call costs, both sides
-    page_fidelity.alone_round(default_pair, warm["trace"])
+    page_fidelity.alone_round(pair, loaded.default, warm["trace"])
     on_page = page_fidelity.page_round(page, prompt, tmp_path)
     assert "timed alone" in on_page["status"]
     trace = on_page["trace"]
-    alone = page_fidelity.alone_round(default_pair, trace)
-    again = page_fidelity.alone_round(default_pair, trace)
+    alone = page_fidelity.alone_round(pair, loaded.default, trace)
+    again = page_fidelity.alone_round(pair, loaded.default, trace)
     for method, row in alone.items():                           # the faster of two: a busy moment is not the decoder
         row["seconds"] = min(row["seconds"], again[method]["seconds"])
     compared = page_fidelity.compare(page_fidelity.page_methods(trace), alone)

@@ -32,10 +32,10 @@ COLUMNS = ("Fixed-length SD", "PACER", "SMC-SD (approximate)")
 
 
 class CountingPair:
-    """A tiny pair whose target counts its forward passes and sleeps ``delay`` seconds in each."""
+    """A tiny pair (with its drafter) whose target counts its forward passes and sleeps ``delay`` seconds in each."""
 
     def __init__(self):
-        self.pair = tiny_pair()
+        self.pair, self.drafter = tiny_pair()
         self.delay = 0.0
         self.calls = 0
         self.lock = threading.Lock()
@@ -66,9 +66,10 @@ class CountingPair:
 
 
 def start_app(counting: CountingPair, concurrency: int):
+    from pacer_core.drafters import LoadedDrafters
     from pacer_core.ui.layout import build_ui, serve
 
-    demo = build_ui(counting.pair, counting.pair.drafter)
+    demo = build_ui(counting.pair, LoadedDrafters.around(counting.drafter))
     port = free_port()
     serve(demo, host="127.0.0.1", port=port, concurrency=concurrency, prevent_thread_lock=True, quiet=True)
     return demo, f"http://127.0.0.1:{port}/"
@@ -173,7 +174,7 @@ def test_four_clients_at_once_each_get_their_own_exact_result(wide_app, monkeypa
         methods = ("fixed", "pacer") if temperature == 0 else ("fixed", "pacer", "smc")
         assert set(trace["results"]) == set(methods)
         for method in methods:
-            alone = generate(counting.pair, counting.pair.drafter, method, prompt, **trace["settings"])
+            alone = generate(counting.pair, counting.drafter, method, prompt, **trace["settings"])
             served = trace["results"][method]
             assert served["token_ids"] == alone.token_ids, (prompt, method)
             assert served["text"] == alone.text

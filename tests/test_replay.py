@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from pacer_core.drafters import LoadedDrafters
 from pacer_core.testing.tiny import tiny_pair
 from pacer_core.ui import handlers
 from pacer_core.ui.handlers import AppContext, PageInputs
@@ -22,8 +23,8 @@ RECORDED = recorded_runs(load_workshop())
 
 @pytest.fixture(scope="module")
 def context():
-    pair = tiny_pair()
-    return AppContext(pair, pair.drafter)
+    pair, drafter = tiny_pair()
+    return AppContext(pair, drafter)
 
 
 def inputs(temperature: float, tokens: int = 10) -> PageInputs:
@@ -128,10 +129,10 @@ def test_the_recordings_show_what_the_guide_says():
 
 def long_trace(tokens: int = 512) -> bytes:
     """A sampling run of ``tokens`` new tokens of the tiny pair (its context widened), AR measured, exported."""
-    pair = tiny_pair()
-    for model in (pair.target, pair.draft):
+    pair, drafter = tiny_pair()
+    for model in (pair.target, drafter.model):
         model.config.max_position_embeddings = 4 * tokens
-    *_, final = handlers.run(AppContext(pair, pair.drafter), inputs(0.8, tokens=tokens))
+    *_, final = handlers.run(AppContext(pair, drafter), inputs(0.8, tokens=tokens))
     with open(final.downloads[0], "rb") as file:
         return file.read()
 
@@ -160,6 +161,6 @@ def test_the_live_page_has_the_replay_tab_and_replay_only_has_no_live_demo():
     from pacer_core.ui.layout import build_ui
     from pacer_core.ui.replay_tab import build_replay_ui
 
-    pair = tiny_pair()
-    assert {"live", "replay"} <= tab_ids(build_ui(pair, pair.drafter))
+    pair, drafter = tiny_pair()
+    assert {"live", "replay"} <= tab_ids(build_ui(pair, LoadedDrafters.around(drafter)))
     assert tab_ids(build_replay_ui()) == {"replay", "explain"}

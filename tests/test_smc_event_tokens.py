@@ -11,9 +11,9 @@ from pacer_core.testing.tiny import tiny_pair
 
 @pytest.mark.parametrize("eos_token_id", [None, 9])   # 9: one particle draws EOS mid-cycle
 def test_each_new_token_carries_its_kind_and_text(eos_token_id):
-    pair = tiny_pair(eos_token_id=eos_token_id, scale=0.2)
+    pair, drafter = tiny_pair(eos_token_id=eos_token_id, scale=0.2)
     events = [item for seed in range(8)      # several seeds, so some particle draws EOS whatever the sampler draws
-              for item in stream(pair, pair.drafter, "smc", "t1 t2", temperature=1.0, max_new_tokens=9, seed=seed,
+              for item in stream(pair, drafter, "smc", "t1 t2", temperature=1.0, max_new_tokens=9, seed=seed,
                                  n_particles=4, draft_len=3)
               if isinstance(item, SMCCycleEvent)]
     assert events

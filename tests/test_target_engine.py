@@ -11,7 +11,7 @@ import torch
 
 from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
 from pacer_core.decoders.smc import SMC
-from pacer_core.drafters import load_drafter, new_caches
+from pacer_core.drafters import LoadedDrafters, load_drafter, new_caches
 from pacer_core.drafters.gguf_drafter import GGUFDrafter
 from pacer_core.kvcache import CachedModel
 from pacer_core.llama.cache import GGUFCache
@@ -64,14 +64,26 @@ def engine_for(model, tokenizer, folder, vocab=64) -> LlamaTarget:
 
 
 @pytest.fixture(scope="module")
-def pair_on_llama(tmp_path_factory):
-    """A tiny pair whose target runs on llama.cpp (its F32 GGUF), a noisy copy as its draft (torch), and that
-    draft's GGUF for the gguf drafter."""
-    pair = tiny_pair(scale=6.0, eos_token_id=63)
+def llama_load(tmp_path_factory):
+    """(a tiny pair whose target runs on llama.cpp (its F32 GGUF), what it loaded: a noisy copy as its draft (torch)
+    and that draft's GGUF for the gguf drafter)."""
+    pair, drafter = tiny_pair(scale=6.0, eos_token_id=63)
     folder = tmp_path_factory.mktemp("engine")
-    pair.target_engine = engine_for(pair.target, pair.tokenizer, folder)
-    pair.draft_gguf = str(write_llama_gguf(pair.draft, pair.tokenizer, folder / "draft.gguf"))
-    return pair
+    pair = dataclasses.replace(pair, target_engine=engine_for(pair.target, pair.tokenizer, folder))
+    draft_file = str(write_llama_gguf(drafter.model, pair.tokenizer, folder / "draft.gguf"))
+    return pair, LoadedDrafters.around(drafter, gguf_file=draft_file)
+
+
+@pytest.fixture(scope="module")
+def pair_on_llama(llama_load):
+    """``llama_load``'s pair."""
+    return llama_load[0]
+
+
+@pytest.fixture(scope="module")
+def drafters_on_llama(llama_load):
+    """What ``llama_load``'s pair loaded beside it (``.default``: its torch draft)."""
+    return llama_load[1]
 
 
 def stepped_and_verified(cache_factory, prompt, continuation, verify_sizes):
@@ -145,11 +157,11 @@ def test_the_library_setup_builds_is_one_row_invariant(pair_on_llama):
 
 
 @pytest.mark.parametrize("drafter_name", ["small", "gguf"])
-def test_greedy_fixed_and_pacer_on_the_engine_return_ars_tokens(pair_on_llama, drafter_name):
+def test_greedy_fixed_and_pacer_on_the_engine_return_ars_tokens(pair_on_llama, drafters_on_llama, drafter_name):
     pair = pair_on_llama
-    drafting = pair.with_drafter(load_drafter(pair, drafter_name))
-    assert isinstance(target_cache(drafting, drafting.drafter), GGUFCache)
-    assert greedy_rejections(drafting, ([1, 2, 3], [7, 7, 7, 7, 9], list(range(60)))) > 0
+    drafter = load_drafter(pair, drafters_on_llama, drafter_name)
+    assert isinstance(target_cache(pair, drafter), GGUFCache)
+    assert greedy_rejections(pair, drafter, ([1, 2, 3], [7, 7, 7, 7, 9], list(range(60)))) > 0
 
 
 def engine_sequence_distribution(engine, prompt_ids, n_tokens, temperature, top_k=0, top_p=1.0) -> dict:
@@ -165,31 +177,32 @@ FILTERED = {"temperature": 0.8, "top_k": 4}
 
 @pytest.fixture(scope="module")
 def five_token_pair_on_llama(tmp_path_factory):
-    pair = tiny_pair(vocab_size=5, scale=6.0, target_layers=1, hidden=32, draft_noise=0.5)
-    pair.target_engine = engine_for(pair.target, pair.tokenizer, tmp_path_factory.mktemp("engine5"), vocab=5)
-    return pair
+    """(a five-token tiny pair whose target runs on llama.cpp, its drafter: a noisy copy in torch)."""
+    pair, drafter = tiny_pair(vocab_size=5, scale=6.0, target_layers=1, hidden=32, draft_noise=0.5)
+    engine = engine_for(pair.target, pair.tokenizer, tmp_path_factory.mktemp("engine5"), vocab=5)
+    return dataclasses.replace(pair, target_engine=engine), drafter
 
 
 @pytest.mark.statistical
 @pytest.mark.parametrize("decoder", [Autoregressive(), FixedSpeculative(2),
                                      Pacer(1, 2, 0.5, ConfidencePreVerifier(), "submit")], ids=["ar", "fixed", "pacer"])
 def test_sampling_on_the_engine_matches_the_engines_distribution(five_token_pair_on_llama, decoder):
-    pair = five_token_pair_on_llama
+    pair, drafter = five_token_pair_on_llama
     truth = engine_sequence_distribution(pair.target_engine, PROMPT, N_TOKENS, **FILTERED)
-    counts = sample_counts(decoder, pair, PROMPT, N_TOKENS, RUNS, **FILTERED)
+    counts = sample_counts(decoder, pair, drafter, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
-def test_smc_sd_runs_on_the_engine(pair_on_llama):
-    drafting = pair_on_llama.with_drafter(load_drafter(pair_on_llama, "gguf"))
-    *events, result = SMC().run(drafting, drafting.drafter, [1, 2, 3], validate_settings(
+def test_smc_sd_runs_on_the_engine(pair_on_llama, drafters_on_llama):
+    drafter = load_drafter(pair_on_llama, drafters_on_llama, "gguf")
+    *events, result = SMC().run(pair_on_llama, drafter, [1, 2, 3], validate_settings(
         max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
 
-def test_a_drafter_that_reads_the_target_falls_back_to_torch_for_ar_and_verify(pair_on_llama):
+def test_a_drafter_that_reads_the_target_falls_back_to_torch_for_ar_and_verify(pair_on_llama, drafters_on_llama):
     head_like = SimpleNamespace(reads_target_features=True, name="head", describe=lambda: {})
-    own = pair_on_llama.drafter
+    own = drafters_on_llama.default
     assert active_engine(pair_on_llama, head_like) is None
     assert isinstance(target_cache(pair_on_llama, head_like), CachedModel)
     assert engine_label(pair_on_llama, head_like).startswith("torch (the drafter reads the target's hidden states")
@@ -198,7 +211,7 @@ def test_a_drafter_that_reads_the_target_falls_back_to_torch_for_ar_and_verify(p
 
 
 def test_a_gguf_with_another_vocabulary_cannot_run_the_target(tmp_path):
-    pair = tiny_pair()
+    pair, _ = tiny_pair()
     path = write_llama_gguf(pair.target, pair.tokenizer, tmp_path / "other.gguf", tokens=[f"u{i}" for i in range(64)])
     with pytest.raises(RuntimeError, match="cannot run the target: 64 token ids have other strings"):
         LlamaTarget.load(path, pair.tokenizer, 64)
@@ -207,36 +220,37 @@ def test_a_gguf_with_another_vocabulary_cannot_run_the_target(tmp_path):
 @pytest.mark.embedded
 def test_the_embedded_target_runs_on_llama_cpp_by_default_and_sd_keeps_ars_tokens():
     from pacer_core import load_pair
-    pair = load_pair("embedded", "gguf", device="cpu")
-    assert pair.describe(pair.drafter)["target_engine"].startswith("llama.cpp (smollm2-135m-instruct-f32.gguf")
+    pair, loaded = load_pair("embedded", "gguf", device="cpu")
+    drafter = loaded.default
+    assert pair.describe(drafter)["target_engine"].startswith("llama.cpp (smollm2-135m-instruct-f32.gguf")
     prompt_ids = pair.encode_prompt("Explain how a refrigerator keeps food cold.")
     stepped, verified = stepped_and_verified(pair.target_engine.new_cache, prompt_ids, list(range(300, 330)), (5, 9))
     assert torch.equal(stepped, verified)
     for prompt in ("Name three primary colours.", "Write a haiku about rain."):
         prompt_ids = pair.encode_prompt(prompt)
-        reference = run_result(Autoregressive(), pair, prompt_ids, max_new_tokens=32).token_ids
+        reference = run_result(Autoregressive(), pair, drafter, prompt_ids, max_new_tokens=32).token_ids
         for decoder in (FixedSpeculative(10), Pacer(4, 32, 0.05, ConfidencePreVerifier(), "submit")):
-            assert run_result(decoder, pair, prompt_ids, max_new_tokens=32).token_ids == reference
-    torch_pair = load_pair("embedded", "gguf", device="cpu", target_engine="torch")
-    assert torch_pair.target_engine is None and torch_pair.describe(torch_pair.drafter)["target_engine"] == "torch"
+            assert run_result(decoder, pair, drafter, prompt_ids, max_new_tokens=32).token_ids == reference
+    torch_pair, torch_loaded = load_pair("embedded", "gguf", device="cpu", target_engine="torch")
+    assert torch_pair.target_engine is None and torch_pair.describe(torch_loaded.default)["target_engine"] == "torch"
 
 
 @pytest.fixture(scope="module")
 def pair_adopting(tmp_path_factory):
     """A tiny pair on the llama.cpp engine whose gguf drafter is a file of the target itself (the embedded pair's
-    case: the same attention layout), so its caches take the target's prompt instead of computing their own."""
-    pair = tiny_pair(scale=6.0, eos_token_id=63, draft_noise=0.0)
+    case: the same attention layout), so its caches take the target's prompt instead of computing their own; with
+    what it loaded (that file as its ``gguf_file``)."""
+    pair, drafter = tiny_pair(scale=6.0, eos_token_id=63, draft_noise=0.0)
     folder = tmp_path_factory.mktemp("adopting")
-    pair.target_engine = engine_for(pair.target, pair.tokenizer, folder)
-    pair.draft_gguf = str(write_llama_gguf(pair.target, pair.tokenizer, folder / "draft.gguf"))
-    return pair
+    pair = dataclasses.replace(pair, target_engine=engine_for(pair.target, pair.tokenizer, folder))
+    target_file = str(write_llama_gguf(pair.target, pair.tokenizer, folder / "draft.gguf"))
+    return pair, LoadedDrafters.around(drafter, gguf_file=target_file)
 
 
 def test_a_gguf_draft_of_the_targets_layout_adopts_the_targets_prompt(pair_adopting, tmp_path):
-    pair, prompt = pair_adopting, list(range(3, 60))
-    drafter = load_drafter(pair, "gguf")
-    drafting = pair.with_drafter(drafter)
-    target, draft = new_caches(drafting, drafting.drafter)
+    (pair, loaded), prompt = pair_adopting, list(range(3, 60))
+    drafter = load_drafter(pair, loaded, "gguf")
+    target, draft = new_caches(pair, drafter)
     assert draft.adopts_target_prompt and draft.context is not None
     target.forward(prompt[:-1], keep=1)
     draft.adopt(target)
@@ -247,35 +261,36 @@ def test_a_gguf_draft_of_the_targets_layout_adopts_the_targets_prompt(pair_adopt
     with pytest.raises(ValueError, match="empty cache of one row"):
         draft.adopt(target)
     assert not drafter.new_cache(CachedModel(pair.target, 64)).adopts_target_prompt   # a torch target
-    unrelated = tiny_pair(draft_noise=None)                             # a 1-layer draft: another layout
-    path = write_llama_gguf(unrelated.draft, unrelated.tokenizer, tmp_path / "one-layer.gguf")
+    unrelated, unrelated_drafter = tiny_pair(draft_noise=None)          # a 1-layer draft: another layout
+    path = write_llama_gguf(unrelated_drafter.model, unrelated.tokenizer, tmp_path / "one-layer.gguf")
     one_layer = GGUFDrafter.load(path, unrelated.tokenizer, 64, "one layer")
     assert not one_layer.new_cache(target).adopts_target_prompt
 
 
 def test_adopting_drafts_keep_ars_tokens_and_smc_runs(pair_adopting):
-    pair = pair_adopting
+    pair, loaded = pair_adopting
     decoders = [FixedSpeculative(gamma) for gamma in (1, 4)] + [Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit")]
-    drafting = pair.with_drafter(load_drafter(pair, "gguf"))
+    drafter = load_drafter(pair, loaded, "gguf")
     for prompt in ([5], [1, 2, 3], list(range(60)) + list(range(40))):
-        reference = run_result(Autoregressive(), drafting, prompt, max_new_tokens=30).token_ids
+        reference = run_result(Autoregressive(), pair, drafter, prompt, max_new_tokens=30).token_ids
         for decoder in decoders:
-            result = run_result(decoder, drafting, prompt, max_new_tokens=30)
+            result = run_result(decoder, pair, drafter, prompt, max_new_tokens=30)
             assert result.token_ids == reference, (decoder.info(), prompt)
             assert result.metrics.accepted_tokens > 0
-    *events, result = SMC().run(drafting, drafting.drafter, list(range(30)), validate_settings(
+    *events, result = SMC().run(pair, drafter, list(range(30)), validate_settings(
         max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
 
 @pytest.mark.statistical
 def test_sampling_with_an_adopting_draft_matches_the_engines_distribution(five_token_pair_on_llama, tmp_path):
-    five = five_token_pair_on_llama
-    pair = dataclasses.replace(five, draft_gguf=str(write_llama_gguf(five.target, five.tokenizer, tmp_path / "d.gguf")))
+    pair, drafter = five_token_pair_on_llama
+    target_file = str(write_llama_gguf(pair.target, pair.tokenizer, tmp_path / "d.gguf"))
+    loaded = LoadedDrafters.around(drafter, gguf_file=target_file)
     truth = engine_sequence_distribution(pair.target_engine, PROMPT, N_TOKENS, **FILTERED)
-    drafting = pair.with_drafter(load_drafter(pair, "gguf"))
-    assert new_caches(drafting, drafting.drafter)[1].adopts_target_prompt
-    counts = sample_counts(FixedSpeculative(2), drafting, PROMPT, N_TOKENS, RUNS, **FILTERED)
+    adopting = load_drafter(pair, loaded, "gguf")
+    assert new_caches(pair, adopting)[1].adopts_target_prompt
+    counts = sample_counts(FixedSpeculative(2), pair, adopting, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
@@ -292,6 +307,7 @@ def test_a_runs_seconds_count_the_targets_prompt_fed_for_the_draft(pair_adopting
             time.sleep(0.5)
         return forward(cache, token_ids, *args, **kwargs)
     monkeypatch.setattr(LlamaTargetCache, "forward", slow_prefill)
-    drafting = pair_adopting.with_drafter(load_drafter(pair_adopting, "gguf"))
-    result = run_result(FixedSpeculative(3), drafting, list(range(40)), max_new_tokens=4)
+    pair, loaded = pair_adopting
+    drafter = load_drafter(pair, loaded, "gguf")
+    result = run_result(FixedSpeculative(3), pair, drafter, list(range(40)), max_new_tokens=4)
     assert result.metrics.seconds >= 0.5

@@ -14,8 +14,8 @@ from pacer_core.ui.handlers import AppContext, PageInputs, ViewUpdate
 
 @pytest.fixture(scope="module")
 def context():
-    pair = tiny_pair()
-    return AppContext(pair, pair.drafter)
+    pair, drafter = tiny_pair()
+    return AppContext(pair, drafter)
 
 
 def inputs(prompt="t1 t2", measure_ar=False, **settings) -> PageInputs:

@@ -14,8 +14,8 @@ from pacer_core.ui.timing_turn import TimingTurn
 
 @pytest.fixture(scope="module")
 def context():
-    pair = tiny_pair()
-    return AppContext(pair, pair.drafter)
+    pair, drafter = tiny_pair()
+    return AppContext(pair, drafter)
 
 
 def inputs(measure_ar=True, **settings) -> PageInputs:

@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from pacer_core.models import load_pair
 
-    pair = load_pair("embedded", "small", target_engine="torch")
+    pair, _ = load_pair("embedded", "small", target_engine="torch")
     rows = code_prompts(lambda prompt: len(pair.encode_prompt(prompt)), args.calibration)
     args.out = args.out or str(ROOT / "assets/prompts" / ("code-calibration.jsonl" if args.calibration else "code.jsonl"))
     Path(args.out).write_text("".join(json.dumps(row) + "\n" for row in rows))

@@ -43,18 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def named_drafter(pair, name: str):
-    """(the drafter ``name`` for the pair, that drafter's PACER pre-verifier)."""
+def named_drafter(pair, loaded, name: str):
+    """(the drafter ``name`` for the pair, built from what was loaded beside it; that drafter's PACER
+    pre-verifier)."""
     from ..preverifier import default_preverifier
 
     try:
-        drafter = load_drafter(pair, name)
+        drafter = load_drafter(pair, loaded, name)
     except ValueError as bad:
         raise SettingsError(str(bad)) from None
     return drafter, default_preverifier(pair, drafter)
 
 
-def run_atlas(pair, args, progress=None) -> dict:
+def run_atlas(pair, loaded, args, progress=None) -> dict:
     """The atlas dictionary for parsed arguments on a loaded pair (``progress(done, total)`` after each prompt)."""
     prompts = load_atlas_prompts(args.prompts)[: args.limit or None]
     limits = Limits.from_env()
@@ -62,7 +63,7 @@ def run_atlas(pair, args, progress=None) -> dict:
     names = [args.drafter] + ([args.compare] if args.compare else [])
     if len(set(names)) < len(names):
         raise SettingsError("--compare needs a drafter other than --drafter.")
-    lanes = [atlas_lane(pair, *named_drafter(pair, name), name, args.method, raw, prompts, limits) for name in names]
+    lanes = [atlas_lane(pair, *named_drafter(pair, loaded, name), name, args.method, raw, prompts, limits) for name in names]
     runs = []
     for run in run_prompts(prompts, lanes, args.ar):
         runs.append(run)
@@ -79,17 +80,19 @@ def bar_progress(bar):
     return advance
 
 
-def main(argv=None, pair=None) -> int:
-    """The command; ``pair``: an already loaded pair (tests), else the one --target/--draft name."""
+def main(argv=None, pair=None, loaded=None) -> int:
+    """The command; ``pair`` and ``loaded``: an already loaded pair and what was loaded beside it (tests), else the
+    ones --target/--draft name."""
     from tqdm import tqdm
 
     args = build_parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        pair = pair or load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
+        if pair is None:
+            pair, loaded = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
         with tqdm(desc="atlas", unit="prompt", file=sys.stderr) as bar:
-            atlas = run_atlas(pair, args, bar_progress(bar))
+            atlas = run_atlas(pair, loaded, args, bar_progress(bar))
     except (SettingsError, ModelLoadError, FileNotFoundError) as problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2

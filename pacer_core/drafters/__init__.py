@@ -16,8 +16,9 @@ kind and name), four kinds of object:
 
 Each kind's module also builds it for a pair (or says why not); ``drafter.py`` declares what every drafter
 has (``Drafter``), ``caches.py`` makes a run's two caches, ``measured.py`` reads the settings each starts with.
-A run names the drafter it drafts with (its ``RunRequest.drafter``); the pair is the same for every drafter and
-nothing is reloaded. This package does not import ``models`` (the loader imports the drafters, never the
+What the loader built beside the target is a ``LoadedDrafters`` (``loaded.py``): the drafter runs use unless told
+otherwise and what the builders build the others from. A run names the drafter it drafts with (its
+``RunRequest.drafter``); the pair holds the target only, is the same for every drafter, and nothing is reloaded. This package does not import ``models`` (the loader imports the drafters, never the
 reverse). Docs: docs/drafters.md."""
 from __future__ import annotations
 
@@ -27,16 +28,17 @@ from .caches import new_caches
 from .drafter import Drafter
 from .feature_head import head_drafter
 from .gguf_drafter import GGUF_ENV, GGUFDrafter, gguf_drafter_for, gguf_path, gguf_unavailable
-from .independent import (IndependentDrafter, ReducedVocabularyCache, draft_folder, kept_output_layer,
-                          reduced_vocabulary_drafter, small_drafter)
+from .independent import (IndependentDrafter, ReducedVocabularyCache, kept_output_layer, reduced_vocabulary_drafter,
+                          small_drafter)
 from .kinds import (KINDS, DrafterEntry, all_names_text, drafter_key, drafter_keys, entry_for_key, entry_for_name,
                     entry_of_drafter, load_drafter, valid_drafter_name)
+from .loaded import LoadedDrafters
 from .measured import MEASURED_DEFAULTS_FILE, measured_defaults, measured_drafter, measured_gamma, measured_settings
 from .self_quantized import SELF_DRAFTERS, SelfQuantizedDrafter, self_drafter
 from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits, load_frequent_ids
 
 
-__all__ = ["Drafter", "ModelCache", "IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter", "KINDS", "DrafterEntry",
+__all__ = ["Drafter", "LoadedDrafters", "ModelCache", "IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter", "KINDS", "DrafterEntry",
            "drafter_keys", "entry_for_key", "new_caches", "load_drafter", "valid_drafter_name",
            "all_names_text", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "drafter_key", "measured_drafter",
            "measured_gamma", "measured_settings"]

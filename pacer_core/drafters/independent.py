@@ -18,8 +18,9 @@ class IndependentDrafter:
     kind = "independent"
     reads_target_features = False
 
-    def __init__(self, model, vocab_size: int, name: str, kept_ids: torch.Tensor | None = None):
+    def __init__(self, model, vocab_size: int, name: str, kept_ids: torch.Tensor | None = None, model_id: str = ""):
         self.model, self.vocab_size, self.name = model, vocab_size, name
+        self.model_id = model_id or name     # the draft model's own name (``name`` adds [small-N] when reduced)
         self.hidden_size = int(getattr(model.config, "hidden_size", 0))
         self.kept_ids = None if kept_ids is None else kept_ids.long()
         self.output_layer = None if kept_ids is None else kept_output_layer(model, self.kept_ids)
@@ -75,32 +76,28 @@ class ReducedVocabularyCache(CachedModel):
 
 # ---- for a pair: the builder and the availability check of the table's row (kinds.KINDS) ------------------------------
 
-def small_drafter(pair, name: str = "small", head_dir=None) -> IndependentDrafter:
-    """The pair's independent draft model (``small``), or its N most frequent ids (``small-N``)."""
-    if pair.draft is None:
-        raise ValueError(f"The drafter '{name}' needs an independent draft model in the pair.")
+def small_drafter(pair, loaded, name: str = "small", head_dir=None) -> IndependentDrafter:
+    """The loaded independent draft model (``small``), or its N most frequent ids (``small-N``)."""
+    if loaded.small_model is None:
+        raise ValueError(f"The drafter '{name}' needs an independent draft model, and none was loaded.")
     if name == "small":
-        return IndependentDrafter(pair.draft, pair.vocab_size, pair.draft_model_id)
-    return reduced_vocabulary_drafter(pair, int(name[len("small-"):]))
+        return IndependentDrafter(loaded.small_model, pair.vocab_size, loaded.small_model_id)
+    return reduced_vocabulary_drafter(pair, loaded, int(name[len("small-"):]))
 
 
-def reduced_vocabulary_drafter(pair, count: int, name: str | None = None) -> IndependentDrafter:
-    """The pair's draft model scoring only its ``count`` most frequent ids (its folder's frequent_ids.json);
+def reduced_vocabulary_drafter(pair, loaded, count: int, name: str | None = None) -> IndependentDrafter:
+    """The loaded draft model scoring only its ``count`` most frequent ids (its folder's frequent_ids.json);
     named ``name``, by default the draft model's name with [small-N]."""
-    frequent = load_frequent_ids(draft_folder(pair))
+    model_id = loaded.small_model_id
+    frequent = load_frequent_ids(loaded.small_model_folder)
     if frequent is None:
-        raise ValueError(f"The draft '{pair.draft_model_id}' has no frequent_ids.json in its folder, so it cannot "
+        raise ValueError(f"The draft '{model_id}' has no frequent_ids.json in its folder, so it cannot "
                          f"draft from its {count} most frequent ids (python -m pacer_core.training.vocabulary "
                          "writes one).")
     kept = frequent[:count]
-    return IndependentDrafter(pair.draft, pair.vocab_size, name or f"{pair.draft_model_id} [small-{kept.numel()}]",
-                              kept)
+    return IndependentDrafter(loaded.small_model, pair.vocab_size, name or f"{model_id} [small-{kept.numel()}]",
+                              kept, model_id=model_id)
 
 
-def draft_folder(pair) -> str:
-    """Where the pair's draft model was loaded from (its frequent_ids.json and measured_defaults.json live there)."""
-    return getattr(pair.draft.config, "_name_or_path", "")
-
-
-def small_unavailable(pair) -> str | None:
-    return None if getattr(pair, "draft", None) is not None else "the pair has no independent draft model"
+def small_unavailable(pair, loaded) -> str | None:
+    return None if loaded.small_model is not None else "no independent draft model was loaded"

@@ -1,5 +1,5 @@
-"""The settings each drafter starts with, as the benchmark measured them: readers of the draft folder's
-``measured_defaults.json``. The app's controls, the bench's ``@drafter`` rows and the library start from these
+"""The settings each drafter starts with, as the benchmark measured them: readers of the pair's
+``measured_defaults.json`` (in the independent draft model's folder). The app's controls, the bench's ``@drafter`` rows and the library start from these
 unless a setting is chosen; without the file (or an entry) every reader returns nothing and the defaults of
 ``settings.FIELDS`` apply.
 
@@ -20,7 +20,6 @@ from pathlib import Path
 import torch
 
 from ..llama.engine import active_engine
-from .independent import draft_folder
 from .kinds import drafter_key
 
 MEASURED_DEFAULTS_FILE = "measured_defaults.json"
@@ -28,10 +27,11 @@ TORCH_TARGET_PART = "cpu_torch_target"   # an entry's figures for a target verif
 
 
 def measured_defaults(pair) -> dict:
-    """The draft folder's ``measured_defaults.json`` ({} without one, or when it cannot be read)."""
-    folder = draft_folder(pair) if pair.draft is not None else ""
-    path = Path(folder) / MEASURED_DEFAULTS_FILE
-    if not folder or not path.exists():
+    """The pair's ``measured_defaults.json`` (``ModelPair.measured_file``, which the loader finds in the independent
+    draft model's folder); {} without one, or when it cannot be read."""
+    chosen = getattr(pair, "measured_file", "")
+    path = Path(chosen)
+    if not chosen or not path.exists():
         return {}
     try:
         record = json.loads(path.read_text())

@@ -105,7 +105,7 @@ def share_tensors(module: nn.Module, original: nn.Module) -> None:
 
 # ---- for a pair: the builder and the availability check of the table's row (kinds.KINDS) ------------------------------
 
-def self_drafter(pair, name: str, head_dir=None) -> SelfQuantizedDrafter:
+def self_drafter(pair, loaded, name: str, head_dir=None) -> SelfQuantizedDrafter:
     """self-int4 / self-int8: the pair's target with its linear layers quantized (seconds, nothing stored).
     Always over the whole vocabulary: drafting from the most frequent ids only made it cheaper but agree
     much less often (docs/drafters.md)."""
@@ -115,8 +115,8 @@ def self_drafter(pair, name: str, head_dir=None) -> SelfQuantizedDrafter:
         raise ValueError(str(missing)) from None
 
 
-def self_unavailable(bits: int) -> Callable[[object], str | None]:
-    def unavailable(pair) -> str | None:
+def self_unavailable(bits: int) -> Callable[[object, object], str | None]:
+    def unavailable(pair, loaded) -> str | None:
         try:
             check_kernel(bits, pair.device)
         except QuantizationUnavailable as missing:

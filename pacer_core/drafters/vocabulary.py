@@ -38,7 +38,7 @@ def full_vocabulary_logits(kept_scores: torch.Tensor, kept_ids: torch.Tensor, vo
 def load_frequent_ids(model_dir) -> torch.Tensor | None:
     """The ids of a draft folder's ``frequent_ids.json`` (most frequent first), or None without one."""
     path = Path(str(model_dir)) / FREQUENT_IDS_FILE
-    if not path.exists():
+    if not model_dir or not path.exists():
         return None
     return torch.tensor(json.loads(path.read_text())["ids"], dtype=torch.long)
 

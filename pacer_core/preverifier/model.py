@@ -178,7 +178,7 @@ def load_for_pair(pair, drafter) -> TrainedPreVerifier | None:
     ids, so it uses the layer trained for the draft model when it has none of its own."""
     draft_names = [drafter.name]
     if getattr(drafter, "kind", "") == "independent" and getattr(drafter, "kept_ids", None) is not None:
-        draft_names.append(pair.draft_model_id)
+        draft_names.append(drafter.model_id)
     for root in search_dirs():
         for draft_name in draft_names:
             directory = root / pair_slug(pair.target_id, draft_name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ..models import ModelPair
+from ..models import pair_from_models
 
 
 class TinyTokenizer:
@@ -55,7 +55,8 @@ def noisy_copy(model, noise: float, seed: int):
 
 def tiny_pair(vocab_size=64, target_seed=0, draft_seed=1, eos_token_id=None, scale=1.0, draft_noise=0.3,
               target_layers=2, hidden=32):
-    """Target: 2-layer Llama. Draft: a noisy copy of it (draft_noise=None: an unrelated 1-layer model)."""
+    """(the pair, its drafter): target a 2-layer Llama, drafter a noisy copy of it (draft_noise=None: an unrelated
+    1-layer model) as an ``IndependentDrafter``; ``LoadedDrafters.around(drafter)`` builds the other drafters."""
     target = tiny_llama(vocab_size, hidden=hidden, layers=target_layers, seed=target_seed, eos_token_id=eos_token_id,
                         scale=scale)
     if draft_noise is None:
@@ -63,4 +64,4 @@ def tiny_pair(vocab_size=64, target_seed=0, draft_seed=1, eos_token_id=None, sca
     else:
         draft = noisy_copy(target, draft_noise, draft_seed)
     tokenizer = TinyTokenizer(vocab_size)
-    return ModelPair.from_models(target, draft, tokenizer, "tiny-target", "tiny-draft", use_chat_template=False)
+    return pair_from_models(target, draft, tokenizer, "tiny-target", "tiny-draft", use_chat_template=False)

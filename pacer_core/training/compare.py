@@ -130,18 +130,18 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    pair = load_pair(args.target, "embedded-small", device="cpu", dtype=args.dtype, draft_gguf=args.draft_gguf)
+    pair, loaded = load_pair(args.target, "embedded-small", device="cpu", dtype=args.dtype, draft_gguf=args.draft_gguf)
     records = load_prompts(args.prompts)[: args.limit or None]
     limits = Limits.from_env()
     prompts = [encode_prompt(pair, record["prompt"], None, limits) for record in records]
     raw = {"max_new_tokens": args.max_new_tokens, "temperature": 0.0, "gamma": GAMMA}
     settings, chosen = validate_settings(limits, **raw), chosen_names(raw)
-    own = pair.drafter
+    own = loaded.default
     references = [list(run_request(pair, request_for(pair, own, "ar", settings, chosen, prompt, limits)))[-1].token_ids
                   for prompt in prompts]
     rows = {}
     for name in args.drafters.split(","):
-        drafter = load_drafter(pair, name, args.head)
+        drafter = load_drafter(pair, loaded, name, args.head)
         fixed = [request_for(pair, drafter, "fixed", settings, chosen, prompt, limits) for prompt in prompts]
         rows[name] = evaluate_drafter(pair, fixed, references)
         print(f"{name}: {rows[name]}", file=sys.stderr, flush=True)

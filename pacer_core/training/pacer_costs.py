@@ -46,7 +46,7 @@ import torch
 from ..decoders.autoregressive import Autoregressive
 from ..decoders.base import make_state
 from ..decoders.fixed import FixedSpeculative
-from ..drafters import MEASURED_DEFAULTS_FILE, draft_folder, drafter_key, load_drafter
+from ..drafters import drafter_key, load_drafter
 from ..drafters.measured import TORCH_TARGET_PART, target_verifies_on_torch_cpu
 from ..models import load_pair
 from ..prompts import load_prompts
@@ -115,27 +115,27 @@ class Observations:
                               sum(self.accept_probs) / len(self.accept_probs), source)
 
 
-def prefill_seconds(pair, prompt_ids: list[int], settings) -> float:
+def prefill_seconds(pair, drafter, prompt_ids: list[int], settings) -> float:
     """What a speculative run spends before its first step: fresh caches and the target's prefill that the
     drafter adopts or reads (``decoders.base.make_state``)."""
     started = time.perf_counter()
-    make_state(pair, pair.drafter, prompt_ids, settings, with_draft=True)
+    make_state(pair, drafter, prompt_ids, settings, with_draft=True)
     return time.perf_counter() - started
 
 
-def measure(pair, prompt_ids: list[list[int]], gammas, temperature: float, max_new_tokens: int, repeats: int,
+def measure(pair, drafter, prompt_ids: list[list[int]], gammas, temperature: float, max_new_tokens: int, repeats: int,
             progress=None) -> Observations:
     observed = Observations()
     for repeat in range(repeats):
         for index, ids in enumerate(prompt_ids):
             settings = validate_settings(max_new_tokens=max_new_tokens, temperature=temperature,
                                          seed=1000 * repeat + index)
-            prefill = prefill_seconds(pair, ids, settings)
-            *events, result = Autoregressive().run(pair, pair.drafter, ids, settings)
+            prefill = prefill_seconds(pair, drafter, ids, settings)
+            *events, result = Autoregressive().run(pair, drafter, ids, settings)
             observed.add_ar(events, result)
             for gamma in gammas:
                 decoder = RecordingFixed(gamma)
-                *events, result = decoder.run(pair, pair.drafter, ids, settings)
+                *events, result = decoder.run(pair, drafter, ids, settings)
                 observed.add_fixed(events, result, decoder.entropies, gamma == max(gammas), prefill)
                 if progress:
                     progress.update()
@@ -170,13 +170,15 @@ def cost_rule_length(model: PacerCostModel, block: int, limit: int):
     return stop_after
 
 
-def write_model(pair, key: str, device: str, model: PacerCostModel, source: str) -> Path:
-    """Store the model in the drafter's entry, or in its ``cpu_torch_target`` part when the target verified on
-    torch on a CPU (``drafters.measured``)."""
-    path = Path(draft_folder(pair)) / MEASURED_DEFAULTS_FILE
+def write_model(pair, drafter, device: str, model: PacerCostModel, source: str) -> Path:
+    """Store the model in the drafter's entry of the pair's measured_defaults.json, or in its ``cpu_torch_target``
+    part when the target verified on torch on a CPU (``drafters.measured``)."""
+    if not pair.measured_file:
+        raise SystemExit("This pair has no measured_defaults.json to write to (it lives in the draft model's folder).")
+    path, key = Path(pair.measured_file), drafter_key(drafter)
     record = json.loads(path.read_text()) if path.exists() else {}
     entry = record.setdefault("drafters", {}).setdefault(key, {})
-    if target_verifies_on_torch_cpu(pair, pair.drafter, key):
+    if target_verifies_on_torch_cpu(pair, drafter, key):
         entry = entry.setdefault(TORCH_TARGET_PART, {})
     entry.setdefault("pacer_costs", {})[device] = model.to_record() | {"source": source}
     path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
@@ -187,9 +189,9 @@ def median_tokens(prompt_ids: list[list[int]]) -> int:
     return int(statistics.median(len(ids) for ids in prompt_ids))
 
 
-def costs_by_length(drafting, args, limits) -> list[tuple[int, StepCosts]]:
-    """(median prompt tokens, step costs) for each band (``category``) of each --length-sets file, ``drafting``: the
-    pair's view with the drafter measured."""
+def costs_by_length(pair, drafter, args, limits) -> list[tuple[int, StepCosts]]:
+    """(median prompt tokens, step costs) for each band (``category``) of each --length-sets file, drafting with
+    ``drafter``."""
     gammas = [int(g) for g in args.length_gammas.split(",")]
     bands: dict[str, list] = defaultdict(list)
     for path in args.length_sets.split(","):
@@ -197,8 +199,8 @@ def costs_by_length(drafting, args, limits) -> list[tuple[int, StepCosts]]:
             bands[f"{path}:{record.get('category', '')}"].append(record["prompt"])
     measured = []
     for band, prompts in bands.items():
-        prompt_ids = [list(encode_prompt(drafting, prompt, None, limits).ids) for prompt in prompts[: args.limit]]
-        observed = measure(drafting, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats)
+        prompt_ids = [list(encode_prompt(pair, prompt, None, limits).ids) for prompt in prompts[: args.limit]]
+        observed = measure(pair, drafter, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats)
         measured.append((median_tokens(prompt_ids), observed.model(band).costs))
         print(f"{band}: {measured[-1][0]} tokens, a drafted token {measured[-1][1].draft_per_token:.3f} AR steps",
               file=sys.stderr)
@@ -225,23 +227,22 @@ def main(argv=None) -> int:
     parser.add_argument("--length-gammas", default="1,4,8,12", help="fixed lengths run on the --length-sets")
     args = parser.parse_args(argv)
     gammas = [int(g) for g in args.gammas.split(",")]
-    pair = load_pair("embedded", "embedded")
-    drafter = load_drafter(pair, args.drafter)
+    pair, loaded = load_pair("embedded", "embedded")
+    drafter = load_drafter(pair, loaded, args.drafter)
     limits = Limits.from_env()
     prompts = load_prompts(args.prompts)[: args.limit or None]
-    drafting = pair.with_drafter(drafter)
-    prompt_ids = [list(encode_prompt(drafting, record["prompt"], None, limits).ids) for record in prompts]
+    prompt_ids = [list(encode_prompt(pair, record["prompt"], None, limits).ids) for record in prompts]
     progress = tqdm(total=args.repeats * len(prompt_ids) * len(gammas), file=sys.stderr)
-    observed = measure(drafting, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats, progress)
+    observed = measure(pair, drafter, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats, progress)
     progress.close()
-    key, device = drafter_key(drafting.drafter), torch.device(drafting.device).type
+    device = torch.device(pair.device).type
     source = (f"python -m pacer_core.training.pacer_costs --drafter {args.drafter} on {len(prompt_ids)} prompts of "
               f"{args.prompts}, T = {args.temperature}, {args.max_new_tokens} tokens, fixed SD at {gammas}, "
               f"{date.today().isoformat()}; AR step {observed.ar_seconds / observed.ar_tokens * 1000:.1f} ms; "
-              f"target on {pair.describe(pair.drafter).get('target_engine', 'torch')}")
+              f"target on {pair.describe(drafter).get('target_engine', 'torch')}")
     model = observed.model(source)
     if args.length_sets:
-        by_length = costs_by_length(drafting, args, limits) + [(median_tokens(prompt_ids), model.costs)]
+        by_length = costs_by_length(pair, drafter, args, limits) + [(median_tokens(prompt_ids), model.costs)]
         model = replace(model, by_length=tuple(sorted(by_length)))
         source += (f"; by prompt length on {args.length_sets} (fixed SD at {args.length_gammas}, "
                    f"{args.repeats} repeat(s)): " + ", ".join(f"{length} tokens {costs.draft_per_token:.2f} a drafted "
@@ -257,7 +258,7 @@ def main(argv=None) -> int:
                                                "verify_seconds": observed.verify_seconds,
                                                "ar_seconds_per_token": observed.ar_seconds / observed.ar_tokens}))
     if args.write:
-        print(f"written to {write_model(pair, key, device, model, source)}")
+        print(f"written to {write_model(pair, drafter, device, model, source)}")
     return 0
 
 

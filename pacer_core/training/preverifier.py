@@ -122,7 +122,7 @@ def collection_prompts(count: int, seed: int) -> list[str]:
     return prompts[:count]
 
 
-def collect(pair, args) -> Path:
+def collect(pair, drafter, args) -> Path:
     """Greedy rows (and, with --sampling-temperature > 0, rows of a sampled run of each prompt) into data.pt."""
     from tqdm import tqdm
 
@@ -138,7 +138,7 @@ def collect(pair, args) -> Path:
             settings = validate_settings(max_new_tokens=args.max_new_tokens, temperature=temperature,
                                          gamma=args.draft_len, seed=args.seed + prompt_index)
             recorder = RecordingDrafter(args.draft_len, args.soft_temperature)
-            for _ in recorder.run(pair, pair.drafter, pair.encode_prompt(prompt), settings):
+            for _ in recorder.run(pair, drafter, pair.encode_prompt(prompt), settings):
                 pass
             done["rows"] += [row | {"prompt_index": prompt_index} for row in recorder.rows]
         done["prompts"].append(prompt)
@@ -352,7 +352,7 @@ def split_by_prompt(rows: list[dict], fraction: float, seed: int) -> tuple[list[
     return [r for r in rows if r["prompt_index"] not in chosen], [r for r in rows if r["prompt_index"] in chosen]
 
 
-def measure_threshold(pair, preverifier: TrainedPreVerifier, args, temperature: float) -> dict:
+def measure_threshold(pair, drafter, preverifier: TrainedPreVerifier, args, temperature: float) -> dict:
     """Run PACER with the layer on validation prompts at every candidate threshold (interleaved: each repeat
     runs every threshold in turn); the threshold with the best median tokens/s, and every median."""
     from ..api import generate
@@ -364,7 +364,7 @@ def measure_threshold(pair, preverifier: TrainedPreVerifier, args, temperature: 
         for threshold in candidates:
             tokens, seconds = 0, 0.0
             for index, prompt in enumerate(prompts):
-                result = generate(pair, pair.drafter, "pacer", prompt, preverifier=preverifier,
+                result = generate(pair, drafter, "pacer", prompt, preverifier=preverifier,
                                   max_new_tokens=args.max_new_tokens, temperature=temperature, seed=1000 * repeat + index, threshold=threshold,
                                   stop_rule="threshold", block_size=args.block_size,
                                   max_draft_len=args.max_draft_len, phrase_len=args.phrase_len)
@@ -376,14 +376,14 @@ def measure_threshold(pair, preverifier: TrainedPreVerifier, args, temperature: 
     return {"threshold": max(speeds, key=speeds.get), "tokens_per_s_by_threshold": {str(k): v for k, v in speeds.items()}}
 
 
-def choose_thresholds(pair, layer, sampling_layer, args) -> dict:
+def choose_thresholds(pair, drafter, layer, sampling_layer, args) -> dict:
     """The greedy threshold, and the sampling one (measured at --sampling-temperature with the sampled tokens'
     layer when there is one, else the greedy layer's)."""
     preverifier = TrainedPreVerifier(layer, {"threshold_greedy": 0.5}, sampling_layer)
-    greedy = measure_threshold(pair, preverifier, args, 0.0)
+    greedy = measure_threshold(pair, drafter, preverifier, args, 0.0)
     chosen = {"threshold_greedy": greedy["threshold"], "greedy": greedy}
     if args.sampling_temperature > 0:
-        sampled = measure_threshold(pair, preverifier, args, args.sampling_temperature)
+        sampled = measure_threshold(pair, drafter, preverifier, args, args.sampling_temperature)
         chosen |= {"threshold_sampling": sampled["threshold"], "sampling": sampled}
     return chosen
 
@@ -394,9 +394,9 @@ def feature_spec(layer: PreVerifierLayer) -> list[str]:
     return spec if layer.hidden_size else spec[1:]
 
 
-def export(pair, layer: PreVerifierLayer, sampling_layer, saved: dict, chosen: dict, args) -> Path:
+def export(pair, drafter, layer: PreVerifierLayer, sampling_layer, saved: dict, chosen: dict, args) -> Path:
     config = layer.shape() | {
-        "target_id": pair.target_id, "draft_id": pair.draft_id,
+        "target_id": pair.target_id, "draft_id": drafter.name,
         "features": feature_spec(layer),
         "block_size": args.block_size, "max_draft_len": args.max_draft_len,
         "threshold_greedy": chosen["threshold_greedy"],
@@ -411,7 +411,7 @@ def export(pair, layer: PreVerifierLayer, sampling_layer, saved: dict, chosen: d
     if sampling_layer is not None:
         config["sampling_heldout_metrics"] = saved["sampling_metrics"]
         config["sampling_features"] = feature_spec(sampling_layer)
-    directory = Path(args.out) if args.out else search_dirs()[1] / pair_slug(pair.target_id, pair.draft_id)
+    directory = Path(args.out) if args.out else search_dirs()[1] / pair_slug(pair.target_id, drafter.name)
     save(directory, layer, config, sampling_layer)
     print(f"saved the pre-verifier to {directory}")
     return directory
@@ -461,18 +461,17 @@ def main(argv=None) -> int:
             raise FileNotFoundError(f"{Path(args.work) / needed[0]} does not exist: run the {needed[1]} stage "
                                     f"first with the same --work folder.")
         Path(args.work).mkdir(parents=True, exist_ok=True)
-        pair = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
-        if args.drafter:
-            pair = pair.with_drafter(load_drafter(pair, args.drafter))
+        pair, loaded = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
+        drafter = load_drafter(pair, loaded, args.drafter) if args.drafter else loaded.default
         if args.stage in ("collect", "all"):
-            collect(pair, args)
+            collect(pair, drafter, args)
         if args.stage in ("fit", "all"):
             fit(pair, args)
         if args.stage in ("threshold", "all"):
             saved = torch.load(Path(args.work) / "layer.pt")
             layer, sampling_layer = saved_layers(saved)
-            chosen = choose_thresholds(pair, layer, sampling_layer, args)
-            export(pair, layer, sampling_layer, saved, chosen, args)
+            chosen = choose_thresholds(pair, drafter, layer, sampling_layer, args)
+            export(pair, drafter, layer, sampling_layer, saved, chosen, args)
     except (SettingsError, ModelLoadError, CollectedDataError, OSError) as problem:   # OSError: e.g. --work not writable
         print(f"error: {problem}", file=sys.stderr)
         return 2

@@ -62,7 +62,7 @@ def size_text(drafter) -> str:
     return f"{described.get('parameters', 0) / 1e6:.1f}M parameters"
 
 
-def estimated_size(pair, key: str) -> str:
+def estimated_size(pair, loaded, key: str) -> str:
     """A drafter's size before it is built: a self-quantized copy stores bits/8 bytes per linear weight."""
     if key in SELF_DRAFTERS:
         bits = SELF_DRAFTERS[key]
@@ -72,7 +72,7 @@ def estimated_size(pair, key: str) -> str:
         return f"≈{linear * per_weight / 2 ** 20:.0f} MB of int{bits} weights"
     if key == "gguf":
         from ..drafters import gguf_path
-        path = gguf_path(pair)
+        path = gguf_path(pair, loaded)
         return f"{Path(path).stat().st_size / 2 ** 20:.0f} MB file" if path and Path(path).exists() else "a GGUF file"
     return "loaded on first use"
 
@@ -80,15 +80,15 @@ def estimated_size(pair, key: str) -> str:
 class DrafterMenu:
     """Drafter key → a drafter for the pair, built on first use (thread-safe) and kept."""
 
-    def __init__(self, pair, drafter, preverifier=None):
-        """``drafter``: the page's own (the loader's); ``preverifier``: the one already loaded for it (found again
-        when None)."""
-        self.pair = pair
-        self.default_key = drafter_key(drafter)
-        self._drafters = {self.default_key: drafter}
+    def __init__(self, pair, loaded, preverifier=None):
+        """``loaded``: what the loader built beside the target (``drafters.LoadedDrafters``), whose ``default`` is
+        the page's own drafter; ``preverifier``: the one already loaded for it (found again when None)."""
+        self.pair, self.loaded = pair, loaded
+        self.default_key = drafter_key(loaded.default)
+        self._drafters = {self.default_key: loaded.default}
         self._preverifiers: dict = {} if preverifier is None else {self.default_key: preverifier}
         self._lock = threading.Lock()
-        self.unavailable = {entry.key: entry.unavailable(pair) for entry in KINDS}   # key -> why not (None: offered)
+        self.unavailable = {entry.key: entry.unavailable(pair, loaded) for entry in KINDS}   # key -> why not (None: offered)
         self.keys = [entry.key for entry in KINDS if self.unavailable[entry.key] is None]
         if self.default_key not in self.keys:
             self.keys.insert(0, self.default_key)
@@ -107,7 +107,7 @@ class DrafterMenu:
                              f"Unknown drafter '{key}': this page offers {', '.join(self.keys)}.")
         with self._lock:
             if key not in self._drafters:
-                self._drafters[key] = load_drafter(self.pair, key)
+                self._drafters[key] = load_drafter(self.pair, self.loaded, key)
             return self._drafters[key]
 
     def preverifier(self, key: str | None):
@@ -132,7 +132,7 @@ class DrafterMenu:
         device_type, own = self.pair.device.type, self._drafters[self.default_key]
         options = []
         for key in self.keys:
-            size = size_text(self._drafters[key]) if key in self._drafters else estimated_size(self.pair, key)
+            size = size_text(self._drafters[key]) if key in self._drafters else estimated_size(self.pair, self.loaded, key)
             options.append(DrafterOption(key, describe_option(key, size, measured_drafter(self.pair, own, key),
                                                               device_type)))
         return options

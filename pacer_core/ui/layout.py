@@ -265,15 +265,16 @@ def drafter_choice_view(context: AppContext, key: str, pair_note: str | None) ->
                                           pair_note)} | starts
 
 
-def build_ui(pair, drafter, preverifier=None, limits: Limits | None = None, pair_note: str | None = None,
+def build_ui(pair, loaded, preverifier=None, limits: Limits | None = None, pair_note: str | None = None,
              title: str = "PACER Lab") -> gr.Blocks:
-    """The whole app for one ModelPair loaded once per process, drafting with ``drafter`` until the page chooses
-    another."""
+    """The whole app for one ModelPair loaded once per process, drafting with the loader's drafter
+    (``loaded.default``, a ``drafters.LoadedDrafters``) until the page chooses another."""
     limits = limits or Limits.from_env()
+    drafter = loaded.default
     preverifier = preverifier if preverifier is not None else load_preverifier(pair, drafter)
     context = AppContext(pair, drafter, preverifier,
                          getattr(preverifier, "kind", None) or preverifier_kind(pair, drafter), limits,
-                         DrafterMenu(pair, drafter, preverifier))
+                         DrafterMenu(pair, loaded, preverifier))
     examples = load_examples()
     explain_text = EXPLAIN_PATH.read_text(encoding="utf-8") if EXPLAIN_PATH.exists() else ""
 

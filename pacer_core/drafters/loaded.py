@@ -1,0 +1,37 @@
+"""What the loader built beside a pair's target for drafting (``LoadedDrafters``): the drafter runs use unless told
+otherwise, and what the table's builders (``kinds.load_drafter``) build the other drafters from. The pair
+(``models.ModelPair``) holds the target only; a run names its drafter (``RunRequest.drafter``), a page session
+holds the one its menu chose, and none of them changes this record (it is frozen) or the pair."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from .drafter import Drafter
+
+
+@dataclass(frozen=True)
+class LoadedDrafters:
+    """``default``: the drafter runs use unless told otherwise (``--draft``, $PACER_DRAFT, the page's first menu
+    entry). ``small_model``: the independent draft model (None when none was loaded), named ``small_model_id``;
+    the ``small`` drafters draft with it and its folder holds frequent_ids.json. ``gguf_file``: the GGUF file the
+    ``gguf`` drafter runs ("": for the embedded target, the file it was converted from; ``gguf_drafter.gguf_path``)."""
+
+    default: Drafter
+    small_model: nn.Module | None = None
+    small_model_id: str = ""
+    gguf_file: str = ""
+
+    @classmethod
+    def around(cls, drafter, gguf_file: str = "") -> "LoadedDrafters":
+        """The record of a load whose drafter is an independent draft model (``IndependentDrafter``): that model is
+        also the ``small`` drafters' model (tests and tools that build a pair from models in-process)."""
+        return cls(default=drafter, small_model=drafter.model, small_model_id=drafter.model_id, gguf_file=gguf_file)
+
+    @property
+    def small_model_folder(self) -> str:
+        """Where the independent draft model was loaded from ("" without one)."""
+        if self.small_model is None:
+            return ""
+        return getattr(self.small_model.config, "_name_or_path", "") or ""

@@ -1,0 +1,46 @@
+"""The pair holds the target and nothing of the draft side; what drafts travels beside it (``LoadedDrafters``) or
+with the run, and neither record can be changed in place."""
+import dataclasses
+
+import pytest
+
+from pacer_core.drafters import LoadedDrafters, drafter_key, load_drafter
+from pacer_core.models import ModelPair
+from pacer_core.testing.tiny import tiny_pair
+
+
+def test_no_model_pair_field_belongs_to_the_draft_side():
+    names = [field.name for field in dataclasses.fields(ModelPair)]
+    assert "target" in names and "tokenizer" in names and "target_engine" in names
+    assert not [name for name in names if name.startswith("draft")], names
+    assert not [name for name in dir(ModelPair) if "drafter" in name and not name.startswith("_")]
+
+
+def test_the_pair_and_what_was_loaded_beside_it_cannot_be_changed_in_place():
+    pair, drafter = tiny_pair()
+    loaded = LoadedDrafters.around(drafter)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pair.vocab_size = 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        loaded.default = None
+
+
+def field_values(record) -> list:
+    return [getattr(record, field.name) for field in dataclasses.fields(record)]
+
+
+def test_another_drafter_is_built_from_what_was_loaded_and_leaves_both_records_as_they_were():
+    pair, drafter = tiny_pair()
+    loaded = LoadedDrafters.around(drafter)
+    before = field_values(pair) + field_values(loaded)
+    int8 = load_drafter(pair, loaded, "self-int8")
+    assert drafter_key(int8) == "self-int8" and drafter_key(loaded.default) == "small"
+    assert all(old is new for old, new in zip(before, field_values(pair) + field_values(loaded)))
+
+
+def test_the_small_drafter_needs_a_loaded_draft_model():
+    pair, drafter = tiny_pair()
+    without_model = LoadedDrafters(default=drafter)
+    with pytest.raises(ValueError, match="no independent draft model|needs an independent draft model"):
+        load_drafter(pair, without_model, "small")
+    assert load_drafter(pair, LoadedDrafters.around(drafter), "small").model is drafter.model
