@@ -255,13 +255,7 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     if is_embedded_target:
         draft = default_embedded_drafter(draft, device)
     draft_location, draft_name = resolve_source(draft, "draft")
-    named = entry_for_name(draft_location)
-    built_from_target = draft_location if named is not None and named.kind in ("self-quantized", "gguf") else None
-    head_location = draft_location if is_head_dir(draft_location) else None
-    small_location, small_name = draft_location, draft_name
-    if head_location or built_from_target:   # the independent draft stays loaded for the embedded target
-        small_location, small_name = resolve_source(embedded.EMBEDDED_SMALL, "draft") if is_embedded_target else (
-            None, "")
+    small_location, small_name = _small_model_source(draft_location, draft_name, is_embedded_target)
     small_model = _load_draft(small_location, small_name, device, draft_dtype, target_model, target_tokenizer,
                               target_name) if small_location else None
     pair = target_pair(target_model, target_tokenizer, target_name, small_model, use_chat_template)
@@ -269,15 +263,36 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
                                measured_file=_measured_file(small_model))
     pair = dataclasses.replace(pair, target_engine=load_target_engine(target_engine,
                                                                       is_embedded_target and not device_map, pair))
-    loaded = LoadedDrafters(default=None, small_model=small_model, small_model_id=small_name,
-                            gguf_file=str(draft_gguf or ""))
-    if head_location:
-        chosen = loaded_head(pair, head_location, draft_name, draft_dtype)
-    elif built_from_target:
-        chosen = drafter_by_name(pair, loaded, built_from_target)
-    else:
-        chosen = small_drafter_of(pair, loaded, draft_vocab)
+    loaded = LoadedDrafters(default=None, small_model=small_model, small_model_id=small_name,   # what the builders
+                            gguf_file=str(draft_gguf or ""))                                 # read; default next
+    chosen = _named_drafter(pair, loaded, draft_location, draft_name, draft_dtype, draft_vocab)
     return pair, dataclasses.replace(loaded, default=chosen)
+
+
+def _builds_from_target(draft_location: str) -> bool:
+    """Whether the draft is a drafter made of the target itself (``self-int8``, ``self-int4``, ``gguf``)."""
+    named = entry_for_name(draft_location)
+    return named is not None and named.kind in ("self-quantized", "gguf")
+
+
+def _small_model_source(draft_location: str, draft_name: str, is_embedded_target: bool) -> tuple[str | None, str]:
+    """Where the independent draft model loads from, and its name: the draft itself; when a feature head or the
+    target itself drafts, the embedded small draft beside the embedded target (the assisted baselines and ``small``
+    need it), else none."""
+    if not (is_head_dir(draft_location) or _builds_from_target(draft_location)):
+        return draft_location, draft_name
+    return resolve_source(embedded.EMBEDDED_SMALL, "draft") if is_embedded_target else (None, "")
+
+
+def _named_drafter(pair: ModelPair, loaded: LoadedDrafters, draft_location: str, draft_name: str, draft_dtype,
+                   draft_vocab) -> Drafter:
+    """The drafter ``--draft`` named, built from what was loaded: a feature head's folder, a drafter made of the
+    target, or the independent draft model (scoring the ids ``draft_vocab`` asks for)."""
+    if is_head_dir(draft_location):
+        return loaded_head(pair, draft_location, draft_name, draft_dtype)
+    if _builds_from_target(draft_location):
+        return drafter_by_name(pair, loaded, draft_location)
+    return small_drafter_of(pair, loaded, draft_vocab)
 
 
 def _load_draft(location: str, name: str, device, dtype, target_model, target_tokenizer, target_name: str):
