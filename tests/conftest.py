@@ -74,6 +74,24 @@ def embedded_drafters(embedded_load):
 
 
 @pytest.fixture(scope="module")
+def pair(tiny):
+    """The pair of a module's ``tiny`` fixture (a module of tiny models defines ``tiny``: its ``tiny_pair(...)``)."""
+    return tiny[0]
+
+
+@pytest.fixture(scope="module")
+def drafter(tiny):
+    """The drafter of a module's ``tiny`` fixture: its independent draft model as an ``IndependentDrafter``."""
+    return tiny[1]
+
+
+@pytest.fixture(scope="module")
+def draft_model(tiny):
+    """The independent draft model of a module's ``tiny`` fixture."""
+    return tiny[1].model
+
+
+@pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
     """app.py in a subprocess on the embedded pair (or PACER_TARGET/PACER_DRAFT), on a free port; one per module."""
     from app_process import AppStartError, running_app

@@ -30,17 +30,6 @@ def tiny():
     return tiny_pair(draft_noise=None)
 
 
-@pytest.fixture(scope="module")
-def pair(tiny):
-    return tiny[0]
-
-
-@pytest.fixture(scope="module")
-def draft_model(tiny):
-    """The tiny pair's independent draft model."""
-    return tiny[1].model
-
-
 def causal_lm(pair):
     return lambda: CachedModel(pair.target, VOCAB)
 

@@ -38,17 +38,6 @@ def tiny():
     return tiny_pair(draft_noise=None)
 
 
-@pytest.fixture(scope="module")
-def pair(tiny):
-    return tiny[0]
-
-
-@pytest.fixture(scope="module")
-def draft_model(tiny):
-    """The tiny pair's independent draft model."""
-    return tiny[1].model
-
-
 def test_every_row_of_the_drafter_table_has_a_case():
     assert set(BUILDS) == set(drafter_keys())
 

@@ -36,16 +36,6 @@ def tiny():
     return tiny_pair(scale=4.0)
 
 
-@pytest.fixture(scope="module")
-def pair(tiny):
-    return tiny[0]
-
-
-@pytest.fixture(scope="module")
-def drafter(tiny):
-    return tiny[1]
-
-
 def ui_defaults(preverifier) -> dict:
     """What the app's controls send when nobody touches them (layout.settings_panel)."""
     shown = ("temperature", "seed", "max_new_tokens", "top_k", "top_p", "gamma", "block_size", "max_draft_len",

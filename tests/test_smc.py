@@ -32,16 +32,6 @@ def tiny():
     return tiny_pair(vocab_size=32, scale=3.0, draft_noise=0.5)
 
 
-@pytest.fixture(scope="module")
-def pair(tiny):
-    return tiny[0]
-
-
-@pytest.fixture(scope="module")
-def drafter(tiny):
-    return tiny[1]
-
-
 def run_smc(pair, drafter, prompt=PROMPT, n_particles=4, draft_len=3, ess_threshold=0.5, draft_temperature=None,
             power=1.0, final="sample", cancel=None, **settings):
     settings = DecodeSettings(**({"temperature": 1.0, "max_new_tokens": 8} | settings))
