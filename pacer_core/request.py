@@ -11,9 +11,13 @@ default (tests/test_run_request.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from .settings import (FIELD_BY_NAME, DecodeSettings, Limits, check_method_settings, validate_method,
                        validate_prompt, validate_settings)
+
+if TYPE_CHECKING:
+    from .drafters.drafter import Drafter
 
 
 @dataclass(frozen=True)
@@ -27,7 +31,7 @@ class RunRequest:
     """One method on one prompt with resolved settings, and the drafter it drafts with. ``explicit``: the settings
     the caller chose; every other setting is its default (or the pre-verifier's, for PACER)."""
     method: str
-    drafter: object                  # AR drafts with none: its target runs on the engine the drafted runs verify on
+    drafter: Drafter                 # AR drafts with none: its target runs on the engine the drafted runs verify on
     settings: DecodeSettings
     limits: Limits
     prompt_ids: tuple[int, ...]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from ..api import run_request
 from ..request import row_requests
@@ -18,6 +18,9 @@ from ..methods import parse_method
 from ..request import RunRequest, encode_prompt
 from ..settings import Limits, SettingsError
 from .counts import Judgment, drafted_and_accepted, judged_drafts
+
+if TYPE_CHECKING:
+    from ..models import ModelPair
 
 JUDGED_METHODS = ("fixed", "pacer")
 UNCATEGORISED = "uncategorised"
@@ -55,7 +58,7 @@ def load_atlas_prompts(path) -> list[AtlasPrompt]:
 class Lane:
     """One drafter's side of an atlas run."""
     drafter: str                    # its key
-    pair: object
+    pair: ModelPair
     requests: list[RunRequest]      # one per prompt, each drafting with it
 
 

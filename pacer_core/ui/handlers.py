@@ -22,7 +22,7 @@ import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from ..models import ModelLoadError
 from ..settings import Limits, SettingsError
@@ -32,6 +32,10 @@ from ..drafters import drafter_key
 from .session import RunSession, user_message
 from .timing_turn import TimingTurn
 
+if TYPE_CHECKING:
+    from ..drafters.drafter import Drafter
+    from ..models import ModelPair
+
 
 
 @dataclass(frozen=True)
@@ -39,8 +43,8 @@ class AppContext:
     """What every handler of one app shares: the pair loaded once per process, the drafter its runs draft with,
     PACER's pre-verifier, the Space owner's limits (read once, here or by ``build_ui``) and the drafters the page
     offers (a ``DrafterMenu``; None: only ``drafter``)."""
-    pair: object
-    drafter: object
+    pair: ModelPair
+    drafter: Drafter
     preverifier: object = None
     preverifier_kind: str = "heuristic"     # "trained" or "heuristic"
     limits: Limits = field(default_factory=Limits.from_env)
