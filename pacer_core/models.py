@@ -258,13 +258,13 @@ def load_pair(target: str = "embedded", draft: str = "embedded", device=None, dt
     small_location, small_name = _small_model_source(draft_location, draft_name, is_embedded_target)
     small_model = _load_draft(small_location, small_name, device, draft_dtype, target_model, target_tokenizer,
                               target_name) if small_location else None
+    loaded = LoadedDrafters(default=None, small_model=small_model, small_model_id=small_name,   # what the builders
+                            gguf_file=str(draft_gguf or ""))                                 # read; default below
     pair = target_pair(target_model, target_tokenizer, target_name, small_model, use_chat_template)
     pair = dataclasses.replace(pair, device=device if not device_map else pair.device,
-                               measured_file=_measured_file(small_model))
+                               measured_file=_measured_file(loaded.small_model_folder))
     pair = dataclasses.replace(pair, target_engine=load_target_engine(target_engine,
                                                                       is_embedded_target and not device_map, pair))
-    loaded = LoadedDrafters(default=None, small_model=small_model, small_model_id=small_name,   # what the builders
-                            gguf_file=str(draft_gguf or ""))                                 # read; default next
     chosen = _named_drafter(pair, loaded, draft_location, draft_name, draft_dtype, draft_vocab)
     return pair, dataclasses.replace(loaded, default=chosen)
 
@@ -307,11 +307,10 @@ def _load_draft(location: str, name: str, device, dtype, target_model, target_to
     return draft_model
 
 
-def _measured_file(small_model) -> str:
+def _measured_file(small_model_folder: str) -> str:
     """The measured_defaults.json in the independent draft model's folder ("" without a draft model)."""
     from .drafters import MEASURED_DEFAULTS_FILE
-    folder = getattr(getattr(small_model, "config", None), "_name_or_path", "") or ""
-    return str(Path(folder) / MEASURED_DEFAULTS_FILE) if folder else ""
+    return str(Path(small_model_folder) / MEASURED_DEFAULTS_FILE) if small_model_folder else ""
 
 
 def loaded_head(pair: ModelPair, directory: str, name: str, dtype) -> Drafter:
@@ -373,15 +372,16 @@ def small_drafter_of(pair: ModelPair, loaded: LoadedDrafters, draft_vocab) -> Dr
     """The independent draft model as a drafter, scoring the ids ``draft_vocab`` asks for (drafters/vocabulary.py):
     None → what its folder's frequent_ids.json recommends (``default_kept``; all ids without one), "all" or 0 →
     every id, N → the N most frequent."""
-    from .drafters import IndependentDrafter, reduced_vocabulary_drafter
+    from .drafters import reduced_vocabulary_drafter, small_drafter
     from .drafters.vocabulary import recommended_kept
 
     text = "" if draft_vocab is None else str(draft_vocab).strip().lower()
-    if text and text not in ("all", "0", "full") and not text.isdigit():
+    every_id = text in ("all", "0", "full")
+    if text and not every_id and not text.isdigit():
         raise ModelLoadError(f"Unknown draft vocabulary '{draft_vocab}': use all or a number of ids such as 16384.")
-    count = 0 if text in ("all", "0", "full") else int(text) if text else recommended_kept(loaded.small_model_folder)
+    count = 0 if every_id else int(text) if text else recommended_kept(loaded.small_model_folder)
     if not count:
-        return IndependentDrafter(loaded.small_model, pair.vocab_size, loaded.small_model_id)
+        return small_drafter(pair, loaded)
     try:
         return reduced_vocabulary_drafter(pair, loaded, count, name=loaded.small_model_id)
     except ValueError as missing:

@@ -63,7 +63,8 @@ def run_atlas(pair, loaded, args, progress=None) -> dict:
     names = [args.drafter] + ([args.compare] if args.compare else [])
     if len(set(names)) < len(names):
         raise SettingsError("--compare needs a drafter other than --drafter.")
-    lanes = [atlas_lane(pair, *named_drafter(pair, loaded, name), name, args.method, raw, prompts, limits) for name in names]
+    lanes = [atlas_lane(pair, *named_drafter(pair, loaded, name), name, args.method, raw, prompts, limits)
+             for name in names]
     runs = []
     for run in run_prompts(prompts, lanes, args.ar):
         runs.append(run)

@@ -18,8 +18,8 @@ Each kind's module also builds it for a pair (or says why not); ``drafter.py`` d
 has (``Drafter``), ``caches.py`` makes a run's two caches, ``measured.py`` reads the settings each starts with.
 What the loader built beside the target is a ``LoadedDrafters`` (``loaded.py``): the drafter runs use unless told
 otherwise and what the builders build the others from. A run names the drafter it drafts with (its
-``RunRequest.drafter``); the pair holds the target only, is the same for every drafter, and nothing is reloaded. This package does not import ``models`` (the loader imports the drafters, never the
-reverse). Docs: docs/drafters.md."""
+``RunRequest.drafter``); the pair holds the target only, is the same for every drafter, and nothing is reloaded.
+This package does not import ``models`` (the loader imports the drafters, never the reverse). Docs: docs/drafters.md."""
 from __future__ import annotations
 
 from ..kvcache import CachedModel, ModelCache
@@ -38,7 +38,7 @@ from .self_quantized import SELF_DRAFTERS, SelfQuantizedDrafter, self_drafter
 from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits, load_frequent_ids
 
 
-__all__ = ["Drafter", "LoadedDrafters", "ModelCache", "IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter", "KINDS", "DrafterEntry",
-           "drafter_keys", "entry_for_key", "new_caches", "load_drafter", "valid_drafter_name",
+__all__ = ["Drafter", "LoadedDrafters", "ModelCache", "IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter",
+           "KINDS", "DrafterEntry", "drafter_keys", "entry_for_key", "new_caches", "load_drafter", "valid_drafter_name",
            "all_names_text", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "drafter_key", "measured_drafter",
            "measured_gamma", "measured_settings"]

@@ -1,7 +1,7 @@
 """The settings each drafter starts with, as the benchmark measured them: readers of the pair's
-``measured_defaults.json`` (in the independent draft model's folder). The app's controls, the bench's ``@drafter`` rows and the library start from these
-unless a setting is chosen; without the file (or an entry) every reader returns nothing and the defaults of
-``settings.FIELDS`` apply.
+``measured_defaults.json`` (in the independent draft model's folder). The app's controls, the bench's
+``@drafter`` rows and the library start from these unless a setting is chosen; without the file (or an entry)
+every reader returns nothing and the defaults of ``settings.FIELDS`` apply.
 
 The file: {"gamma": {"cpu": 2}, "drafters": {"self-int8": {"gamma": {"cpu": 5}, "cost": {"cpu": 0.55},
 "agreement": 0.97, "settings": {"pacer": {"block_size": 1}}}}, "source": ...}; entries are keyed by drafter key

@@ -49,11 +49,14 @@ def sample_counts(decoder, pair, drafter, prompt_ids: list[int], max_new_tokens:
     """How often each output came out of ``runs`` runs seeded 0..runs-1."""
     counts = Counter()
     for seed in range(runs):
-        counts[tuple(run_ids(decoder, pair, drafter, prompt_ids, max_new_tokens=max_new_tokens, seed=seed, **settings))] += 1
+        output = run_ids(decoder, pair, drafter, prompt_ids, max_new_tokens=max_new_tokens, seed=seed, **settings)
+        counts[tuple(output)] += 1
     return counts
 
 
-def p_value_against_target(decoder, pair, drafter, prompt_ids: list[int], max_new_tokens: int, runs: int, **settings) -> float:
+def p_value_against_target(decoder, pair, drafter, prompt_ids: list[int], max_new_tokens: int, runs: int,
+                           **settings) -> float:
     """The chi-square p-value of ``runs`` seeded outputs against the torch target's exact distribution."""
     truth = target_sequence_distribution(pair.target, prompt_ids, max_new_tokens, **settings)
-    return chi_square_p_value(sample_counts(decoder, pair, drafter, prompt_ids, max_new_tokens, runs, **settings), truth)
+    counts = sample_counts(decoder, pair, drafter, prompt_ids, max_new_tokens, runs, **settings)
+    return chi_square_p_value(counts, truth)

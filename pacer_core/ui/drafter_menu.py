@@ -88,7 +88,8 @@ class DrafterMenu:
         self._drafters = {self.default_key: loaded.default}
         self._preverifiers: dict = {} if preverifier is None else {self.default_key: preverifier}
         self._lock = threading.Lock()
-        self.unavailable = {entry.key: entry.unavailable(pair, loaded) for entry in KINDS}   # key -> why not (None: offered)
+        self.unavailable = {entry.key: entry.unavailable(pair, loaded)   # key -> why not (None: offered)
+                            for entry in KINDS}
         self.keys = [entry.key for entry in KINDS if self.unavailable[entry.key] is None]
         if self.default_key not in self.keys:
             self.keys.insert(0, self.default_key)
@@ -132,7 +133,8 @@ class DrafterMenu:
         device_type, own = self.pair.device.type, self._drafters[self.default_key]
         options = []
         for key in self.keys:
-            size = size_text(self._drafters[key]) if key in self._drafters else estimated_size(self.pair, self.loaded, key)
+            size = (size_text(self._drafters[key]) if key in self._drafters
+                    else estimated_size(self.pair, self.loaded, key))
             options.append(DrafterOption(key, describe_option(key, size, measured_drafter(self.pair, own, key),
                                                               device_type)))
         return options
