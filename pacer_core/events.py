@@ -94,7 +94,16 @@ class SMCCycleEvent:
     leader_text: str = ""               # the currently heaviest particle's full continuation
     particle_tokens: list[list[TokenRecord]] = field(default_factory=list)  # each particle's new tokens this
     #                                     cycle, each with its own text: DRAFTED (kept, reweighted) or BONUS
+    resample_below: float | None = None  # the ESS line it resampled below: 1 + ess_threshold·(N − 1)
     kind: str = "smc_cycle"
+
+    @property
+    def resample_line(self) -> float:
+        """The ESS below which this cycle resampled (``particles.resample_line``). A trace without
+        ``resample_below`` was recorded by a decoder that drew the line at ess_threshold · N."""
+        if self.resample_below is not None:
+            return self.resample_below
+        return self.ess_threshold * len(self.weights)
 
 
 @dataclass

@@ -8,6 +8,8 @@ arXiv 2604.15672). Invariants the tests check:
 * ``normalize_log_weights`` returns non-negative weights summing to 1 (uniform when every log-weight
   is -inf, i.e. no particle carries information).
 * ``1 <= effective_sample_size(w) <= N``; N for equal weights, 1 for a one-hot vector.
+* ``resample_line(N, t) = 1 + t · (N − 1)`` lies in the ESS range [1, N]: for every N ≥ 2 and t in (0, 1] a
+  one-hot weight vector (ESS 1) falls below it and an even one (ESS N) does not.
 * ``proposal_kl(p, p) = 0``, ``proposal_kl >= 0``, +inf where the draft gives 0 to a token the target
   can emit.
 * ``systematic_resample`` returns sorted ancestor indices with E[copies of i] = N * w_i, and every
@@ -43,6 +45,45 @@ def effective_sample_size(weights: torch.Tensor) -> float:
     if weights.numel() == 0:
         return 0.0
     return float(1.0 / torch.sum(weights * weights))
+
+
+def resample_line(n_particles: int, ess_threshold: float) -> float:
+    """The ESS below which SMC-SD resamples: the threshold t as a fraction of the ESS range [1, N],
+    line = 1 + t · (N − 1).
+
+    ESS = 1 / Σ w² can only lie in [1, N], so a line of t · N (the textbook form) sits below the whole range
+    at N = 2 and t = 0.5 and can never be crossed. Measured from 1 instead, t = 0.5 puts the line half-way
+    between total collapse (one particle holds all the weight: ESS 1) and even weights (ESS N), at every N.
+    Worked example, N = 2, t = 0.5: line 1.5, so w = [0.9, 0.1] (ESS 1.22) resamples and w = [0.7, 0.3]
+    (ESS 1.72) does not; N = 8, t = 0.5: line 4.5 (the textbook line would be 4.0)."""
+    return 1.0 + ess_threshold * (n_particles - 1)
+
+
+def should_resample(ess: float, n_particles: int, ess_threshold: float) -> bool:
+    """Resample when the ESS has fallen below ``resample_line``. With one particle there is nothing to choose
+    between (ESS is always 1 = the line), so it never resamples. Even weights give ESS = N only up to rounding
+    (1 / Σ w² of N × 1/N can come out as N − 1e-15), so the comparison forgives a relative 1e-9: at threshold 1
+    even weights do not resample, any real unevenness does."""
+    return ess < resample_line(n_particles, ess_threshold) * (1.0 - 1e-9)
+
+
+def dead_particle_cycles(cycle_weights: list[list[float]], resampled: list[bool],
+                         weight_floor: float = 0.01) -> tuple[int, int]:
+    """(cycles that ran with a particle under ``weight_floor`` of the weight, the particle rows those cycles spent
+    on such particles). A cycle runs with the weights the cycle before it left: all equal after a resampling,
+    else that cycle's normalised weights. ``cycle_weights[c]``: cycle c's normalised weights [N] (before its own
+    resampling); ``resampled[c]``: whether cycle c resampled.
+
+    Worked example, N = 2: weights [[0.6, 0.4], [0.995, 0.005], [1.0, 0.0]], never resampled → cycle 2 ran with
+    particle 2 at 0.005 (cycle 1 ran with 0.4): (1 cycle, 1 row). Had cycle 1 resampled: (0, 0)."""
+    cycles = rows = 0
+    for weights_before, resampled_before in zip(cycle_weights[:-1], resampled[:-1]):
+        if resampled_before:
+            continue
+        dead = sum(1 for weight in weights_before if weight < weight_floor)
+        cycles += int(dead > 0)
+        rows += dead
+    return cycles, rows
 
 
 def proposal_kl(target_log_dist: torch.Tensor, draft_log_dist: torch.Tensor) -> torch.Tensor:

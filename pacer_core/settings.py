@@ -73,6 +73,10 @@ FIELDS = (
     SettingField("seed", "Seed", 0, "int", 0, 2**31 - 1, help="Seed of the run's random generator."),
     SettingField("gamma", "Draft length γ", 4, "int", 1, 32, methods=("fixed",),
                  help="Tokens the draft proposes every step."),
+    SettingField("gamma_schedule", "Draft length schedule", "constant", "choice", methods=("fixed",),
+                 options=("constant", "dynamic"),
+                 help="constant: γ every step; dynamic: transformers' assisted-generation schedule, starting at γ, "
+                      "+2 after a step that kept every drafted token, −1 (at least 1) otherwise."),
     SettingField("block_size", "Block size", 3, "int", 1, 16, methods=("pacer",),
                  help="Tokens per pre-verified block (default: the trained pre-verifier's own)."),
     SettingField("max_draft_len", "Max draft length", 16, "int", 1, 64, methods=("pacer",),
@@ -91,7 +95,12 @@ FIELDS = (
                  options=("threshold", "cost", "auto"),
                  help="threshold: stop at the first block the pre-verifier scores below the threshold; cost: draft "
                       "another block only while it raises the expected tokens per unit of measured time; auto: "
-                      "threshold when greedy, cost when sampling."),
+                      "the cost rule, priced with the pre-verifier's estimates."),
+    SettingField("cost_source", "Cost rule's costs", "auto", "choice", methods=("pacer",),
+                 options=("auto", "run", "stored"),
+                 help="run: this run's own draft and verify seconds so far (the host's prices); stored: the drafter's "
+                      "measured model (a seeded sampled run repeats token for token); auto: run when greedy, stored "
+                      "when sampling."),
     SettingField("phrase_len", "Phrase draft length (0 = off)", 8, "int", 0, 32, methods=("pacer",),
                  help="Copy up to this many tokens that followed an earlier occurrence of the last tokens "
                       "(from the prompt or the output) as a draft block, without a draft model call."),
@@ -99,8 +108,10 @@ FIELDS = (
                  help="Draft particles (capped by PACER_MAX_PARTICLES)."),
     SettingField("draft_len", "Draft length K", 4, "int", 1, 32, methods=("smc",),
                  help="Tokens every particle drafts per cycle."),
-    SettingField("ess_threshold", "ESS threshold (fraction of N)", 0.5, "float", 0.0, 1.0, 0.05, methods=("smc",),
-                 help="Resample when the effective sample size falls below this fraction of N."),
+    SettingField("ess_threshold", "ESS threshold (share of the range 1..N)", 0.5, "float", 0.05, 1.0, 0.05,
+                 methods=("smc",),
+                 help="Resample when the effective sample size falls below 1 + threshold × (N − 1): 0.5 is half-way "
+                      "between one particle holding all the weight (ESS 1) and even weights (ESS N), at every N ≥ 2."),
     SettingField("draft_temperature", "Draft temperature", None, "float", MIN_TEMPERATURE, 5.0, 0.05,
                  methods=("smc",), optional=True, help="The proposal's temperature (None: the temperature)."),
     SettingField("power", "Power exponent", 1.0, "float", 0.0, 4.0, 0.1, methods=("smc",),
@@ -121,12 +132,14 @@ class DecodeSettings:
     top_p: float = DEFAULTS["top_p"]
     seed: int = DEFAULTS["seed"]
     gamma: int = DEFAULTS["gamma"]                      # fixed-length SD: drafted tokens per step
+    gamma_schedule: str = DEFAULTS["gamma_schedule"]    # constant | dynamic (+2 after a full accept, -1 otherwise)
     block_size: int = DEFAULTS["block_size"]            # PACER
     max_draft_len: int = DEFAULTS["max_draft_len"]
     threshold: float | None = DEFAULTS["threshold"]     # None: the pre-verifier's own (trained) threshold
     on_fail: str = DEFAULTS["on_fail"]                  # submit (lossless) | discard (exact only when greedy)
     preverifier_choice: str = DEFAULTS["preverifier_choice"]   # trained (the drafter's layer, when shipped) | confidence
     stop_rule: str = DEFAULTS["stop_rule"]              # threshold | cost | auto (docs/algorithms.md#cost-aware-stopping)
+    cost_source: str = DEFAULTS["cost_source"]          # auto | run | stored: what the cost rule's costs are
     phrase_len: int = DEFAULTS["phrase_len"]            # 0: no phrase drafts (docs/algorithms.md#phrase-drafts)
     n_particles: int = DEFAULTS["n_particles"]          # SMC-SD
     draft_len: int = DEFAULTS["draft_len"]

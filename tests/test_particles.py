@@ -6,7 +6,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pacer_core.particles import effective_sample_size, normalize_log_weights, proposal_kl, systematic_resample
+from pacer_core.particles import (dead_particle_cycles, effective_sample_size, normalize_log_weights, proposal_kl,
+                                  resample_line, should_resample, systematic_resample)
+from pacer_core.settings import FIELD_BY_NAME, Limits
 
 pytestmark = pytest.mark.pure
 
@@ -127,3 +129,43 @@ def test_proposal_kl_is_non_negative(target_logits, draft_logits):
     target = torch.log_softmax(torch.tensor(target_logits[:size], dtype=torch.float64), -1)
     draft = torch.log_softmax(torch.tensor(draft_logits[:size], dtype=torch.float64), -1)
     assert float(proposal_kl(target, draft)) >= -1e-12
+
+
+def _allowed_thresholds() -> list[float]:
+    """Every ESS threshold the settings accept, on their own step."""
+    field = FIELD_BY_NAME["ess_threshold"]
+    count = round((field.high - field.low) / field.step)
+    return [round(field.low + i * field.step, 10) for i in range(count + 1)]
+
+
+@pytest.mark.parametrize("ess_threshold", _allowed_thresholds())
+def test_resampling_fires_at_every_allowed_n_and_threshold(ess_threshold):
+    """A fully collapsed weight vector resamples and an even one does not, for every N >= 2 the settings allow
+    (one particle has nothing to resample between) and every threshold on the settings' grid."""
+    for n_particles in range(2, Limits().max_particles + 1):
+        collapsed = torch.zeros(n_particles, dtype=torch.float64)
+        collapsed[n_particles // 2] = 1.0
+        even = torch.full((n_particles,), 1.0 / n_particles, dtype=torch.float64)
+        assert should_resample(effective_sample_size(collapsed), n_particles, ess_threshold), (n_particles, ess_threshold)
+        assert not should_resample(effective_sample_size(even), n_particles, ess_threshold), (n_particles, ess_threshold)
+
+
+def test_resample_line_worked_example():
+    assert resample_line(2, 0.5) == 1.5 and resample_line(8, 0.5) == 4.5 and resample_line(1, 0.5) == 1.0
+    assert should_resample(effective_sample_size(torch.tensor([0.9, 0.1])), 2, 0.5)       # ESS 1.22
+    assert not should_resample(effective_sample_size(torch.tensor([0.7, 0.3])), 2, 0.5)   # ESS 1.72
+    assert not should_resample(1.0, 1, 1.0)                                               # one particle: never
+
+
+def test_the_threshold_setting_can_always_fire():
+    """No allowed value of the setting makes resampling impossible (0 would: the line would be the ESS floor)."""
+    assert FIELD_BY_NAME["ess_threshold"].low > 0
+
+
+def test_dead_particle_cycles_worked_example():
+    weights = [[0.6, 0.4], [0.995, 0.005], [1.0, 0.0]]
+    assert dead_particle_cycles(weights, [False, False, False]) == (1, 1)
+    assert dead_particle_cycles(weights, [False, True, False]) == (0, 0)
+    four = [[0.25] * 4, [0.997, 0.001, 0.001, 0.001], [0.5, 0.5, 0.0, 0.0], [0.25] * 4]
+    assert dead_particle_cycles(four, [False] * 4) == (2, 5)     # cycle 2 ran with 3 dead, cycle 3 with 2
+    assert dead_particle_cycles([], []) == (0, 0)

@@ -274,3 +274,18 @@ def test_proposal_divergence_matches_step_by_step_kl(pair, drafter):
     same, same_drafter = pair_from_models(pair.target, pair.target, pair.tokenizer, check_tokenizer=False)
     assert proposal_divergence(same, same_drafter, PROMPT, output, temperature=0.8)[0] == pytest.approx(0.0, abs=1e-6)
     assert proposal_divergence(pair, drafter, PROMPT, [], temperature=0.8) == (0.0, 0)
+
+
+@pytest.mark.parametrize("n_particles", [2, 3, 5])
+def test_resampling_follows_the_line_inside_the_ess_range(pair, drafter, n_particles):
+    """Every cycle resamples exactly when its ESS is below 1 + t·(N − 1) (at N = 2 the old t·N line was the ESS
+    floor and could never be crossed), and the run's dead-particle report is the pure count over its cycles."""
+    from pacer_core.particles import dead_particle_cycles, resample_line
+    events, result = run_smc(pair, drafter, n_particles=n_particles, draft_len=3, ess_threshold=0.5,
+                             max_new_tokens=24, seed=4)
+    for event in events:
+        assert event.resampled == (event.ess < resample_line(n_particles, 0.5))
+    dead = result.info["dead_particles"]
+    assert (dead["cycles"], dead["rows"]) == dead_particle_cycles([e.weights for e in events],
+                                                                  [e.resampled for e in events], 0.01)
+    assert dead["all_rows"] == n_particles * len(events) and dead["weight_floor"] == 0.01

@@ -305,6 +305,20 @@ def test_summarize_run_sentence():
     assert "resampled in 1 of 1 cycles" in smc
 
 
+def test_summary_names_the_dead_particle_cost():
+    """The SMC column's note says how many cycles ran with a particle under 1% of the weight and what share of
+    the rows that was; a run without one says so; a result without the report (an old trace) says nothing."""
+    result = make_result("smc", 6, 1.0, 3, alpha=None)
+    events = [smc_event(["a", "b"], weights=[0.995, 0.005]), smc_event(["a", "b"], step=1, weights=[1.0, 0.0])]
+    result.info["dead_particles"] = {"weight_floor": 0.01, "cycles": 1, "rows": 1, "all_rows": 4}
+    text = narration.summarize_run(result, events)
+    assert "1 cycle ran with a particle below 1% of the weight" in text and "1 of 4 particle rows (25%" in text
+    result.info["dead_particles"] = {"weight_floor": 0.01, "cycles": 0, "rows": 0, "all_rows": 4}
+    assert "No cycle ran with a particle below 1%" in narration.summarize_run(result, events)
+    del result.info["dead_particles"]
+    assert "below 1%" not in narration.summarize_run(result, events)
+
+
 def test_pacer_block_boundaries_are_marked():
     blocks = [BlockDecision(0, 2, 0.9, 0.5, True), BlockDecision(1, 2, 0.31, 0.5, False)]
     tokens = [TokenRecord(1, "a", "accepted", block=0), TokenRecord(2, "b", "accepted", block=0),

@@ -13,8 +13,9 @@ One cycle, batched over the N particles:
   2. verify:  ONE target forward over the K+1 positions [last token, d_1..d_K] for all N rows
   3. weight:  logw_i += Σ_k [ a · log p_T(d_k) − log q_Td(d_k) ]   (tokens after an EOS masked)
   4. bonus:   b ~ p_T at the last position; every live particle grows by exactly K+1 tokens
-  5. resample when ESS = 1 / Σ w² < ess_threshold · N: systematic resampling, copy rows of BOTH KV caches
-     and of the token histories by ancestor index, reset logw = 0
+  5. resample when ESS = 1 / Σ w² < 1 + ess_threshold · (N − 1) (the threshold is a fraction of the ESS range
+     [1, N], so it can fire at every N ≥ 2; ``particles.resample_line``): systematic resampling, copy rows of
+     BOTH KV caches and of the token histories by ancestor index, reset logw = 0
   6. stop when every particle is finished (EOS or max_new_tokens); output one particle drawn from the
      final normalised weights (or their argmax)
 Nothing is rejected and nothing is rolled back.
@@ -58,10 +59,13 @@ import torch
 from ..drafters import new_caches
 from ..events import Metrics, Result, SMCCycleEvent, TokenRecord, TokenState
 from ..kvcache import ModelCache
-from ..particles import effective_sample_size, normalize_log_weights, systematic_resample
+from ..particles import (dead_particle_cycles, effective_sample_size, normalize_log_weights, resample_line,
+                         should_resample, systematic_resample)
 from ..sampling import sample_rows, token_log_probs
 from ..settings import DecodeSettings, SettingsError
 from .base import CancelFlag, new_generator, pinned_values, steps_until_done, with_pinned
+
+DEAD_WEIGHT = 0.01    # a particle under this share of the weight is 'dead': its rows cost work and add almost nothing
 
 
 @dataclass
@@ -259,7 +263,7 @@ class SMC:
     # ------------------------------------------------------------------ 5. resampling
     def resample_and_report(self, pair, state: ParticleState, step: int, outcome: CycleOutcome,
                             generator: torch.Generator, ess_threshold: float) -> SMCCycleEvent:
-        """Normalise, compute ESS, resample when ESS < ess_threshold · N; describe the cycle.
+        """Normalise, compute ESS, resample when it falls below ``resample_line(N, ess_threshold)``; describe the cycle.
 
         The event's per-particle lists (tokens, log-weights, weights, finished) describe the rows BEFORE
         resampling; ``ancestors[i]`` is the old row that new row i copies (identity when not resampled)."""
@@ -271,7 +275,7 @@ class SMC:
         leader = int(torch.argmax(weights))
         leader_text = pair.decode(state.continuation(leader))
         total_new_tokens = int(state.lengths.max())
-        resampled = ess < ess_threshold * n_particles
+        resampled = should_resample(ess, n_particles, ess_threshold)
         if resampled:
             ancestors = systematic_resample(weights, generator)                     # [N] long
             state.reorder(ancestors)
@@ -281,7 +285,8 @@ class SMC:
         return SMCCycleEvent(
             method=self.name, step=step, particle_texts=[pair.decode(ids) for ids in outcome.new_tokens],
             particle_token_ids=outcome.new_tokens, log_weights=log_weights, weights=weights.tolist(), ess=ess,
-            ess_threshold=ess_threshold, resampled=resampled, ancestors=ancestors.tolist(), finished=finished,
+            ess_threshold=ess_threshold, resample_below=resample_line(n_particles, ess_threshold), resampled=resampled,
+            ancestors=ancestors.tolist(), finished=finished,
             draft_seconds=outcome.draft_seconds, verify_seconds=outcome.verify_seconds,
             total_new_tokens=total_new_tokens, leader_text=leader_text,
             particle_tokens=[new_token_records(pair, ids, outcome.n_draft) for ids in outcome.new_tokens])
@@ -312,11 +317,20 @@ class SMC:
                 "ess_threshold": settings.ess_threshold,
                 "draft_temperature": settings.draft_temperature or settings.temperature, "power": settings.power,
                 "final": settings.final, "cycles": len(events), "chosen_particle": chosen,
-                "final_weights": weights.tolist(),
+                "final_weights": weights.tolist(), "dead_particles": dead_particle_report(events),
                 "particle_texts": [pair.decode(state.continuation(i)) for i in range(state.n_particles)]} | extra
         return Result(method=self.name, text=pair.decode(token_ids), token_ids=token_ids, events=events,
                       metrics=metrics, settings=settings.to_dict(), info=info, finish_reason=finish_reason,
                       target_rows=lineage_rows(state.cycle_target_logits, events, chosen))
+
+
+def dead_particle_report(events: list) -> dict:
+    """How much of the run went on particles that carried almost no weight (``particles.dead_particle_cycles``):
+    the cycles that ran with one, the particle rows they drafted and verified for them, out of all rows."""
+    cycles, rows = dead_particle_cycles([event.weights for event in events], [event.resampled for event in events],
+                                        DEAD_WEIGHT)
+    return {"weight_floor": DEAD_WEIGHT, "cycles": cycles, "rows": rows,
+            "all_rows": sum(len(event.weights) for event in events)}
 
 
 def lineage_rows(cycle_target_logits: list | None, events: list, chosen: int):

@@ -33,7 +33,7 @@ def explain_cycle(event: SMCCycleEvent) -> str:
                 f"them in one batched pass (plus one bonus token each); nothing is rejected, particles are "
                 f"reweighted instead. Particle {best + 1} leads with weight {event.weights[best]:.2f}; "
                 f"ESS {event.ess:.2f} ")
-    limit = event.ess_threshold * n
+    limit = event.resample_line
     if not event.resampled:
         return sentence + f"≥ {limit:.2f}, so no resampling was needed."
     kept = sorted(set(event.ancestors))
@@ -140,7 +140,22 @@ def summarize_run(result: Result, events: list) -> str:
     if cycles:
         resampled = sum(1 for event in cycles if event.resampled)
         text += f" The particles were resampled in {resampled} of {len(cycles)} cycles."
+        text += _dead_particle_sentence(result.info.get("dead_particles"))
     return text
+
+
+def _dead_particle_sentence(dead: dict | None) -> str:
+    """What drafting and verifying particles that carried (almost) no weight cost: the rows resampling would
+    have given to particles that still count (the SMC decoder's ``dead_particles`` report)."""
+    if not dead or not dead.get("all_rows"):
+        return ""
+    floor = f"{dead['weight_floor']:.0%}"
+    if not dead["cycles"]:
+        return f" No cycle ran with a particle below {floor} of the weight."
+    share = dead["rows"] / dead["all_rows"]
+    return (f" {_plural(dead['cycles'], 'cycle')} ran with a particle below {floor} of the weight: "
+            f"{dead['rows']} of {dead['all_rows']} particle rows ({share:.0%} of the drafting and verifying) went "
+            f"on particles that could no longer count; resampling in time would have spent them on live ones.")
 
 
 DRAFTER_LESSONS = {

@@ -242,7 +242,7 @@ def smc_ess_figure(smc_events) -> go.Figure:
                              line={"color": METHOD_COLOURS["smc"]},
                              hovertext=[f"cycle {c.step + 1}: ESS {c.ess:.2f} of {len(c.weights)}" for c in cycles],
                              hoverinfo="text"))
-    fig.add_trace(go.Scatter(x=x, y=[c.ess_threshold * len(c.weights) for c in cycles], mode="lines",
+    fig.add_trace(go.Scatter(x=x, y=[c.resample_line for c in cycles], mode="lines",
                              name="threshold", line={"color": STOPPED, "dash": "dash"}, hoverinfo="skip"))
     resampled = [c for c in cycles if c.resampled]
     if resampled:

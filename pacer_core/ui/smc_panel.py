@@ -68,7 +68,7 @@ def particle_row_html(event: SMCCycleEvent, row: int, fate: Fate, copies: int, h
 
 def ess_line(event: SMCCycleEvent) -> str:
     n = len(event.weights)
-    limit = event.ess_threshold * n
+    limit = event.resample_line
     return (f'cycle {event.step + 1}: ESS {event.ess:.2f} of {n} '
             f'({"below" if event.ess < limit else "above"} the threshold {limit:.2f}'
             f'{", resampled" if event.resampled else ""})')
