@@ -1,0 +1,51 @@
+"""SMC-SD at the page's own starting settings on the embedded pair: resampling can happen there (the workshop's SMC
+example resamples with both drafters the page starts SMC-SD with), and the run's summary names the resampling count
+and the work spent on particles that no longer count."""
+import json
+from pathlib import Path
+
+import pytest
+
+from pacer_core.api import generate
+from pacer_core.drafters import load_drafter
+from pacer_core.preverifier import default_preverifier
+from pacer_core.settings import FIELD_BY_NAME
+from pacer_core.ui.narration import summarize_run
+from pacer_core.ui.starts import drafter_starts
+
+pytestmark = pytest.mark.embedded
+
+EXAMPLES = {example["label"]: example["prompt"]
+            for example in json.loads((Path(__file__).resolve().parents[1] / "assets" / "examples.json").read_text())}
+SMC_EXAMPLE = "SMC-SD particles: a translation"
+DEFAULT_EXAMPLE = next(iter(EXAMPLES))
+
+
+def page_smc_run(pair, loaded, key: str, prompt: str):
+    """SMC-SD as a Run on the page does it with drafter ``key`` and every other control at its start."""
+    drafter = load_drafter(pair, loaded, key)
+    starts = drafter_starts(pair, drafter, default_preverifier(pair, drafter), key)
+    page = {name: FIELD_BY_NAME[name].app_value or FIELD_BY_NAME[name].default
+            for name in ("temperature", "max_new_tokens", "seed", "ess_threshold")}
+    return generate(pair, drafter, "smc", prompt, n_particles=starts["n_particles"], draft_len=starts["draft_len"],
+                    **page)
+
+
+@pytest.mark.parametrize("key", ["gguf", "small"])
+def test_the_smc_example_resamples_at_the_page_defaults(embedded_pair, embedded_drafters, key):
+    try:
+        result = page_smc_run(embedded_pair, embedded_drafters, key, EXAMPLES[SMC_EXAMPLE])
+    except ValueError as unavailable:                          # gguf without a llama.cpp build says why
+        pytest.skip(str(unavailable))
+    cycles = result.events
+    print(f"{key}: N = {len(cycles[0].weights)}, {sum(c.resampled for c in cycles)} of {len(cycles)} cycles "
+          f"resampled, ESS {[round(c.ess, 2) for c in cycles]}")
+    assert any(cycle.resampled for cycle in cycles)
+    assert all(cycle.resampled == (cycle.ess < cycle.resample_line) for cycle in cycles)
+
+
+def test_the_default_examples_smc_summary_names_resampling_and_dead_particles(embedded_pair, embedded_drafters):
+    result = page_smc_run(embedded_pair, embedded_drafters, "small", EXAMPLES[DEFAULT_EXAMPLE])
+    text = summarize_run(result, result.events)
+    assert f"resampled in {sum(c.resampled for c in result.events)} of {len(result.events)} cycles" in text
+    assert "below 1% of the weight" in text
