@@ -32,16 +32,22 @@ class RunRecord:
 
 
 def add_relative_speeds(rows: list[dict]) -> None:
-    """speedup_vs_ar = tokens/s over AR's; speedup_vs_fixed = tokens/s over the fastest fixed:G row's
-    (when the run has one). Both ratios come from the same run, so the machine's load cancels."""
+    """speedup_vs_ar = tokens/s over AR's; speedup_vs_fixed = tokens/s over the fastest fixed:G row's (one length
+    every step: the dynamic schedule's rows, fixed:dyn, are not among them) when the run has one. Both ratios come
+    from the same run, so the machine's load cancels."""
     rates = {row["method"]: row["tokens_per_s"] for row in rows}
     ar_rate = rates.get("ar")
-    fixed_rates = [rate for method, rate in rates.items() if parse_method(method).kind == "fixed" and rate]
+    fixed_rates = [rate for method, rate in rates.items() if is_fixed_length(parse_method(method)) and rate]
     best_fixed = max(fixed_rates, default=None)
     for row in rows:
         row["speedup_vs_ar"] = row["tokens_per_s"] / ar_rate if ar_rate else None
         if best_fixed:
             row["speedup_vs_fixed"] = row["tokens_per_s"] / best_fixed
+
+
+def is_fixed_length(spec: MethodSpec) -> bool:
+    """A fixed:G row: fixed SD drafting the same length every step."""
+    return spec.kind == "fixed" and spec.overrides.get("gamma_schedule", "constant") == "constant"
 
 
 def loglik_gap_interval(method_totals: list[tuple[float, int]], reference_totals: list[tuple[float, int]],

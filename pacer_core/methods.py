@@ -1,8 +1,11 @@
 """The method grammar shared by the bench CLI and the UI's measured-results table.
 
-    ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T], oracle
+    ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, fixed:dyn[:G], pacer[:B:L[:THRESHOLD]],
+    smc:N:K[:DRAFT_T], oracle
 
-each optionally followed by +NAME=VALUE settings of its own and, for a speculative one, by @DRAFTER (small,
+``fixed:dyn[:G]`` is fixed SD on transformers' assisted-generation schedule (start at G, else the drafter's
+measured γ; +2 after a fully kept draft, -1 otherwise), run by this engine with the row's drafter. Each is
+optionally followed by +NAME=VALUE settings of its own and, for a speculative one, by @DRAFTER (small,
 small-N, head, head-N, head-all, self-int4, self-int8, gguf). Example:
 ``parse_method("pacer:2:8:0.4+phrase_len=8@head")`` is a PACER run with block
 size 2, at most 8 drafted tokens, threshold 0.4 and phrase drafts of up to 8 tokens, drafted by the feature head.
@@ -26,8 +29,8 @@ class MethodSpec:
 
 
 def parse_method(text: str) -> MethodSpec:
-    """ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T], oracle,
-    each speculative one optionally followed by @DRAFTER (drafters.valid_drafter_name)."""
+    """ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, fixed:dyn[:G], pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T],
+    oracle, each speculative one optionally followed by @DRAFTER (drafters.valid_drafter_name)."""
     method_text, _, drafter = text.strip().partition("@")
     method_text, *assignments = method_text.split("+")
     spec = _parse_method_name(method_text)
@@ -67,6 +70,8 @@ def _parse_method_name(text: str) -> MethodSpec:
     try:
         if name in ("ar", "hf", "hf-assisted-dynamic", "oracle") and not numbers:
             return MethodSpec(text, name)
+        if name == "fixed" and numbers[:1] == ["dyn"] and len(numbers) <= 2:
+            return MethodSpec(text, name, {"gamma_schedule": "dynamic"} | ({"gamma": int(numbers[1])} if numbers[1:] else {}))
         if name in ("fixed", "hf-assisted") and len(numbers) <= 1:
             return MethodSpec(text, name, {"gamma": int(numbers[0])} if numbers else {})
         if name == "pacer" and len(numbers) in (0, 2, 3):
@@ -80,4 +85,4 @@ def _parse_method_name(text: str) -> MethodSpec:
     except ValueError:
         pass
     raise SettingsError(f"Unknown benchmark method {text!r}. Use ar, hf, hf-assisted[:G], hf-assisted-dynamic, "
-                        "fixed:G, pacer[:B:L[:T]], smc:N:K[:DRAFT_T] or oracle.")
+                        "fixed:G, fixed:dyn[:G], pacer[:B:L[:T]], smc:N:K[:DRAFT_T] or oracle.")

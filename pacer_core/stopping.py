@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -216,6 +216,72 @@ class PacerCostModel:
         if self.by_length:
             record["by_prompt_length"] = [{"prompt_tokens": length} | costs_record(costs) for length, costs in self.by_length]
         return record
+
+
+# How many verify passes and drafted tokens the stored costs count for once a run's own steps come in.
+PRIOR_PASSES = 2.0
+PRIOR_DRAFT_TOKENS = 4.0
+RUN_COSTS_SPAN = 17   # the run's verify line is stored as its values at 1 and this many tokens
+
+
+@dataclass
+class RunCosts:
+    """A run's own step costs, read from its steps' draft and verify seconds as it goes (the first step, which may
+    include a prefill, left out by the caller): the host's and this prompt's prices, which a stored model measured
+    elsewhere only approximates.
+
+    ``costs(prior)`` gives StepCosts in units of the run's one-token target pass (about one AR step), with the
+    ``prior`` (the stored model, in AR steps) counting as ``PRIOR_PASSES`` verify passes and ``PRIOR_DRAFT_TOKENS``
+    drafted tokens at the run's scale s = Σ seconds / Σ prior.verify(n) over the run's passes:
+
+        c_draft = (Σ draft seconds + m_d · s · prior.c_draft) / (Σ drafted + m_d)
+        v(n) = α + β (n − 1): the weighted least-squares line through the run's (n, seconds) passes and the prior's
+               line at n = 1 and ``RUN_COSTS_SPAN`` scaled by s (weight m_v each), so one pass size cannot tilt it
+        unit = α (the line at one token); the step's time outside both models stays the prior's, scaled.
+
+    Worked example: prior c_draft 0.5, v(n) = 1 + 0.1 (n − 1); the run drafted 20 tokens in 0.2 s and verified
+    passes of 5 tokens at 0.028 s twice: s = 0.056 / 2.8 = 0.02 s, the line is 0.02 + 0.002 (n − 1) s (the prior's
+    points at that scale, and the run's lie on it), c_draft = (0.2 + 4 · 0.02 · 0.5) / 24 = 0.01 s = 0.5 AR steps,
+    v(17) = 2.6 AR steps."""
+    drafted: int = 0
+    draft_seconds: float = 0.0
+    passes: list[tuple[int, float]] = field(default_factory=list)    # (tokens verified incl. the bonus, seconds)
+
+    def observe(self, drafted: int, draft_seconds: float, verified_tokens: int, verify_seconds: float) -> None:
+        """One step: ``drafted`` tokens drafted in ``draft_seconds``, a target pass over ``verified_tokens`` tokens
+        (drafted and sent, plus the target's own) in ``verify_seconds``."""
+        if draft_seconds < 0 or verify_seconds < 0 or verified_tokens < 1:
+            raise ValueError("a step's seconds are at least 0 and a verify pass covers at least one token")
+        self.drafted += drafted
+        self.draft_seconds += draft_seconds
+        self.passes.append((verified_tokens, verify_seconds))
+
+    @property
+    def steps(self) -> int:
+        return len(self.passes)
+
+    def costs(self, prior: StepCosts) -> StepCosts:
+        """The step costs this run has measured so far, in units of its one-token pass; ``prior`` before any step."""
+        prior_seconds = sum(prior.verify(tokens) for tokens, _ in self.passes)
+        seconds = sum(spent for _, spent in self.passes)
+        if not self.passes or prior_seconds <= 0 or seconds <= 0:
+            return prior
+        scale = seconds / prior_seconds
+        points = [(float(tokens), spent, 1.0) for tokens, spent in self.passes] + \
+                 [(float(n), scale * prior.verify(n), PRIOR_PASSES) for n in (1, RUN_COSTS_SPAN)]
+        weight = sum(w for _, _, w in points)
+        mean_n = sum(w * n for n, _, w in points) / weight
+        mean_s = sum(w * spent for _, spent, w in points) / weight
+        spread = sum(w * (n - mean_n) ** 2 for n, _, w in points)
+        slope = sum(w * (n - mean_n) * (spent - mean_s) for n, spent, w in points) / spread
+        one_token = mean_s + slope * (1.0 - mean_n)
+        if one_token <= 0 or slope < 0:       # noise outweighed the prior's shape: keep that shape at the run's scale
+            one_token, slope = scale * prior.verify(1), scale * (prior.verify(2) - prior.verify(1))
+        draft = (self.draft_seconds + PRIOR_DRAFT_TOKENS * scale * prior.draft_per_token) / \
+            (self.drafted + PRIOR_DRAFT_TOKENS)
+        return StepCosts(draft / one_token,
+                         verify_points=((1, 1.0), (RUN_COSTS_SPAN, 1.0 + slope * (RUN_COSTS_SPAN - 1) / one_token)),
+                         step_overhead=prior.step_overhead * scale / one_token)
 
 
 def step_costs(record: dict) -> StepCosts:

@@ -132,10 +132,11 @@ def test_sampled_tokens_are_priced_by_the_drafts_entropy_and_greedy_ones_by_the_
     assert block_acceptance(None, sampled, [peaked, flat], [0.3, 0.3]) == []
 
 
-def test_auto_stops_on_the_threshold_when_greedy_and_on_cost_when_sampling():
+def test_auto_stops_on_cost_at_every_temperature():
     from pacer_core.decoders.pacer import effective_stop_rule
-    assert effective_stop_rule(validate_settings(stop_rule="auto")) == "threshold"
+    assert effective_stop_rule(validate_settings(stop_rule="auto")) == "cost"
     assert effective_stop_rule(validate_settings(stop_rule="auto", temperature=0.7)) == "cost"
+    assert effective_stop_rule(validate_settings(stop_rule="threshold")) == "threshold"
     assert effective_stop_rule(validate_settings(stop_rule="cost")) == "cost"
     pair, drafter = tiny_pair(scale=6.0, eos_token_id=63)
     for prompt in ([1, 2, 3], list(range(12))):

@@ -267,7 +267,8 @@ def test_auto_samples_with_the_cost_rule_priced_by_a_layer_trained_for_sampled_t
     sampling = validate_settings(stop_rule="auto", temperature=0.7)
     for preverifier in (ConfidencePreVerifier(), random_trained(16), scalar_trained()):
         assert effective_stop_rule(sampling, preverifier) == "cost"
-    assert effective_stop_rule(validate_settings(stop_rule="auto"), scalar_trained()) == "threshold"
+    assert effective_stop_rule(validate_settings(stop_rule="auto"), scalar_trained()) == "cost"
+    assert effective_stop_rule(validate_settings(stop_rule="threshold"), scalar_trained()) == "threshold"
     model = PacerCostModel(acceptance=AcceptanceByEntropy((10.0,), (0.5,)))
     sampled = [token_features(torch.randn(50), torch.zeros(0), 3, 0, sampled=True)]
     rows = [torch.softmax(torch.randn(50), -1)]

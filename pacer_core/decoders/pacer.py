@@ -1,11 +1,14 @@
 """PACER: draft in blocks, let a small pre-verifier score each block, stop drafting at the first
 block that scores below the threshold (docs/algorithms.md#pacer; Zhang et al. 2026, arXiv 2602.01274).
 With ``stop_rule="cost"`` it drafts another block only while that raises the step's expected tokens per
-unit of time (docs/algorithms.md#cost-aware-stopping), priced by the pair's stored cost model
-(``pair_cost_model``: measured once per kind of device, never timed during a run, so a seeded run repeats
-token for token), and ``"auto"`` takes the threshold rule when greedy and the cost rule when sampling
-(``effective_stop_rule``); with ``phrase_len`` > 0 a block may be a phrase copied from the prompt or the
-output instead of drafted (docs/algorithms.md#phrase-drafts).
+unit of time (docs/algorithms.md#cost-aware-stopping): the drafted tokens' acceptance estimates (the pre-verifier's,
+or the draft's entropy's when sampling without a layer trained for it) priced by step costs that are either this
+run's own (``cost_source="run"``: its steps' draft and verify seconds so far, ``stopping.RunCosts``, over the stored
+model as a prior) or the drafter's stored model (``"stored"``: measured once per kind of device, so a seeded sampled
+run repeats token for token); ``"auto"`` takes the run's when greedy, where the output is the target's argmax
+whatever the timing, and the stored model when sampling. ``stop_rule="auto"`` is the cost rule. With ``phrase_len``
+> 0 a block may be a phrase copied from the prompt or the output instead of drafted
+(docs/algorithms.md#phrase-drafts).
 
 on_fail="submit" sends the failing block to the target too: the stopping rule only looks at drafted
 tokens, so the output keeps the target's distribution exactly. on_fail="discard" drops that block;
@@ -17,7 +20,7 @@ from dataclasses import replace
 import torch
 
 from ..drafters import drafter_key, measured_drafter
-from ..events import BlockDecision
+from ..events import BlockDecision, StepEvent
 from ..phrases import PhraseIndex, PhraseMatch
 from ..preverifier import ConfidencePreVerifier, own_threshold, token_features
 from ..preverifier.features import DraftContext, history_context
@@ -45,7 +48,9 @@ class Pacer(SpeculativeDecoder):
         threshold = self.threshold(settings)
         limit = min(settings.max_draft_len, max(budget - 1, 0))
         draft, plan = DraftBuilder(pair, state, settings), BlockPlan()
-        model = run_cost_model(pair, state) if effective_stop_rule(settings, self.preverifier) == "cost" else None
+        model = run_cost_model(pair, state, settings) if effective_stop_rule(settings, self.preverifier) == "cost" \
+            else None
+        estimated_by_preverifier = settings.greedy or trained_for_sampling(self.preverifier)
         context = history_context(state.first_verified, state.first_accepted, state.last_first_accepted)
         phrases = phrase_index(state) if settings.phrase_len else None
         while len(draft.drafted_ids) < limit:
@@ -55,10 +60,11 @@ class Pacer(SpeculativeDecoder):
                 if phrases is not None else None
             size = len(phrase.token_ids) if phrase else min(settings.block_size, room)
             if model is not None and plan.blocks:
-                next_accept = plan.acceptance[-1] if model.mean_acceptance is None else model.mean_acceptance
+                next_accept = next_token_acceptance(model, state, settings, plan.acceptance)
                 decision = decide_extension(plan.acceptance, next_accept, size, model.costs)
                 if not decision.extend:
-                    plan.stop("cost", note=decision.describe())
+                    plan.stop(cost_stop_reason(plan.acceptance, next_accept, size, model, estimated_by_preverifier),
+                              note=decision.describe())
                     break
             features, hit_eos = (self._phrase_features(draft, phrase, state, context) if phrase
                                  else self._drafted_features(draft, size, state, context))
@@ -79,6 +85,16 @@ class Pacer(SpeculativeDecoder):
         if plan.stop_reason == "max_len" and limit < settings.max_draft_len:
             plan.stop("budget")
         return draft.proposal(PacerProposal, token_phrase=list(draft.phrase_flags), **plan.proposal_fields())
+
+    def step(self, pair, state: PacerState, settings: DecodeSettings, step: int) -> StepEvent:
+        """The shared step, then what the cost rule learns from it: its draft and verify seconds (after the first
+        step, whose calls may include a prefill) and whether the target rejected a drafted token."""
+        event = super().step(pair, state, settings, step)
+        if step > 0:
+            state.run_costs.observe(len(event.tokens) - 1, event.draft_seconds, event.n_drafted + 1,
+                                    event.verify_seconds)
+        state.rejections += int(event.n_accepted < event.n_drafted)
+        return event
 
     def _drafted_features(self, draft: DraftBuilder, size: int, state: DecodeState,
                           context: DraftContext) -> tuple[list, bool]:
@@ -116,20 +132,61 @@ class Pacer(SpeculativeDecoder):
         return {"preverifier": getattr(self.preverifier, "kind", "custom"),
                 "stopped_by": stop_rule_summary(self.preverifier, settings, threshold),
                 "block_size": settings.block_size, "max_draft_len": settings.max_draft_len, "threshold": threshold,
-                "on_fail": settings.on_fail, "stop_rule": settings.stop_rule, "phrase_len": settings.phrase_len}
+                "on_fail": settings.on_fail, "stop_rule": settings.stop_rule, "cost_source": settings.cost_source,
+                "phrase_len": settings.phrase_len}
 
 
 def effective_stop_rule(settings: DecodeSettings, preverifier=None) -> str:
-    """``auto`` is the threshold rule when greedy and the cost rule when sampling. Greedy, the pre-verifier's
-    estimate (the trained layer's, or the draft's own q(x)) says how likely the target's argmax is the token, so a
-    threshold on it stops at the risky blocks; sampling with a drafter close to the target, acceptance is about
-    1 - TV(p, q) whatever the token, so little per-token signal is left, and the economics decide: draft another
-    block while it raises the expected tokens per unit of time (docs/algorithms.md#cost-aware-stopping), priced
-    with a layer trained on sampled tokens where there is one (``block_acceptance``), else the draft's entropy.
-    On held-out prompts at T = 0.7 that beat the sampled layer's own threshold (README, "Measured")."""
+    """``auto`` is the cost rule at every temperature: draft another block while it raises the expected tokens
+    per unit of time (docs/algorithms.md#cost-aware-stopping). Greedy, the pre-verifier's estimate (the trained
+    layer's, or the draft's own q(x)) says how likely the target's argmax is the token, so a risky token lowers the
+    gain of drafting on and the rule stops there, while a run of confident tokens drafts as far as the costs
+    allow (a fixed threshold stops at the same risk whatever drafting costs); sampling with a drafter close to
+    the target, acceptance is about 1 - TV(p, q) whatever the token, so little per-token signal is left, and the
+    economics decide, priced with a layer trained on sampled tokens where there is one (``block_acceptance``),
+    else the draft's entropy."""
     if settings.stop_rule == "auto":
-        return "threshold" if settings.greedy else "cost"
+        return "cost"
     return settings.stop_rule
+
+
+def uses_run_costs(settings: DecodeSettings) -> bool:
+    """Whether the cost rule prices with the run's own measured costs (``cost_source``; ``auto``: when greedy, whose
+    output is the target's argmax whatever the timing) rather than the stored model, which a seeded sampled run
+    needs to repeat token for token."""
+    if settings.cost_source == "auto":
+        return settings.greedy
+    return settings.cost_source == "run"
+
+
+# How many tokens the stored mean acceptance counts for beside the run's own verdicts (greedy).
+PRIOR_ACCEPTANCE_TOKENS = 8.0
+
+
+def next_token_acceptance(model: PacerCostModel, state: PacerState, settings: DecodeSettings,
+                          drafted_acceptance: list[float]) -> float:
+    """The acceptance the cost rule expects of a token not drafted yet. Greedy: the run's own conditional
+    acceptance, kept drafted tokens over kept tokens plus rejections (the estimate of a geometric law's
+    parameter), with the stored mean (else the mean estimate of this step's drafted tokens) counting for
+    ``PRIOR_ACCEPTANCE_TOKENS`` tokens; it reads only the run's verdicts, so it is the same on every host.
+    Sampling: the stored mean at the run's temperature, else the last drafted token's estimate."""
+    if not settings.greedy:
+        return drafted_acceptance[-1] if model.mean_acceptance is None else model.mean_acceptance
+    prior = sum(drafted_acceptance) / len(drafted_acceptance) if model.mean_acceptance is None \
+        else model.mean_acceptance
+    return (state.accepted_tokens + PRIOR_ACCEPTANCE_TOKENS * prior) / \
+        (state.accepted_tokens + state.rejections + PRIOR_ACCEPTANCE_TOKENS)
+
+
+def cost_stop_reason(drafted_acceptance: list[float], next_accept: float, block: int, model: PacerCostModel,
+                     estimated_by_preverifier: bool) -> str:
+    """Which of the two stopped a draft the cost rule ended: ``"preverifier"`` when a draft whose tokens had all been
+    estimated at the expected acceptance ``next_accept`` would have drafted on (the pre-verifier's low estimates of
+    these tokens made the next block not worth its cost), ``"cost"`` when it would have stopped too (the draft
+    reached the length where drafting stops paying on these costs). Tokens priced by the draft's entropy rather than
+    the pre-verifier are the cost rule's own."""
+    typical = decide_extension([next_accept] * len(drafted_acceptance), next_accept, block, model.costs)
+    return "preverifier" if estimated_by_preverifier and typical.extend else "cost"
 
 
 def stop_rule_summary(preverifier, settings: DecodeSettings, threshold: float) -> str:
@@ -141,7 +198,8 @@ def stop_rule_summary(preverifier, settings: DecodeSettings, threshold: float) -
             estimates = "the trained layer's"
         else:
             estimates = "the draft's own" if settings.greedy else "the draft's entropy's"
-        return f"the cost rule (expected gain against measured cost, with {estimates} acceptance estimates)"
+        costs = "this run's measured costs" if uses_run_costs(settings) else "the drafter's stored costs"
+        return f"the cost rule (expected gain against {costs}, with {estimates} acceptance estimates)"
     return f"{'the trained pre-verification layer' if trained else 'the confidence rule'} at threshold {threshold:.2f}"
 
 
@@ -197,11 +255,16 @@ def block_acceptance(model: PacerCostModel | None, features: list, draft_rows: l
             for feature, entropy, prob in zip(features, entropies, token_probs)]
 
 
-def run_cost_model(pair, state: PacerState) -> PacerCostModel:
-    """The run's cost model at its prompt's length, read once per run (kept on the state)."""
+def run_cost_model(pair, state: PacerState, settings: DecodeSettings) -> PacerCostModel:
+    """What the cost rule prices this step with: the stored model at the run's prompt length (read once per run,
+    kept on the state), with the costs this run has measured so far over it when the run uses its own
+    (``uses_run_costs``)."""
     if state.cost_model is None:
         state.cost_model = pair_cost_model(pair, state.drafter).at_prompt_length(state.prompt_len)
-    return state.cost_model
+    if not uses_run_costs(settings) or not state.run_costs.steps:
+        return state.cost_model
+    return replace(state.cost_model, costs=state.run_costs.costs(state.cost_model.costs),
+                   source=f"this run's {state.run_costs.steps} steps over {state.cost_model.source}")
 
 
 def pair_cost_model(pair, drafter) -> PacerCostModel:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..events import BlockDecision
 from ..phrases import PhraseIndex
-from ..stopping import PacerCostModel
+from ..stopping import PacerCostModel, RunCosts
 from .base import DecodeState, Proposal
 
 
@@ -15,7 +15,9 @@ from .base import DecodeState, Proposal
 class PacerState(DecodeState):
     """A PACER run's state: the shared one plus what PACER reads on first use and keeps for the run."""
     phrase_index: PhraseIndex | None = None     # over ``sequence`` (built on first use)
-    cost_model: PacerCostModel | None = None    # this pair's cost model (read on first use)
+    cost_model: PacerCostModel | None = None    # this pair's stored cost model at the prompt's length (first use)
+    run_costs: RunCosts = field(default_factory=RunCosts)   # this run's own draft and verify seconds so far
+    rejections: int = 0                         # verify passes that rejected a drafted token
 
 
 @dataclass
@@ -27,7 +29,7 @@ class PacerProposal(Proposal):
     stopped_from: int | None = None    # index of the first token of the failed block
     discarded: int = 0                 # trailing tokens not sent to the target (discard mode)
     stop_reason: str | None = None
-    stop_note: str | None = None       # why the cost rule stopped drafting
+    stop_note: str | None = None       # the cost rule's comparison that stopped drafting
     token_phrase: list[bool] = field(default_factory=list)   # per token: copied as a phrase (q one-hot)
 
     @property

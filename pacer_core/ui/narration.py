@@ -55,8 +55,11 @@ def _pacer_draft_sentences(event: StepEvent, drafted: list[TokenRecord]) -> list
         verb = "dropped" if any(t.state is TokenState.DISCARDED for t in drafted) else "sent to the target anyway"
         parts.append(f"The pre-verifier scored block {failed[0].index + 1} at {failed[0].score:.2f} < "
                      f"{failed[0].threshold:.2f}, so drafting stopped (that block was {verb}).")
+    elif event.stop_reason == "preverifier" and event.stop_note:
+        parts.append(f"The pre-verifier's low estimate of the last tokens made another one not worth its cost "
+                     f"(cost rule, {event.stop_note}).")
     elif event.stop_reason == "cost" and event.stop_note:
-        parts.append(f"Cost rule, {event.stop_note}.")
+        parts.append(f"Cost rule, {event.stop_note}: the draft reached the length where drafting stops paying.")
     elif event.stop_reason == "max_len":
         parts.append("Every block passed the pre-verifier; drafting stopped at the maximum draft length.")
     elif event.stop_reason in ("eos", "budget"):
@@ -134,14 +137,26 @@ def summarize_run(result: Result, events: list) -> str:
         text += f" It drafted {sum(event.n_drafted for event in steps) / len(steps):.1f} tokens per step on average"
         stopped = sum(1 for event in steps if event.stop_reason in ("preverifier", "cost"))
         rule = result.info.get("stopped_by") or "the pre-verifier"
-        text += (f"; {rule} cut the draft short in {stopped} of {len(steps)} steps."
+        text += (f"; {rule} cut the draft short in {stopped} of {len(steps)} steps"
                  if any(event.blocks for event in steps) else ".")
+        if any(event.blocks for event in steps):
+            text += _stop_split(steps, rule) + "."
     cycles = [event for event in events if isinstance(event, SMCCycleEvent)]
     if cycles:
         resampled = sum(1 for event in cycles if event.resampled)
         text += f" The particles were resampled in {resampled} of {len(cycles)} cycles."
         text += _dead_particle_sentence(result.info.get("dead_particles"))
     return text
+
+
+def _stop_split(steps: list, rule: str) -> str:
+    """Under the cost rule, which of the two stopped the drafts: the pre-verifier's estimates of the tokens drafted
+    (a typical draft would have gone on) or the costs (the length where drafting stops paying)."""
+    if not rule.startswith("the cost rule"):
+        return ""
+    by_preverifier = sum(1 for event in steps if event.stop_reason == "preverifier")
+    by_cost = sum(1 for event in steps if event.stop_reason == "cost")
+    return f" ({by_preverifier} by the pre-verifier's estimates, {by_cost} at the length where drafting stops paying)"
 
 
 def _dead_particle_sentence(dead: dict | None) -> str:
