@@ -97,10 +97,15 @@ def _steps(events) -> list[StepEvent]:
     return [event for event in events or [] if isinstance(event, StepEvent)]
 
 
+STOPPED_BY = {"preverifier": "the pre-verifier", "cost": "the cost rule (drafting stopped paying)",
+              "max_len": "the maximum draft length", "budget": "the token limit", "eos": "end of text"}
+
+
 def _draft_tokens_hover(event: StepEvent) -> str:
     drafted = [t for t in event.tokens if t.state in DRAFTED_STATES]
     text = "".join(t.text for t in drafted)
-    return (f"step {event.step + 1}<br>drafted {event.n_drafted}, accepted {event.n_accepted}<br>"
+    stopped = f"<br>stopped by {STOPPED_BY[event.stop_reason]}" if event.stop_reason in STOPPED_BY else ""
+    return (f"step {event.step + 1}<br>drafted {event.n_drafted}, accepted {event.n_accepted}{stopped}<br>"
             f"draft: {hover_escape(text[:80])}")
 
 
