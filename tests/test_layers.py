@@ -27,7 +27,7 @@ LAYERS = (
               "pacer_core.kvcache", "pacer_core.packed_linear", "pacer_core.quantized_linear", "pacer_core.prompts", "pacer_core.phrases",
               "pacer_core.stopping")),
     ("components", ("pacer_core.embedded", "pacer_core.models", "pacer_core.drafters", "pacer_core.analysis",
-                    "pacer_core.preverifier", "pacer_core.llama")),
+                    "pacer_core.preverifier", "pacer_core.llama", "pacer_core.graphed")),
     ("decoders", ("pacer_core.decoders",)),
     ("api", ("pacer_core", "pacer_core.api", "pacer_core.request", "pacer_core.methods", "pacer_core.trace",
              "pacer_core.atlas")),

@@ -26,9 +26,9 @@ import torch
 
 from .. import sampling
 from ..drafters import Drafter, new_caches
+from ..drafters.caches import run_target_cache
 from ..events import Metrics, Result, StepEvent, TokenRecord
 from ..kvcache import ModelCache
-from ..llama.engine import target_cache
 from ..settings import DecodeSettings
 
 
@@ -158,7 +158,7 @@ def make_state(pair, drafter, prompt_ids: list[int], settings: DecodeSettings, w
     verify passes then feed the rest). ``keep_target_rows``: the state keeps the rows that judge its tokens."""
     started = time.perf_counter()           # the run's clock starts before any prefill below
     if not with_draft:
-        target, draft = target_cache(pair, drafter), None
+        target, draft = run_target_cache(pair, drafter), None
     else:
         target, draft = new_caches(pair, drafter)
         if len(prompt_ids) > 1 and getattr(draft, "adopts_target_prompt", False):

@@ -1,0 +1,47 @@
+"""The graphed engine: the torch target's and its drafters' calls over static KV caches, replayed from CUDA graphs
+on a GPU (at batch 1 an eager step is bound by kernel launches, docs/architecture.md "The graphed engine"). Its one
+home, as llama.cpp's is ``pacer_core/llama/``:
+
+- ``static_kv``: the static KV store (preallocated buffers written in place, stale entries masked by position);
+- ``graphs``: ``GraphPool`` (one capture per shape at first use, eager fallback with the reason) and the CUDA
+  capturer, the only CUDA-specific code;
+- ``engine``: ``GraphedEngine``, one per model and process (slots of buffers and graphs that outlive a run);
+- ``cache``: ``GraphedCache``, a run's ``kvcache.ModelCache`` over a slot.
+
+Asked for with ``PACER_GRAPHED=1`` (off by default until a GPU run has measured it): then the torch engine's target
+cache and any drafter whose cache is a plain ``kvcache.CachedModel`` (the independent draft model, the module-tree
+self-quantized copy) run here (``drafters.caches`` asks ``target_cache`` and ``draft_cache``). On a CPU the
+static caches run eagerly (graphs need CUDA): what the tests check there is that the static path returns the
+dynamic cache's tokens."""
+from __future__ import annotations
+
+import os
+
+from ..kvcache import CachedModel, ModelCache
+from .cache import GraphedCache
+from .engine import GraphedEngine, default_capacity, engine_for, install_engine
+from .graphs import GraphPool, StepShape, cuda_capturer
+
+GRAPHED_ENV = "PACER_GRAPHED"
+
+__all__ = ["GRAPHED_ENV", "GraphPool", "GraphedCache", "GraphedEngine", "StepShape", "cuda_capturer",
+           "default_capacity", "draft_cache", "engine_for", "install_engine", "requested", "target_cache"]
+
+
+def requested() -> bool:
+    """Whether this process asked for the graphed engine (``PACER_GRAPHED``: 1, true, on or yes)."""
+    return os.environ.get(GRAPHED_ENV, "").strip().lower() in ("1", "true", "on", "yes")
+
+
+def target_cache(pair, keep_features: bool = False) -> GraphedCache:
+    """A fresh graphed cache of the pair's torch target."""
+    return GraphedCache(engine_for(pair.target), pair.vocab_size, keep_features=keep_features)
+
+
+def draft_cache(cache: ModelCache) -> ModelCache:
+    """A drafter's cache on the graphed engine when it is a plain ``CachedModel`` over a causal LM (the same model
+    and logit width), else ``cache`` unchanged: caches with their own step (the lean self-quantized decoder, the
+    feature head, a reduced vocabulary, llama.cpp) keep it."""
+    if type(cache) is not CachedModel or cache.keep_features:
+        return cache
+    return GraphedCache(engine_for(cache.model), cache.vocab_size)
