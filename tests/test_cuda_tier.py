@@ -141,6 +141,25 @@ def test_target_split_like_device_map_auto(test_device):
         assert 0 < len(particles.token_ids) <= 12
 
 
+def test_graphed_engine_on_the_device(test_device, monkeypatch):
+    """The graphed engine (PACER_GRAPHED=1) returns AR's greedy tokens on the device, and on CUDA every call shape
+    of the run was captured as a graph (none fell back to eager: the reason is in the message if one did)."""
+    from pacer_core import graphed
+
+    monkeypatch.setenv(graphed.GRAPHED_ENV, "1")
+    pair, drafter = on_device(tiny_pair(scale=6.0, draft_noise=0.2, eos_token_id=63), test_device)
+    for prompt in PROMPTS:
+        reference = run(Autoregressive(), pair, drafter, prompt, max_new_tokens=16).token_ids
+        for decoder in (FixedSpeculative(4), Pacer(2, 8, 0.3, ConfidencePreVerifier(), "submit")):
+            assert run(decoder, pair, drafter, prompt, max_new_tokens=16).token_ids == reference, decoder.info()
+    engine = graphed.engine_for(pair.target)
+    if test_device.type == "cuda":
+        assert engine.fallback_reason is None, engine.fallback_reason
+        assert engine.captures > 0 and graphed.engine_for(drafter.model).captures > 0, engine.describe()
+    else:
+        assert "eager" in engine.describe()
+
+
 @pytest.mark.slow
 def test_device_check_dry_run(tmp_path):
     """scripts/device_check.sh --dry-run: the tier on the CPU, then the per-step benchmark with tiny shapes."""
@@ -156,3 +175,6 @@ def test_device_check_dry_run(tmp_path):
     assert "overhead" in completed.stdout and "passed" in completed.stdout
     split = json.loads((tmp_path / "split" / "gpu_step_split.json").read_text())
     assert [row["eager_ms"] > 0 and row["sampled_ms"] > 0 for row in split["rows"]] == [True]
+    payoff = json.loads((tmp_path / "payoff" / "graphed_payoff.json").read_text())
+    assert payoff["peer"]["same_tokens"] and len(payoff["expected"]) == 4
+    assert completed.stdout.count("passed") >= 2          # the tier eager, then with the graphed engine

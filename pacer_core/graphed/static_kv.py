@@ -48,7 +48,7 @@ class StaticLayer(DynamicLayer):
         if key_states.shape[0] != self.keys.shape[0]:
             raise ValueError(f"The static cache holds {self.keys.shape[0]} rows and {key_states.shape[0]} were fed: "
                              "rows change only through reorder.")
-        positions = self.store.write_positions
+        positions = self.store.write_positions.to(self.keys.device)   # a layer on another device (device_map)
         self.keys.index_copy_(2, positions, key_states)
         self.values.index_copy_(2, positions, value_states)
         self.store.writes += 1
