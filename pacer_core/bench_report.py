@@ -149,7 +149,9 @@ def identity_flags(rows: list[dict]) -> list[str]:
 
 
 def summarise(label: str, runs_by_repeat: list[list[RunRecord]]) -> dict:
-    """runs_by_repeat[r][i]: repeat r, prompt i. Counts come from the first repeat."""
+    """runs_by_repeat[r][i]: repeat r, prompt i. Counts come from the first repeat; per prompt, the median seconds
+    and new tokens over repeats (``prompt_seconds``, ``prompt_tokens``: where a method gains or loses, prompt by
+    prompt)."""
     first = runs_by_repeat[0]
     seconds = [sum(run.seconds for run in runs) for runs in runs_by_repeat]
     new_tokens = sum(run.new_tokens for run in first)
@@ -166,6 +168,8 @@ def summarise(label: str, runs_by_repeat: list[list[RunRecord]]) -> dict:
         "tokens_per_s": new_tokens / median_seconds if median_seconds else None,
         "profile": {"draft_s": sum(r.draft_seconds for r in chosen), "verify_s": sum(r.verify_seconds for r in chosen),
                     "other_s": sum(r.seconds - r.draft_seconds - r.verify_seconds for r in chosen)},
+        "prompt_seconds": [statistics.median(runs[i].seconds for runs in runs_by_repeat) for i in range(len(first))],
+        "prompt_tokens": [statistics.median(runs[i].new_tokens for runs in runs_by_repeat) for i in range(len(first))],
         "texts": [run.text for run in first],
     }
 

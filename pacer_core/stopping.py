@@ -16,11 +16,13 @@ close to the target is close to it in the same places (where q is nearly one-hot
 ``AcceptanceByEntropy`` is that prediction, a table fitted on measured acceptance.
 
 The costs and that table are a stored model per pair and kind of device (``PacerCostModel``: measured once by
-``python -m pacer_core.training.pacer_costs``, kept in the draft folder's measured_defaults.json), never live
-timings. They are measured inside runs, where a draft call costs what the run makes it cost, and by prompt length
-when they depend on it (on a CPU a longer context makes every pass slower, the draft's relatively more:
-``PacerCostModel.at_prompt_length``): every decision is a function of the run's inputs, its seed and that model, so a seeded run repeats
-token for token whatever ran before it."""
+``python -m pacer_core.training.pacer_costs``, kept in the draft folder's measured_defaults.json), measured inside
+runs, where a draft call costs what the run makes it cost, and by prompt length when they depend on it (on a CPU a
+longer context makes every pass slower, the draft's relatively more: ``PacerCostModel.at_prompt_length``). Priced
+with it, every decision is a function of the run's inputs, its seed and that model, so a seeded sampled run repeats
+token for token whatever ran before it. ``RunCosts`` is the other source: the run's own steps' seconds, with the
+stored costs as a prior, which price drafting on the host the run is on (greedy runs use it: their output is the
+target's argmax whatever the draft lengths)."""
 from __future__ import annotations
 
 import bisect

@@ -37,15 +37,18 @@ def saved_pair_and_prompts(tmp_path):
 def test_bench_runs_end_to_end(tmp_path, capsys):
     target_dir, draft_dir, prompts = saved_pair_and_prompts(tmp_path)
     out = tmp_path / "out"
-    code = main(["--methods", "ar,hf,hf-assisted:3,fixed:3,pacer,oracle", "--prompts", str(prompts),
+    code = main(["--methods", "ar,hf,hf-assisted:3,fixed:3,fixed:dyn:2,pacer,oracle", "--prompts", str(prompts),
                  "--max-new-tokens", "12", "--repeats", "2", "--target", target_dir, "--draft", draft_dir,
                  "--device", "cpu", "--dtype", "float32", "--out", str(out)])
     assert code == 0
     report = json.loads((out / "results.json").read_text())
     rows = {row["method"]: row for row in report["methods"]}
-    assert set(rows) == {"ar", "hf", "hf-assisted:3", "fixed:3", "pacer", "oracle"}
+    assert set(rows) == {"ar", "hf", "hf-assisted:3", "fixed:3", "fixed:dyn:2", "pacer", "oracle"}
     assert rows["ar"]["speedup_vs_ar"] == 1.0 and rows["ar"]["tau"] == 1.0
-    assert rows["fixed:3"]["speedup_vs_fixed"] == 1.0
+    assert rows["fixed:3"]["speedup_vs_fixed"] == 1.0                 # the schedule's row is not a fixed length
+    assert rows["fixed:dyn:2"]["texts"] == rows["ar"]["texts"] and rows["fixed:dyn:2"]["settings"]["gamma_schedule"] == "dynamic"
+    assert len(rows["pacer"]["prompt_seconds"]) == len(rows["pacer"]["prompt_tokens"]) == 4
+    assert sum(rows["pacer"]["prompt_tokens"]) == rows["pacer"]["new_tokens"]
     assert rows["pacer"]["speedup_vs_fixed"] == pytest.approx(rows["pacer"]["tokens_per_s"] / rows["fixed:3"]["tokens_per_s"])
     assert rows["fixed:3"]["texts"] == rows["ar"]["texts"] == rows["hf"]["texts"]
     assert (out / "results.csv").read_text().startswith("method,tau,alpha")

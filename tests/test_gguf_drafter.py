@@ -229,7 +229,7 @@ def test_pacer_runs_the_shipped_layer_on_the_embedded_default_and_returns_ars_to
         reference = generate(pair, drafter, "ar", prompt, max_new_tokens=32).token_ids
         result = generate(pair, drafter, "pacer", prompt, max_new_tokens=32, max_draft_len=8)
         assert result.token_ids == reference
-        assert result.info["preverifier"] == "trained" and "the trained layer's" in result.info["stopped_by"]
+        assert result.info["preverifier"] == "trained" and "trained pre-verification layer" in result.info["stopped_by"]
     sampled = generate(pair, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=32, temperature=0.7,
                        stop_rule="auto")
     assert "the trained layer's acceptance estimates" in sampled.info["stopped_by"]

@@ -1,8 +1,8 @@
 """Measure the cost model PACER's cost rule prices a block with (pacer_core/stopping.py ``PacerCostModel``), once
 per drafter and kind of device, and store it in the draft folder's measured_defaults.json
-(``drafters.<drafter>.pacer_costs.<device kind>``). Nothing is timed during a PACER run: its decisions read
-this stored model, so seeded runs repeat token for token. Re-run it when the engines change (a faster target
-step moves every ratio).
+(``drafters.<drafter>.pacer_costs.<device kind>``). A sampled PACER run prices with this stored model, so seeded
+runs repeat token for token; a greedy one starts from it and then prices with its own steps' seconds
+(``stopping.RunCosts``). Re-run it when the engines change (a faster target step moves every ratio).
 
 Prompt by prompt, interleaved: one AR run (its seconds per token after the first are the unit, "one AR step": the
 first step is the prompt's prefill), then fixed SD at every draft length in ``--gammas`` at the temperature given,
