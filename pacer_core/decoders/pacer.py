@@ -250,9 +250,11 @@ def block_acceptance(model: PacerCostModel | None, features: list, draft_rows: l
     trusted pre-verifier, the pre-verifier's estimate. [] without a cost model."""
     if model is None:
         return []
-    entropies = entropy_nats(torch.stack(draft_rows)).tolist() if draft_rows else []
-    return [model.token_acceptance(entropy, float(prob)) if feature.sampled and not trusted else float(prob)
-            for feature, entropy, prob in zip(features, entropies, token_probs)]
+    by_entropy = [feature.sampled and not trusted for feature in features]
+    rows = [row for row, priced in zip(draft_rows, by_entropy) if priced]   # only those rows' entropies: [V] each
+    entropies = iter(entropy_nats(torch.stack(rows)).tolist() if rows else [])
+    return [model.token_acceptance(next(entropies), float(prob)) if priced else float(prob)
+            for priced, prob in zip(by_entropy, token_probs)]
 
 
 def run_cost_model(pair, state: PacerState, settings: DecodeSettings) -> PacerCostModel:
