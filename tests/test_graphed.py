@@ -79,6 +79,14 @@ def test_causal_mask_hides_stale_and_future_positions():
 
 
 @pytest.mark.pure
+def test_a_call_reads_the_span_covering_its_last_position():
+    from pacer_core.graphed.static_kv import span_for
+
+    assert [span_for(end, 2304) for end in (1, 130, 256, 257, 2300)] == [256, 256, 256, 512, 2304]
+    assert span_for(100, 64) == 64                                   # never past the capacity
+
+
+@pytest.mark.pure
 def test_default_capacity_holds_the_longest_run_the_app_allows():
     from pacer_core.settings import Limits
 
@@ -92,14 +100,14 @@ def test_graph_pool_captures_each_key_once_and_replays_its_static_outputs():
     pool = GraphPool(capturer, graphable=lambda key: key.fed <= 4)
     source = torch.zeros(3)
     step = lambda: (source * 2,)                                  # noqa: E731 - reads only the static buffer
-    one = StepShape(1, 1, 1, False, False)
+    one = StepShape(1, 1, 1, False, False, 256)
     first, replayed = pool.run(one, step)
     source.fill_(5.0)
     second, _ = pool.run(one, step)
     assert replayed and first[0] is second[0] and second[0].tolist() == [10.0] * 3   # same tensor, new values
-    pool.run(StepShape(1, 2, 2, False, False), step)
-    pool.run(StepShape(1, 2, 2, False, False), step)
-    outputs, replayed = pool.run(StepShape(1, 9, None, False, False), step)          # not graphable: eager
+    pool.run(StepShape(1, 2, 2, False, False, 256), step)
+    pool.run(StepShape(1, 2, 2, False, False, 256), step)
+    outputs, replayed = pool.run(StepShape(1, 9, None, False, False, 256), step)          # not graphable: eager
     assert not replayed and outputs[0] is not first[0]
     assert capturer.captures == pool.captures == 2 and pool.replays == 4 and pool.capture_seconds >= 0
 
@@ -110,10 +118,10 @@ def test_a_failed_capture_falls_back_to_eager_and_says_why():
         raise RuntimeError("operation not permitted when stream is capturing")
 
     pool = GraphPool(failing)
-    outputs, replayed = pool.run(StepShape(1, 1, 1, False, False), lambda: (torch.ones(2),))
+    outputs, replayed = pool.run(StepShape(1, 1, 1, False, False, 256), lambda: (torch.ones(2),))
     assert not replayed and outputs[0].tolist() == [1.0, 1.0]
     assert "RuntimeError" in pool.fallback_reason and "capturing" in pool.fallback_reason and not pool.active
-    assert not pool.run(StepShape(1, 1, 1, False, False), lambda: (torch.ones(2),))[1]
+    assert not pool.run(StepShape(1, 1, 1, False, False, 256), lambda: (torch.ones(2),))[1]
 
 
 @pytest.mark.parametrize("capturer", [None, "fake"])
@@ -207,6 +215,17 @@ def test_a_run_longer_than_the_capacity_grows_its_slot_and_keeps_the_tokens(grap
     assert run_ids(FixedSpeculative(4), pair, drafter, prompt, max_new_tokens=40) == reference
     engine = graphed.engine_for(pair.target)
     assert engine.slots[0].capacity >= 50 and any("grew" in note for note in engine.notes)
+
+
+def test_a_run_crossing_a_span_captures_the_next_span_and_keeps_the_tokens(graphs_asked, monkeypatch):
+    capturer = FakeCapturer()
+    pair, drafter = graphed_pair(capturer, capacity=512, scale=6.0)
+    prompt = [index % 64 for index in range(250)]
+    reference = without_graphs(monkeypatch, run_ids, Autoregressive(), pair, drafter, prompt, max_new_tokens=20)
+    for decoder in (Autoregressive(), FixedSpeculative(3)):
+        assert run_ids(decoder, pair, drafter, prompt, max_new_tokens=20) == reference, decoder.info()
+    spans = {shape.span for slot in graphed.engine_for(pair.target).slots for shape in slot.pool.replays_by_key}
+    assert spans == {256, 512}
 
 
 def test_smc_runs_on_the_graphed_engine_like_on_the_dynamic_cache(graphs_asked, monkeypatch):

@@ -14,6 +14,7 @@ import torch
 from ..kvcache import FeedsSequence, token_rows
 from .engine import GraphedEngine
 from .graphs import StepShape
+from .static_kv import span_for
 
 
 class GraphedCache(FeedsSequence):
@@ -47,8 +48,9 @@ class GraphedCache(FeedsSequence):
                              "reorder.")
         self.rows = rows
         keep = min(keep, fed) if keep else None
-        shape = StepShape(rows, fed, keep, output_hidden_states, self.keep_features)
         self.engine.ensure_room(self.slot, self.length + fed)
+        shape = StepShape(rows, fed, keep, output_hidden_states, self.keep_features,
+                          span_for(self.length + fed, self.slot.capacity))
         (logits, hidden, features), replayed = self.engine.call(self.slot, shape, token_ids, self.length)
         self.length += fed
         self.calls += 1

@@ -161,7 +161,8 @@ class GraphedEngine:
         positions = slot.start + slot.offsets[: shape.fed] if shape.fed <= MAX_GRAPHED_TOKENS else \
             slot.start + torch.arange(shape.fed, device=self.device)                              # [T]
         store.write_positions = positions
-        mask = causal_mask(positions, slot.key_positions, self.dtype)                              # [1, 1, T, C]
+        store.span = shape.span
+        mask = causal_mask(positions, slot.key_positions[: shape.span], self.dtype)                # [1, 1, T, S]
         given = {"position_ids": positions[None], "cache_position": positions}
         extra = {name: given[name] for name in self.position_keywords}
         if shape.keep and not shape.features and self.logits_to_keep:

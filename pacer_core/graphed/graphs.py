@@ -28,12 +28,14 @@ MAX_GRAPHED_TOKENS = 80   # longer calls (a prompt's prefill) run eagerly: their
 @dataclass(frozen=True)
 class StepShape:
     """What fixes a model call's shapes: rows B, tokens fed T, logits kept (None: all T), hidden states returned,
-    features recorded."""
+    features recorded, and the span S of cache positions attention reads (a multiple of ``static_kv.SPAN_QUANTUM``
+    covering the call's last position)."""
     rows: int
     fed: int
     keep: int | None
     hidden: bool
     features: bool
+    span: int
 
 
 class GraphPool:

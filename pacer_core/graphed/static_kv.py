@@ -2,7 +2,13 @@
 capacity, written in place at positions held in a device tensor, so one model call has the same shapes and the same
 memory addresses at every step (what a CUDA graph replays).
 
-Shape letters: B rows, K key/value heads, C capacity (positions the buffers hold), D head size, T fed tokens.
+Shape letters: B rows, K key/value heads, C capacity (positions the buffers hold), S span (the first positions a
+call's attention reads), D head size, T fed tokens.
+
+Why a span: attention over all C positions would read (and, where transformers repeats grouped keys for a masked
+attention, copy) the whole capacity at every step, a cost that grows with the app's longest allowed run rather than
+with this run's length. A call reads the first S positions instead, S rounded up to SPAN_QUANTUM, so a run crosses
+a few spans (each a shape with its own graphs) and attends over at most SPAN_QUANTUM - 1 positions more than it holds.
 
 Invariant: a ``StaticKV`` never reallocates while it serves a graph; it holds valid entries for the first
 ``length`` positions of its owner's sequence (the owner, ``cache.GraphedCache``, keeps ``length``); entries past it
@@ -13,10 +19,18 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+SPAN_QUANTUM = 256
+
+
+def span_for(end: int, capacity: int) -> int:
+    """The span a call ending at position ``end`` (exclusive) reads: ``end`` rounded up to SPAN_QUANTUM, at most the
+    capacity. Example: end 130 -> 256, end 257 -> 512."""
+    return min(capacity, -(-end // SPAN_QUANTUM) * SPAN_QUANTUM)
+
 
 def causal_mask(query_positions: torch.Tensor, key_positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The additive attention mask [1, 1, T, C] for queries at ``query_positions`` [T] over the buffers' keys at
-    ``key_positions`` [C]: 0 where key <= query, the dtype's minimum elsewhere (stale and future entries).
+    """The additive attention mask [1, 1, T, S] for queries at ``query_positions`` [T] over the keys at
+    ``key_positions`` [S]: 0 where key <= query, the dtype's minimum elsewhere (stale and future entries).
 
     Example: queries at [2, 3] over C = 5 keys allow keys {0, 1, 2} and {0, 1, 2, 3}:
     rows [0, 0, 0, min, min] and [0, 0, 0, 0, min]."""
@@ -29,7 +43,8 @@ def causal_mask(query_positions: torch.Tensor, key_positions: torch.Tensor, dtyp
 class StaticLayer(DynamicLayer):
     """One attention layer's keys and values, [B, K, C, D] each, allocated at the first write. ``update`` writes
     the new [B, K, T, D] at the owner's ``write_positions`` [T] (a device tensor: the graph reads its value at
-    replay) and returns the whole buffers; the mask hides what is not the current sequence's."""
+    replay) and returns views of the first ``span`` positions, [B, K, S, D]; the mask hides what is not the current
+    sequence's."""
 
     def __init__(self, store: "StaticKV"):
         super().__init__()
@@ -52,13 +67,14 @@ class StaticLayer(DynamicLayer):
         self.keys.index_copy_(2, positions, key_states)
         self.values.index_copy_(2, positions, value_states)
         self.store.writes += 1
-        return self.keys, self.values
+        span = self.store.span
+        return self.keys[:, :, :span], self.values[:, :, :span]
 
     def get_seq_length(self) -> int:
         return self.store.length
 
     def get_mask_sizes(self, query_length: int, *args) -> tuple[int, int]:
-        return self.store.capacity, 0
+        return self.store.span, 0
 
     def get_max_length(self) -> int:
         return self.store.capacity
@@ -76,14 +92,15 @@ class StaticLayer(DynamicLayer):
 
 class StaticKV(Cache):
     """A transformers ``Cache`` of ``StaticLayer``s for one row count (layers made at their first write), handed to
-    the model's forward. ``write_positions`` [T]: where the call being run writes (set by the step before it calls
-    the model); ``length``: the owner's valid positions (what ``get_seq_length`` answers, for code that asks);
+    the model's forward. ``write_positions`` [T]: where the call being run writes, and ``span``: how many positions
+    its attention reads (both set by the step before it calls the model); ``length``: the owner's valid positions (what ``get_seq_length`` answers, for code that asks);
     ``writes``: layer writes so far (an eager call that wrote nothing means the model ignored the cache)."""
 
     def __init__(self, capacity: int):
         super().__init__(layer_class_to_replicate=lambda: StaticLayer(self))
         self.capacity = capacity
         self.write_positions: torch.Tensor | None = None
+        self.span = capacity
         self.length = 0
         self.writes = 0
 
