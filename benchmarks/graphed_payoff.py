@@ -26,6 +26,7 @@ every row runs, the tokens match the peer's), not a speed. scripts/device_check.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -40,10 +41,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from device_check import (REAL_SHAPES, MethodRow, NumberTokenizer, machine, random_model, row_request,  # noqa: E402
-                          synchronize)
+                          synchronize, timed_run)
 from pacer_core import graphed  # noqa: E402
-from pacer_core.api import run_request  # noqa: E402
-from pacer_core.events import Result  # noqa: E402
 from pacer_core.models import pair_from_models  # noqa: E402
 from benchmarks.results_writer import write_summary  # noqa: E402
 
@@ -160,16 +159,12 @@ def graphed_engine(on: bool):
             os.environ[graphed.GRAPHED_ENV] = before
 
 
-def run_once(pair, drafter, row: MethodRow, prompt_ids: list[int], max_new_tokens: int, seed: int = 0) -> Result:
+def run_once(pair, drafter, row: MethodRow, prompt_ids: list[int], max_new_tokens: int, seed: int = 0):
+    """One run of the row: (its Result, the median wall time of a step after the first, in ms)."""
     request = row_request(pair, drafter, row, prompt_ids, max_new_tokens).reseeded(seed)
-    synchronize(pair.device)
-    result = None
     with graphed_engine(row.label not in EAGER_ROWS):
-        for item in run_request(pair, request):
-            if isinstance(item, Result):
-                result = item
-    synchronize(pair.device)
-    return result
+        steps, result = timed_run(pair, request)
+    return result, 1e3 * statistics.median(step for step, _, _ in steps) if steps else 0.0
 
 
 def assisted_run(pair, drafter, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[int], float]:
@@ -217,28 +212,44 @@ def step_costs(pair, drafter, prompt_ids: list[int], steps: int) -> dict:
     return costs
 
 
-def measure_rows(pair, drafter, rows: list[MethodRow], prompt_ids, args, deadline: float) -> tuple[list[dict], list]:
-    """Each row warmed up once (its graphs captured), then ``args.repeats`` interleaved timed runs: medians."""
-    results = {row.label: [] for row in rows}
-    skipped = []
+def measure_rows(pair, drafter, rows: list[MethodRow], prompt_ids, args, deadline: float, errors: dict) -> list[dict]:
+    """Each row warmed up once (its graphs captured), then ``args.repeats`` interleaved timed runs: medians. A row
+    that fails is left out with its error in ``errors``; one not started by ``deadline`` with "skipped"."""
+    live = []
     for row in rows:
         if time.perf_counter() > deadline:
-            skipped.append(row.label)
-            continue
-        run_once(pair, drafter, row, prompt_ids, args.max_new_tokens)
-    live = [row for row in rows if row.label not in skipped]
+            errors[row.label] = "skipped: time budget"
+        elif attempt(errors, row.label, run_once, pair, drafter, row, prompt_ids, args.max_new_tokens) is not None:
+            live.append(row)
+    runs = {row.label: [] for row in live}
     for repeat in range(args.repeats):
         for row in live:
-            results[row.label].append(run_once(pair, drafter, row, prompt_ids, args.max_new_tokens, seed=repeat))
-    measured = []
+            if row.label not in errors:
+                measured = attempt(errors, row.label, run_once, pair, drafter, row, prompt_ids, args.max_new_tokens,
+                                   repeat)
+                if measured is not None:
+                    runs[row.label].append(measured)
+    table = []
     for row in live:
-        runs = results[row.label]
-        metrics = [run.metrics for run in runs]
-        measured.append({"label": row.label, "graphed": row.label not in EAGER_ROWS,
-                         "tokens_per_s": statistics.median(m.tokens_per_s for m in metrics),
-                         "tokens_per_target_call": statistics.median(m.tau for m in metrics),
-                         "alpha": metrics[0].alpha, "token_ids": runs[0].token_ids})
-    return measured, skipped
+        if row.label in errors or not runs[row.label]:
+            continue
+        metrics = [result.metrics for result, _ in runs[row.label]]
+        table.append({"label": row.label, "graphed": row.label not in EAGER_ROWS,
+                      "tokens_per_s": statistics.median(m.tokens_per_s for m in metrics),
+                      "median_step_ms": statistics.median(step_ms for _, step_ms in runs[row.label]),
+                      "tokens_per_target_call": statistics.median(m.tau for m in metrics),
+                      "alpha": metrics[0].alpha, "token_ids": runs[row.label][0][0].token_ids})
+    return table
+
+
+def attempt(errors: dict, name: str, function, *args):
+    """``function(*args)``, or None with the error recorded under ``name``: one part failing on a device run leaves
+    the others' figures standing."""
+    try:
+        return function(*args)
+    except Exception as error:  # noqa: BLE001 - reported in the summary, not fatal
+        errors[name] = f"{type(error).__name__}: {str(error)[:300]}"
+        return None
 
 
 def engine_figures(*models) -> dict:
@@ -256,31 +267,68 @@ def run_payoff(args) -> dict:
     dtype = torch.float32 if dry else torch.bfloat16
     deadline = started + args.budget_seconds
     generator = torch.Generator().manual_seed(0)
+    errors = {}
     report = {"dry": dry, "machine": machine(device, dtype), "prompt_tokens": args.prompt_tokens,
-              "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "skipped": []}
+              "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "errors": errors}
 
     pair, drafter = build_pair(True, dry, device, dtype)
     prompt_ids = torch.randint(pair.vocab_size, (args.prompt_tokens,), generator=generator).tolist()
-    report["twin_rows"], skipped = measure_rows(pair, drafter, TWIN_ROWS, prompt_ids, args, deadline)
-    report["skipped"] += skipped
+    report["twin_rows"] = measure_rows(pair, drafter, TWIN_ROWS, prompt_ids, args, deadline, errors)
     report["capture"] = engine_figures(pair.target, drafter.model)
-    report["costs"] = step_costs(pair, drafter, prompt_ids, args.steps)
-    peer_tokens, peer_seconds = assisted_run(pair, drafter, prompt_ids, args.max_new_tokens)
+    report["costs"] = attempt(errors, "step costs", step_costs, pair, drafter, prompt_ids, args.steps)
+    peer = attempt(errors, "peer", assisted_run, pair, drafter, prompt_ids, args.max_new_tokens)
     ours = next((row for row in report["twin_rows"] if row["label"] == f"fixed:{PEER_GAMMA}"), None)
-    report["peer"] = {"label": f"assisted generation γ={PEER_GAMMA} (transformers, eager)",
-                      "tokens_per_s": len(peer_tokens) / peer_seconds,
-                      "same_tokens": ours is not None and ours["token_ids"] == peer_tokens}
-    del pair, drafter
+    report["peer"] = peer and {"label": f"assisted generation γ={PEER_GAMMA} (transformers, eager)",
+                               "tokens_per_s": len(peer[0]) / peer[1],
+                               "same_tokens": ours is not None and ours["token_ids"] == peer[0]}
+    del pair, drafter, peer
+    gc.collect()                       # the engines and the models refer to each other
     if device.type == "cuda":
         torch.cuda.empty_cache()
 
     pair, drafter = build_pair(False, dry, device, dtype)
-    report["random_rows"], skipped = measure_rows(pair, drafter, RANDOM_ROWS, prompt_ids, args, deadline)
-    report["skipped"] += skipped
+    report["random_rows"] = measure_rows(pair, drafter, RANDOM_ROWS, prompt_ids, args, deadline, errors)
     report["capture_random_pair"] = engine_figures(pair.target, drafter.model)
     report["seconds"] = time.perf_counter() - started
-    report["expected"] = best_gamma_table(report["costs"]["c"], report["costs"]["v"])
+    costs = report["costs"]
+    report["expected"] = best_gamma_table(costs["c"], costs["v"]) if costs else []
+    report["bars"] = bars(report)
     return report
+
+
+def row_of(rows: list[dict], label: str) -> dict | None:
+    return next((row for row in rows if row["label"] == label), None)
+
+
+def bars(report: dict) -> list[dict]:
+    """Issue 52's bars, each with the measured figure and whether it holds (None: not measured)."""
+    twin, random_rows, costs, peer = report["twin_rows"], report["random_rows"], report["costs"], report["peer"]
+    ar, fixed4, pacer = row_of(twin, "ar"), row_of(twin, "fixed:4"), row_of(twin, "pacer")
+    ar_random, smc = row_of(random_rows, "ar T=1"), row_of(random_rows, "smc:8:8 T=1")
+    found = []
+
+    def bar(text: str, value, holds) -> None:
+        found.append({"bar": text, "value": value, "holds": holds})
+
+    ratio = fixed4["tokens_per_s"] / ar["tokens_per_s"] if fixed4 and ar else None
+    bar("twin fixed:4 >= 1.7x graphed AR", ratio, None if ratio is None else ratio >= 1.7)
+    if ratio is not None and costs:
+        predicted = expected_speedup(1.0, 4, costs["c"], costs["v"][4])
+        bar("twin fixed:4 within 15% of (γ+1)/(γc+v)", ratio / predicted, abs(ratio / predicted - 1) <= 0.15)
+    if fixed4 and pacer:
+        bar("twin PACER >= fixed:4", pacer["tokens_per_s"] / fixed4["tokens_per_s"],
+            pacer["tokens_per_s"] >= fixed4["tokens_per_s"])
+    smc_ratio = smc["tokens_per_s"] / ar_random["tokens_per_s"] if smc and ar_random else None
+    bar("random SMC-SD 8:8 >= 1.5x graphed AR", smc_ratio, None if smc_ratio is None else smc_ratio >= 1.5)
+    if fixed4 and peer:
+        peer_ratio = fixed4["tokens_per_s"] / peer["tokens_per_s"]
+        bar("fixed:4 >= 2x assisted generation, same tokens", peer_ratio, peer_ratio >= 2 and peer["same_tokens"])
+    captures = report["capture"]["capture_seconds"]
+    bar("every graph of the twin rows captured in <= 5 s", captures, captures <= 5 if captures else None)
+    if ar and costs:
+        share = 1 - costs["ar_step_ms"] / ar["median_step_ms"] if ar["median_step_ms"] else None
+        bar("AR's non-model time <= 10% of its step", share, None if share is None else share <= 0.10)
+    return found
 
 
 def speedups(rows: list[dict], baseline: str) -> dict[str, float]:
@@ -293,39 +341,49 @@ def alpha_text(alpha) -> str:
 
 
 def summary_text(report: dict) -> str:
-    costs = report["costs"]
+    costs, peer = report["costs"], report["peer"]
     twin_speedups = speedups(report["twin_rows"], "ar")
     lines = [f"graphed payoff on {report['machine']['device_name']} ({report['machine']['dtype']}), prompt "
              f"{report['prompt_tokens']} tokens, {report['max_new_tokens']} new tokens, medians of "
              f"{report['repeats']} interleaved runs, {report['seconds']:.0f} s"
              + ("  [dry run: the CPU runs the static caches eagerly; the figures are no speed]" if report["dry"] else ""),
              f"graphs: {report['capture']['captures']} captured in {report['capture']['capture_seconds']:.2f} s "
-             f"(twin pair); {'; '.join(report['capture']['engines'])}",
-             f"step costs (graphed, ms): AR step {costs['ar_step_ms']:.2f}, draft step {costs['draft_step_ms']:.2f} "
-             f"(c = {costs['c']:.3f}), verify γ+1: "
-             + ", ".join(f"γ={g} {ms:.2f} (v={costs['v'][g]:.2f})" for g, ms in costs["verify_ms"].items()),
-             "", f"{'twin pair (acceptance 1 by construction)':44} {'tok/s':>8} {'x AR':>6} {'tok/pass':>8} "
-             f"{'alpha':>6} {'predicted x AR':>14}"]
+             f"(twin pair); {'; '.join(report['capture']['engines'])}"]
+    if costs:
+        lines.append(f"step costs (graphed, ms): AR step {costs['ar_step_ms']:.2f} (compare gpu_step_split's graph "
+                     f"column for the target: the bar is 1.15x), draft step {costs['draft_step_ms']:.2f} "
+                     f"(c = {costs['c']:.3f}), verify γ+1: "
+                     + ", ".join(f"γ={g} {ms:.2f} (v={costs['v'][g]:.2f})" for g, ms in costs["verify_ms"].items()))
+    lines += ["", f"{'twin pair (acceptance 1 by construction)':44} {'tok/s':>8} {'x AR':>6} {'step ms':>8} "
+              f"{'tok/pass':>8} {'alpha':>6} {'predicted x AR':>14}"]
     for row in report["twin_rows"]:
         gamma = int(row["label"].split(":")[1]) if row["label"].startswith("fixed:") else None
         predicted = (f"{expected_speedup(1.0, gamma, costs['c'], costs['v'][gamma]):14.2f}"
-                     if gamma in costs["v"] else f"{'':14}")
+                     if costs and gamma in costs["v"] else f"{'':14}")
         lines.append(f"{row['label']:44} {row['tokens_per_s']:8.1f} {twin_speedups.get(row['label'], 0):6.2f} "
-                     f"{row['tokens_per_target_call']:8.2f} {alpha_text(row['alpha'])} {predicted}")
-    peer = report["peer"]
-    ar = next((row["tokens_per_s"] for row in report["twin_rows"] if row["label"] == "ar"), None)
-    lines.append(f"{peer['label']:44} {peer['tokens_per_s']:8.1f} {peer['tokens_per_s'] / ar if ar else 0:6.2f}  "
-                 f"same tokens as our fixed:{PEER_GAMMA}: {'yes' if peer['same_tokens'] else 'NO'}")
+                     f"{row['median_step_ms']:8.2f} {row['tokens_per_target_call']:8.2f} {alpha_text(row['alpha'])} "
+                     f"{predicted}")
+    ar = row_of(report["twin_rows"], "ar")
+    if peer:
+        lines.append(f"{peer['label']:44} {peer['tokens_per_s']:8.1f} "
+                     f"{peer['tokens_per_s'] / ar['tokens_per_s'] if ar else 0:6.2f}  "
+                     f"same tokens as our fixed:{PEER_GAMMA}: {'yes' if peer['same_tokens'] else 'NO'}")
     random_speedups = speedups(report["random_rows"], "ar T=1")
-    lines += ["", f"{'random pair':44} {'tok/s':>8} {'x AR':>6} {'tok/pass':>8}"]
+    lines += ["", f"{'random pair':44} {'tok/s':>8} {'x AR':>6} {'step ms':>8} {'tok/pass':>8}"]
     for row in report["random_rows"]:
         lines.append(f"{row['label']:44} {row['tokens_per_s']:8.1f} {random_speedups.get(row['label'], 0):6.2f} "
-                     f"{row['tokens_per_target_call']:8.2f}")
-    lines += ["", "expected speedup over graphed AR from the measured c and v(γ):",
-              "  " + "   ".join(f"α={row['alpha']:.1f}: {row['speedup']:.2f}x at γ={row['best_gamma']}"
-                                for row in report["expected"])]
-    if report["skipped"]:
-        lines.append(f"skipped (time budget): {', '.join(report['skipped'])}")
+                     f"{row['median_step_ms']:8.2f} {row['tokens_per_target_call']:8.2f}")
+    if report["expected"]:
+        lines += ["", "expected speedup over graphed AR from the measured c and v(γ):",
+                  "  " + "   ".join(f"α={row['alpha']:.1f}: {row['speedup']:.2f}x at γ={row['best_gamma']}"
+                                    for row in report["expected"])]
+    lines += ["", "issue 52's bars (on a GPU; a dry run's figures mean nothing):"]
+    for bar in report["bars"]:
+        verdict = {True: "holds", False: "FAILS", None: "not measured"}[bar["holds"]]
+        value = "-" if bar["value"] is None else f"{bar['value']:.3f}"
+        lines.append(f"  {bar['bar']:52} {value:>8}  {verdict}")
+    for name, error in report["errors"].items():
+        lines.append(f"error: {name}: {error}")
     notes = report["capture"]["notes"] + report["capture_random_pair"]["notes"]
     if notes:
         lines.append("notes: " + "; ".join(notes))

@@ -253,3 +253,20 @@ def test_sampled_fixed_sd_on_the_graphed_engine_matches_the_target_distribution(
     counts = sample_counts(FixedSpeculative(2), pair, drafter, [1, 2], 3, 1000, temperature=0.8, top_k=4)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
     assert graphed.engine_for(pair.target).captures > 0
+
+
+@pytest.mark.embedded
+def test_the_embedded_target_on_the_graphed_engine_gives_the_dynamic_tokens(embedded_pair, embedded_drafters,
+                                                                            monkeypatch):
+    """The real SmolLM2 target (30 layers, grouped-query attention) with the feature head, which keeps the target on
+    torch: greedy AR, fixed SD and PACER return the dynamic cache's tokens on the static one."""
+    from pacer_core.drafters import load_drafter
+
+    head = load_drafter(embedded_pair, embedded_drafters, "head")
+    prompt = embedded_pair.tokenizer("The capital of France is")["input_ids"]
+    monkeypatch.delenv(graphed.GRAPHED_ENV, raising=False)
+    reference = run_ids(Autoregressive(), embedded_pair, head, prompt, max_new_tokens=24)
+    monkeypatch.setenv(graphed.GRAPHED_ENV, "1")
+    for decoder in (Autoregressive(), FixedSpeculative(4), Pacer(2, 8, 0.3)):
+        assert run_ids(decoder, embedded_pair, head, prompt, max_new_tokens=24) == reference, decoder.info()
+    assert graphed.engine_for(embedded_pair.target).slots        # the static path ran

@@ -43,6 +43,14 @@ def test_twins_compute_the_same_logits(payoff):
     assert draft_logits.softmax(-1).max(-1).values.mean() > 0.5         # as confident as a trained draft
 
 
+@pytest.mark.pure
+def test_a_failing_part_is_recorded_and_the_rest_stands(payoff):
+    errors = {}
+    assert payoff.attempt(errors, "peer", lambda: 1 / 0) is None
+    assert payoff.attempt(errors, "costs", lambda value: value, 3) == 3
+    assert errors == {"peer": "ZeroDivisionError: division by zero"}
+
+
 def test_graphed_payoff_dry_run(payoff, tmp_path, capsys):
     assert payoff.main(["--dry", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "graphed_payoff.json").read_text())
@@ -51,8 +59,10 @@ def test_graphed_payoff_dry_run(payoff, tmp_path, capsys):
     assert [row["label"] for row in report["random_rows"]] == ["ar T=1", "smc:4:4 T=1", "smc:8:8 T=1"]
     for row in report["twin_rows"]:
         assert row["tokens_per_s"] > 0 and (row["alpha"] is None or row["alpha"] == 1.0)
-    assert report["peer"]["same_tokens"] is True
+    assert report["peer"]["same_tokens"] is True and report["errors"] == {}
+    assert len(report["bars"]) == 7 and all(row["median_step_ms"] >= 0 for row in report["random_rows"])
     assert report["costs"]["c"] > 0 and sorted(map(int, report["costs"]["v"])) == list(range(1, 9))
     assert [row["alpha"] for row in report["expected"]] == [0.6, 0.7, 0.8, 0.9]
     summary = (tmp_path / "summary.txt").read_text()
     assert "expected speedup over graphed AR" in summary and "same tokens as our fixed:4: yes" in summary
+    assert "issue 52's bars" in summary
