@@ -121,6 +121,7 @@ def test_a_failed_capture_falls_back_to_eager_and_says_why():
     outputs, replayed = pool.run(StepShape(1, 1, 1, False, False, 256), lambda: (torch.ones(2),))
     assert not replayed and outputs[0].tolist() == [1.0, 1.0]
     assert "RuntimeError" in pool.fallback_reason and "capturing" in pool.fallback_reason and not pool.active
+    assert graphed.capture_line(torch.nn.Linear(2, 2)) == "graphed engine: not used yet in this process"
     assert not pool.run(StepShape(1, 1, 1, False, False, 256), lambda: (torch.ones(2),))[1]
 
 
@@ -171,9 +172,24 @@ def test_greedy_fixed_pacer_and_ar_on_the_graphed_engine_return_the_dynamic_toke
             assert run_ids(decoder, pair, drafter, prompt, max_new_tokens=30) == reference, (decoder.info(), prompt)
     target_engine = graphed.engine_for(pair.target)
     assert len(target_engine.slots) == 1          # every run reused the first run's slot (and its graphs)
+    line = graphed.capture_line(pair.target, drafter.model)
     if capturer:
         replays = sum(slot.pool.replays for slot in target_engine.slots)
         assert target_engine.captures >= 3 and replays > target_engine.captures
+        assert line.startswith("graphs captured in ") and f"({target_engine.captures + graphed.engine_for(drafter.model).captures} shapes)" in line
+    else:
+        assert "eager" in line
+
+
+def test_a_model_whose_capture_fails_decodes_eagerly_and_the_line_says_why(graphs_asked, monkeypatch):
+    def failing(step):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    pair, drafter = graphed_pair(failing, scale=6.0)
+    reference = without_graphs(monkeypatch, run_ids, Autoregressive(), pair, drafter, PROMPTS[0], max_new_tokens=20)
+    assert run_ids(FixedSpeculative(4), pair, drafter, PROMPTS[0], max_new_tokens=20) == reference
+    line = graphed.capture_line(pair.target, drafter.model)
+    assert line.startswith("graphed engine: eager after a failed capture") and "not permitted" in line
 
 
 def test_the_feature_head_drafts_the_same_greedy_tokens_over_a_graphed_target(graphs_asked, monkeypatch):

@@ -19,12 +19,12 @@ import os
 
 from ..kvcache import CachedModel, ModelCache
 from .cache import GraphedCache
-from .engine import GraphedEngine, default_capacity, engine_for, install_engine
+from .engine import ENGINE_ATTRIBUTE, GraphedEngine, default_capacity, engine_for, install_engine
 from .graphs import GraphPool, StepShape, cuda_capturer
 
 GRAPHED_ENV = "PACER_GRAPHED"
 
-__all__ = ["GRAPHED_ENV", "GraphPool", "GraphedCache", "GraphedEngine", "StepShape", "cuda_capturer",
+__all__ = ["GRAPHED_ENV", "GraphPool", "GraphedCache", "GraphedEngine", "StepShape", "capture_line", "cuda_capturer",
            "default_capacity", "draft_cache", "engine_for", "install_engine", "requested", "target_cache"]
 
 
@@ -45,3 +45,19 @@ def draft_cache(cache: ModelCache) -> ModelCache:
     if type(cache) is not CachedModel or cache.keep_features:
         return cache
     return GraphedCache(engine_for(cache.model), cache.vocab_size)
+
+
+def capture_line(*models) -> str:
+    """What a model line says of these models' graphs in this process: "graphs captured in X s (N shapes)", why
+    they run eagerly, or that none ran on the graphed engine yet."""
+    engines = [getattr(model, ENGINE_ATTRIBUTE, None) for model in models]
+    engines = [engine for engine in engines if engine is not None and engine.slots]
+    if not engines:
+        return "graphed engine: not used yet in this process"
+    reasons = [engine.fallback_reason for engine in engines if engine.fallback_reason]
+    if reasons:
+        return f"graphed engine: eager after a failed capture ({reasons[0]})"
+    if not any(engine.graphs_on for engine in engines):
+        return engines[0].describe()
+    seconds = sum(engine.capture_seconds for engine in engines)
+    return f"graphs captured in {seconds:.2f} s ({sum(engine.captures for engine in engines)} shapes)"

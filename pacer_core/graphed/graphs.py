@@ -89,7 +89,8 @@ def cuda_capturer(warmup_calls: int = 2) -> Capturer:
     allocator warmed: PyTorch's documented recipe), then the capture, then one replay so the calling step's
     result is computed (capturing records work without doing it). The steps are idempotent (they rewrite the same
     cache positions from the same buffers), so the warm-up calls change nothing. All graphs of one capturer share
-    one memory pool: they never run at the same time and their outputs are copied right after each replay.
+    one memory pool: they never run at the same time and their outputs are copied right after each replay. The
+    capture is thread-local: another thread's CUDA work (a web server's) does not invalidate it.
     Untested here: the project's CPU machines have no GPU."""
     pool = torch.cuda.graph_pool_handle()
 
@@ -101,7 +102,7 @@ def cuda_capturer(warmup_calls: int = 2) -> Capturer:
                 step()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             outputs = step()
 
         def replay() -> tuple:
