@@ -12,6 +12,7 @@ prompt; a run that needs more grows its slot (the slot's graphs are captured aga
 from __future__ import annotations
 
 import inspect
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -88,6 +89,7 @@ class GraphedEngine:
             capturer = cuda_capturer() if self.device.type == "cuda" else None
         self.capturer = capturer
         self.slots: list[Slot] = []
+        self.leasing = threading.Lock()          # runs of concurrent page sessions lease slots from threads
         self.notes: list[str] = []
         self.logits_to_keep = accepts_logits_to_keep(type(model))
         self.position_keywords = [name for name in ("position_ids", "cache_position")
@@ -119,14 +121,14 @@ class GraphedEngine:
 
     def acquire(self) -> Slot:
         """A free slot (its graphs kept from earlier runs), or a new one."""
-        for slot in self.slots:
-            if not slot.in_use:
-                slot.in_use = True
-                return slot
-        slot = Slot(self.capacity, self.device, GraphPool(self.capturer, lambda key: key.fed <= MAX_GRAPHED_TOKENS))
-        slot.in_use = True
-        self.slots.append(slot)
-        return slot
+        with self.leasing:
+            slot = next((slot for slot in self.slots if not slot.in_use), None)
+            if slot is None:
+                slot = Slot(self.capacity, self.device,
+                            GraphPool(self.capturer, lambda key: key.fed <= MAX_GRAPHED_TOKENS))
+                self.slots.append(slot)
+            slot.in_use = True
+            return slot
 
     @staticmethod
     def release(slot: Slot) -> None:
