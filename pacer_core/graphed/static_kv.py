@@ -10,7 +10,7 @@ attention, copy) the whole capacity at every step, a cost that grows with the ap
 with this run's length. A call reads the first S positions instead, S rounded up to SPAN_QUANTUM, so a run crosses
 a few spans (each a shape with its own graphs) and attends over at most SPAN_QUANTUM - 1 positions more than it holds.
 
-Invariant: a ``StaticKV`` never reallocates while it serves a graph; it holds valid entries for the first
+Invariant: a ``StaticKV`` reallocates only when its slot grows, which drops the slot's graphs; it holds valid entries for the first
 ``length`` positions of its owner's sequence (the owner, ``cache.GraphedCache``, keeps ``length``); entries past it
 are stale and masked out by position (``causal_mask``): a query at position p attends only to keys at positions
 <= p, and all of those were written for the current sequence. So ``crop`` only moves the owner's length."""
@@ -32,9 +32,9 @@ def causal_mask(query_positions: torch.Tensor, key_positions: torch.Tensor, dtyp
     """The additive attention mask [1, 1, T, S] for queries at ``query_positions`` [T] over the keys at
     ``key_positions`` [S]: 0 where key <= query, the dtype's minimum elsewhere (stale and future entries).
 
-    Example: queries at [2, 3] over C = 5 keys allow keys {0, 1, 2} and {0, 1, 2, 3}:
+    Example: queries at [2, 3] over S = 5 keys allow keys {0, 1, 2} and {0, 1, 2, 3}:
     rows [0, 0, 0, min, min] and [0, 0, 0, 0, min]."""
-    allowed = key_positions[None, :] <= query_positions[:, None]                                  # [T, C]
+    allowed = key_positions[None, :] <= query_positions[:, None]                                  # [T, S]
     blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=query_positions.device)
     zero = torch.zeros((), dtype=dtype, device=query_positions.device)
     return torch.where(allowed, zero, blocked)[None, None]
