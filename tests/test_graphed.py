@@ -213,6 +213,21 @@ def test_the_hook_builds_graphed_caches_only_when_asked(monkeypatch):
     assert isinstance(make_state(pair, drafter, [1, 2], settings, with_draft=False).target, GraphedCache)
 
 
+@pytest.mark.pure
+def test_models_the_engine_cannot_run_exactly_are_named_with_the_reason():
+    from types import SimpleNamespace as Config
+
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+
+    def model(config):
+        return Config(config=config)
+
+    assert graphed.unsupported(model(LlamaConfig())) is None and graphed.unsupported(model(Qwen2Config())) is None
+    assert "sliding window" in graphed.unsupported(model(MistralConfig()))
+    assert "sliding window" in graphed.unsupported(model(Config(layer_types=["full_attention", "sliding_attention"])))
+    assert "flash_attention_2" in graphed.unsupported(model(Config(_attn_implementation="flash_attention_2")))
+
+
 def test_runs_alive_together_lease_different_slots_and_a_dropped_run_gives_its_slot_back():
     pair, _ = graphed_pair()
     engine = graphed.engine_for(pair.target)

@@ -11,8 +11,8 @@ from ..llama.engine import active_engine, target_cache
 def run_target_cache(pair, drafter, keep_features: bool = False) -> ModelCache:
     """A fresh cache of the pair's target for a run with ``drafter`` (None: none): on its engine
     (``llama.engine.target_cache``), except that a torch target runs on the graphed engine when the process asked
-    for it (``graphed.requested``: PACER_GRAPHED=1)."""
-    if graphed.requested() and active_engine(pair, drafter) is None:
+    for it (``graphed.requested``: PACER_GRAPHED=1) and the engine can run it exactly (``graphed.unsupported``)."""
+    if graphed.requested() and active_engine(pair, drafter) is None and not graphed.unsupported(pair.target):
         return graphed.target_cache(pair, keep_features)
     return target_cache(pair, drafter, keep_features=keep_features)
 

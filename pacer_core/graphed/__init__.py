@@ -10,7 +10,8 @@ home, as llama.cpp's is ``pacer_core/llama/``:
 
 Asked for with ``PACER_GRAPHED=1`` (off by default until a GPU run has measured it): then the torch engine's target
 cache and any drafter whose cache is a plain ``kvcache.CachedModel`` (the independent draft model, the module-tree
-self-quantized copy) run here (``drafters.caches`` asks ``target_cache`` and ``draft_cache``). On a CPU the
+self-quantized copy) run here (``drafters.caches`` asks ``target_cache`` and ``draft_cache``), unless the model is
+one the engine cannot run exactly (``unsupported``: an attention without explicit masks, sliding windows). On a CPU the
 static caches run eagerly (graphs need CUDA): what the tests check there is that the static path returns the
 dynamic cache's tokens."""
 from __future__ import annotations
@@ -25,12 +26,32 @@ from .graphs import GraphPool, StepShape, cuda_capturer
 GRAPHED_ENV = "PACER_GRAPHED"
 
 __all__ = ["GRAPHED_ENV", "GraphPool", "GraphedCache", "GraphedEngine", "StepShape", "capture_line", "cuda_capturer",
-           "default_capacity", "draft_cache", "engine_for", "install_engine", "requested", "target_cache"]
+           "default_capacity", "draft_cache", "engine_for", "install_engine", "requested", "target_cache",
+           "unsupported"]
 
 
 def requested() -> bool:
     """Whether this process asked for the graphed engine (``PACER_GRAPHED``: 1, true, on or yes)."""
     return os.environ.get(GRAPHED_ENV, "").strip().lower() in ("1", "true", "on", "yes")
+
+
+EXACT_ATTENTION = ("sdpa", "eager")     # attention implementations that apply an explicit 4D mask as given
+
+
+def unsupported(model) -> str | None:
+    """Why the graphed engine cannot run ``model`` exactly (None: it can): its full-attention 4D mask needs an
+    attention that takes such a mask, and layers that all attend to every earlier position (no sliding window)."""
+    config = getattr(model, "config", None)
+    attention = getattr(config, "_attn_implementation", None) or "sdpa"
+    if attention not in EXACT_ATTENTION:
+        return f"its attention ({attention}) does not take an explicit 4D mask"
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types:
+        if any(kind != "full_attention" for kind in layer_types):
+            return "some of its layers attend over a sliding window"
+    elif getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return "its layers attend over a sliding window"
+    return None
 
 
 def target_cache(pair, keep_features: bool = False) -> GraphedCache:
@@ -42,7 +63,7 @@ def draft_cache(cache: ModelCache) -> ModelCache:
     """A drafter's cache on the graphed engine when it is a plain ``CachedModel`` over a causal LM (the same model
     and logit width), else ``cache`` unchanged: caches with their own step (the lean self-quantized decoder, the
     feature head, a reduced vocabulary, llama.cpp) keep it."""
-    if type(cache) is not CachedModel or cache.keep_features:
+    if type(cache) is not CachedModel or cache.keep_features or unsupported(cache.model):
         return cache
     return GraphedCache(engine_for(cache.model), cache.vocab_size)
 
