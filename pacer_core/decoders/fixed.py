@@ -18,9 +18,9 @@ class FixedState(DecodeState):
 
 
 def next_scheduled_gamma(gamma: int, drafted: int, accepted: int) -> int:
-    """transformers' heuristic schedule: +2 after a step that drafted ``gamma`` tokens and kept them all, else −1, at
-    least 1 (a draft cut short by EOS or the token budget counts as not kept in full, as there)."""
-    return gamma + 2 if drafted == gamma and accepted == drafted else max(1, gamma - 1)
+    """transformers' heuristic schedule (``AssistedCandidateGenerator.update_candidate_strategy``): +2 after a step
+    whose ``drafted`` tokens were all kept (a draft cut short by EOS or the token budget too), else −1, at least 1."""
+    return gamma + 2 if accepted == drafted else max(1, gamma - 1)
 
 
 class FixedSpeculative(SpeculativeDecoder):
