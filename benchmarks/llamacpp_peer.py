@@ -261,11 +261,42 @@ def tool_env(link_library: Path | None) -> dict | None:
     return env
 
 
-def llama_ar(tools, target: Path, prompt_file: Path, tokens: int, threads: int, env=None) -> dict:
+def llama_ar(tools, target: Path, prompt_file: Path, tokens: int, threads: int, env=None, extra=()) -> dict:
     log = run([str(tools["llama-completion"]), "-m", str(target), "-f", str(prompt_file), "-n", str(tokens),
                "--ignore-eos", "-no-cnv", "--temp", "0", "-t", str(threads), "-tb", str(threads), "-c", "2048",
-               "--no-warmup"], timeout=600, env=env)
+               "--no-warmup", *extra], timeout=600, env=env)
     return completion_speed(log)
+
+
+def engine_context_flags() -> list[str]:
+    """llama-completion's flags for the context the project's target engine decodes in (pacer_core/llama/target.py:
+    flash attention, the KV cache's types, the prefill's chunk), so a tool run differs from ours only in the loop."""
+    from pacer_core.llama.target import CHUNK_TOKENS, CONTEXT_OPTIONS
+    types = {0: "f32", 1: "f16"}
+    return ["-fa", {0: "off", 1: "on"}.get(CONTEXT_OPTIONS["flash_attn_type"], "auto"),
+            "-ctk", types[CONTEXT_OPTIONS["type_k"]], "-ctv", types[CONTEXT_OPTIONS["type_v"]],
+            "-b", str(CHUNK_TOKENS), "-ub", str(CHUNK_TOKENS)]
+
+
+DECOMPOSITION_ROWS = ("llama.cpp ar, our library", "llama.cpp ar, our library and context")
+
+
+def gap_shares(medians: dict[str, dict[str, float]], ours: list[str]) -> dict:
+    """How each of the project's rows stands against llama.cpp's AR, as a product of factors (medians over prompts
+    of per-prompt ratios): ``kernel`` = llama.cpp's AR on the project's library over it on the stock library (the
+    one-row kernel; same context), ``cache`` = on the project's library in the engine's context over its own context
+    (KV type, flash attention, prefill chunks), ``loop`` = the project's row over llama.cpp's AR in the engine's
+    context on the project's library (what the project's own loop adds or, for a speculative row, gains)."""
+    stock, library, context = "llama.cpp ar", *DECOMPOSITION_ROWS
+    if not all(name in medians for name in (stock, library, context)):
+        return {}
+
+    def ratio(top: str, bottom: str) -> float:
+        return statistics.median(medians[top][prompt] / medians[bottom][prompt]
+                                 for prompt in medians[top] if prompt in medians[bottom])
+    kernel, cache = ratio(library, stock), ratio(context, library)
+    return {row: {"total": ratio(row, stock), "kernel": kernel, "cache": cache, "loop": ratio(row, context)}
+            for row in ours if row in medians}
 
 
 def llama_speculative(tools, target: Path, draft: Path, prompt_file: Path, tokens: int, threads: int,
@@ -323,6 +354,9 @@ def measure(args) -> dict:
     if tools is None:
         raise PeerError(f"{args.bin} does not hold {', '.join(needed)}.")
     env = tool_env(library)
+    linked = None
+    if args.decompose:      # llama-completion linked to the library this process runs (the project's build)
+        linked = build_tools(work, link_library=installed_library_dir())
     draft_file = Path(args.draft_gguf) if args.draft_gguf else find_gguf_file()
     target_file = Path(args.target_gguf) if args.target_gguf else f32_target(tools, draft_file, work, env)
     pair, loaded = load_pair(args.target, args.draft, target_engine=args.target_engine)
@@ -332,6 +366,9 @@ def measure(args) -> dict:
     theirs = ["llama.cpp ar"] + [f"llama.cpp spec n_max={n}" for n in args.n_max]
     samples: dict[str, dict[str, list[float]]] = {name: {} for name, _, _ in ours}
     samples.update({name: {} for name in theirs})
+    decomposition = ([(DECOMPOSITION_ROWS[0], ()), (DECOMPOSITION_ROWS[1], engine_context_flags())]
+                     if linked else [])
+    samples.update({name: {} for name, _ in decomposition})
     decode_only: dict[str, dict[str, list[float]]] = {name: {} for name in theirs}
     acceptance: dict[str, list[float]] = {name: [] for name in theirs[1:]}
     identity = {"prompts": 0, "rows_equal_to_ar": {name: 0 for name, _, _ in ours[1:]}}
@@ -356,6 +393,13 @@ def measure(args) -> dict:
                     prompt_tokens[prompt_id] = {"ours": len(prompt_ids), "llama.cpp": ar_speed["prompt_tokens"]}
                 except PeerError as failure:      # one failed run is recorded, the others go on
                     failures.append({"row": "llama.cpp ar", "prompt": prompt_id, "repeat": repeat, "why": str(failure)})
+                for name, extra in decomposition:
+                    try:
+                        speed = llama_ar(linked, target_file, prompt_file, args.max_new_tokens, args.threads,
+                                         tool_env(installed_library_dir()), extra)
+                        samples[name].setdefault(prompt_id, []).append(speed["tokens_per_s_with_prompt"])
+                    except PeerError as failure:
+                        failures.append({"row": name, "prompt": prompt_id, "repeat": repeat, "why": str(failure)})
                 for n_max, name in zip(args.n_max, theirs[1:]):
                     try:
                         spec = llama_speculative(tools, target_file, draft_file, prompt_file, args.max_new_tokens,
@@ -388,6 +432,8 @@ def measure(args) -> dict:
             "acceptance": {name: statistics.median(values) for name, values in acceptance.items() if values},
             "best": best_ratio(medians, exact_rows, theirs[1:]),
             "ours_ar_over_llama_ar": best_ratio(medians, ["ours ar"], ["llama.cpp ar"]),
+            "gap_shares": gap_shares(medians, exact_rows),
+            "engine_context_flags": engine_context_flags() if linked else None,
             "greedy_identity": identity, "prompt_tokens": prompt_tokens, "failures": failures}
 
 
@@ -417,6 +463,15 @@ def markdown(report: dict) -> str:
               f"The project's AR over llama.cpp's AR: {ar.get('ratio_of_medians', 0):.2f}x.",
               "Greedy rows equal to the project's AR (first repeat): " + ", ".join(
                   f"{name} {count}/{identity['prompts']}" for name, count in identity["rows_equal_to_ar"].items()) + "."]
+    shares = report.get("gap_shares") or {}
+    if shares:
+        lines += ["", "Each row against llama.cpp's AR as a product of factors (medians over prompts of per-prompt "
+                  "ratios): kernel = llama.cpp's AR on the project's library / on the stock one; cache = on the "
+                  "project's library in the engine's context (`" + " ".join(report["engine_context_flags"]) +
+                  "`) / in its own; loop = the row / llama.cpp's AR in the engine's context on the project's library.",
+                  "", "| row | x llama.cpp AR | kernel | cache | loop |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {row} | {share['total']:.2f}x | {share['kernel']:.2f}x | {share['cache']:.2f}x | "
+                  f"{share['loop']:.2f}x |" for row, share in shares.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -439,6 +494,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--work", default="work/llamacpp-peer", help="where the tools are built (git-ignored)")
     parser.add_argument("--out", default="benchmarks/results/llamacpp-peer")
     parser.add_argument("--build-only", action="store_true", help="build (or find) the tools and stop")
+    parser.add_argument("--decompose", action="store_true",
+                        help="also run llama-completion linked to the installed library (the project's build), in "
+                        "its own context and in the target engine's: the gap to llama.cpp's AR split into the "
+                        "kernel, the cache and the loop (builds those tools too, ~60 files)")
     parser.add_argument("--link-installed", action="store_true", dest="link_installed",
                         help="link the tools to llama-cpp-python's installed libllama/libggml (the library the project "
                         "runs, with setup.sh's one-row patch) instead of compiling the library: ~60 files to "

@@ -2,6 +2,7 @@
 # Builds llama-cpp-python 0.3.36 into .venv for the gguf drafter and proves the build in a child process.
 #   bash scripts/build_llama.sh            build if missing, then prove (setup.sh runs this)
 #   bash scripts/build_llama.sh --rebuild  build again (the kept wheel for these flags is dropped), then prove
+#   PACER_VENV=/path/to/venv bash scripts/build_llama.sh   into another virtual environment than .venv
 # Built wheels are kept per version, flags and patch under $PACER_CACHE/llama-wheels (pip's cache ignores the flags).
 # The source is llama-cpp-python's sdist with one line changed (scripts/patch_llama_source.py: one-row float32
 # products go through the same kernel as many rows, so the target engine needs no companion token).
@@ -10,11 +11,12 @@
 # gguf drafter is left out (the app proves the build again itself and says why under the drafter list).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=.venv/bin/python
+VENV="${PACER_VENV:-.venv}"
+PY="$VENV/bin/python"
 VERSION=0.3.36
-have_llama() { $PY -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llama_cpp') is None)"; }
+have_llama() { "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llama_cpp') is None)"; }
 WHEELS="${PACER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pacer-lab}/llama-wheels"
-MARKER=.venv/pacer-llama-build   # the key of the build setup last installed (a changed flag or patch rebuilds)
+MARKER="$VENV/pacer-llama-build"   # the key of the build setup last installed (a changed flag or patch rebuilds)
 build_key() { printf '%s %s %s' "$VERSION" "$1" "$(sha256sum < scripts/patch_llama_source.py)" | sha256sum | cut -c1-16; }
 build() {   # $1: cmake flags; $2: "fresh" to build again even if a wheel with these flags is kept
   # pip's own wheel cache does not key on CMAKE_ARGS (it hands back a wheel built with other flags, such as an
@@ -27,11 +29,11 @@ build() {   # $1: cmake flags; $2: "fresh" to build again even if a wheel with t
     echo "[setup]   CMAKE_ARGS=$1"
     mkdir -p "$dir"
     source=$(mktemp -d)
-    if ! { $PY -m pip download -q --no-deps --no-binary :all: llama-cpp-python==$VERSION -d "$source" &&
+    if ! { "$PY" -m pip download -q --no-deps --no-binary :all: llama-cpp-python==$VERSION -d "$source" &&
            tar xzf "$source/llama_cpp_python-$VERSION.tar.gz" -C "$source" &&
-           $PY scripts/patch_llama_source.py "$source/llama_cpp_python-$VERSION" &&
+           "$PY" scripts/patch_llama_source.py "$source/llama_cpp_python-$VERSION" &&
            CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}" CMAKE_ARGS="$1" \
-             $PY -m pip wheel -q --no-cache-dir --no-deps "$source/llama_cpp_python-$VERSION" -w "$dir"; }; then
+             "$PY" -m pip wheel -q --no-cache-dir --no-deps "$source/llama_cpp_python-$VERSION" -w "$dir"; }; then
       rm -rf "$dir" "$source"; return 1
     fi
     rm -rf "$source"
@@ -40,9 +42,9 @@ build() {   # $1: cmake flags; $2: "fresh" to build again even if a wheel with t
   fi
   wheel=$(ls "$dir"/llama_cpp_python-*.whl | head -1)
   # --force-reinstall: the same version built with other flags counts as installed to pip; then its dependencies
-  $PY -m pip install -q --force-reinstall --no-deps "$wheel" && $PY -m pip install -q "$wheel"
+  "$PY" -m pip install -q --force-reinstall --no-deps "$wheel" && "$PY" -m pip install -q "$wheel"
 }
-prove() { $PY -W ignore::RuntimeWarning -m pacer_core.llama.proof --again; }
+prove() { "$PY" -W ignore::RuntimeWarning -m pacer_core.llama.proof --again; }
 
 FLAGS="${CMAKE_ARGS:-$(bash scripts/llama_cpu_flags.sh)}"
 if ! command -v cmake >/dev/null 2>&1 || ! { command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1; }; then

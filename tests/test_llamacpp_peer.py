@@ -71,3 +71,27 @@ def test_any_prompt_id_becomes_a_file_name_in_the_scratch_folder(tmp_path):
         assert "/" not in name and not name.startswith(".") and len(name) < 100
         (tmp_path / name).write_text("a prompt")                  # each one a file directly in the folder
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(names)
+
+
+@pytest.mark.pure
+def test_the_gap_to_llama_cpps_ar_is_the_product_of_kernel_cache_and_loop():
+    medians = {"llama.cpp ar": {"a": 50.0, "b": 40.0}, "llama.cpp ar, our library": {"a": 48.0, "b": 38.0},
+               "llama.cpp ar, our library and context": {"a": 45.0, "b": 36.0},
+               "ours ar": {"a": 40.5, "b": 34.2}, "ours pacer": {"a": 70.0, "b": 60.0}}
+    shares = peer.gap_shares(medians, ["ours ar", "ours pacer", "ours fixed:4"])
+    assert set(shares) == {"ours ar", "ours pacer"}
+    ar = shares["ours ar"]
+    assert ar["kernel"] == pytest.approx((48 / 50 + 38 / 40) / 2) and ar["cache"] == pytest.approx((45 / 48 + 36 / 38) / 2)
+    assert ar["loop"] == pytest.approx((40.5 / 45 + 34.2 / 36) / 2) and ar["total"] == pytest.approx((0.81 + 0.855) / 2)
+    assert shares["ours pacer"]["loop"] > 1 and shares["ours pacer"]["kernel"] == ar["kernel"]
+    assert peer.gap_shares({"llama.cpp ar": {"a": 1.0}}, ["ours ar"]) == {}
+
+
+@pytest.mark.pure
+def test_the_tools_context_flags_follow_the_target_engines_context():
+    from pacer_core.llama.target import CHUNK_TOKENS, CONTEXT_OPTIONS
+    flags = peer.engine_context_flags()
+    pairs = dict(zip(flags[::2], flags[1::2]))
+    assert pairs["-b"] == pairs["-ub"] == str(CHUNK_TOKENS)
+    assert pairs["-ctk"] == {0: "f32", 1: "f16"}[CONTEXT_OPTIONS["type_k"]]
+    assert pairs["-fa"] == {0: "off", 1: "on"}.get(CONTEXT_OPTIONS["flash_attn_type"], "auto")
