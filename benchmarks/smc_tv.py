@@ -15,8 +15,9 @@ Settings: the page's temperature T = 0.7, T_d = T, ESS threshold 0.5, final = sa
 defaults), max_new_tokens = 2 (K + 1): two cycles, with the ESS check between them and the final selection after.
 Pairs: a tiny random Llama target with a noisy copy as its draft (noise 0.5 and 0.2), and the noise-0.2 draft
 written as a GGUF file and run by llama.cpp (the ``gguf`` drafter's cache, crops and row copies).
-At N = 2 the ESS never falls below 0.5 · N = 1 (ESS >= 1 always), so the shipped threshold never resamples there:
-``--variants`` adds N = 2 runs with ess_threshold 1.0, final = argmax and draft temperatures 0.85 and 1.0.
+The decoder resamples below ESS 1 + threshold · (N − 1) (``particles.resample_line``: 1.5 at N = 2, so the shipped
+threshold resamples there too). ``--variants`` adds N = 2 runs with ess_threshold 1.0, final = argmax and draft
+temperatures 0.85 and 1.0.
 
     python benchmarks/smc_tv.py                       # N = 1, 2, 4, 8; K = 4, 8; 1500 runs each (~15 min, 1 core)
     python benchmarks/smc_tv.py --runs 200 --pairs torch-0.5
