@@ -221,9 +221,9 @@ def test_a_cancelled_job_does_not_keep_running(narrow_app):
         job.cancel()
         last_call = counting.settle()
         after = counting.calls - before
-    # Gradio ends a cancelled generator at its next yield: while a method is timed, its progress tick
-    # (race.PROGRESS_INTERVAL_S apart); the cancel request itself returns only then.
-    most_calls = round(race.PROGRESS_INTERVAL_S / CALL_S) + 6
+    # Gradio ends a cancelled generator at its next yield: while a method is timed for an API client, an empty
+    # update every race.CLIENT_CHECK_S; the cancel request itself returns only then.
+    most_calls = round(race.CLIENT_CHECK_S / CALL_S) + 6
     assert after <= most_calls and last_call < 3, f"{after} target calls in {last_call:.1f} s after cancel"
     assert_next_request_is_served_promptly(counting, url)
 
@@ -259,10 +259,10 @@ def test_a_client_that_disconnects_does_not_leave_its_run_going(narrow_app, tmp_
         counting.delay = 0.0
         if child.poll() is None:
             child.kill()
-    # While it times a method the handler yields its progress every race.PROGRESS_INTERVAL_S, where Gradio ends a
+    # While it times a method the handler sends an API client an empty update every race.CLIENT_CHECK_S, where Gradio ends a
     # Run whose client left: at most that many seconds of target calls, and a step or two under way.
-    most_calls = round(race.PROGRESS_INTERVAL_S / CALL_S) + 6
-    assert after <= most_calls and last_call < race.PROGRESS_INTERVAL_S + 1.5, \
+    most_calls = round(race.CLIENT_CHECK_S / CALL_S) + 6
+    assert after <= most_calls and last_call < race.CLIENT_CHECK_S + 1.5, \
         f"{after} target calls in {last_call:.1f} s after the disconnect"
     assert_next_request_is_served_promptly(counting, url)
 

@@ -29,7 +29,7 @@ def last(updates) -> ViewUpdate:
 
 
 def test_run_streams_every_step_then_the_finished_page(context, tmp_path):
-    updates = list(handlers.run(context, inputs(measure_ar=True), settle_s=0.0))
+    updates = list(handlers.run(context, inputs(measure_ar=True)))
     streamed = [update for update in updates if update.columns and "run-busy" in (update.status or "")]
     assert len(streamed) >= 2 and all(set(update.columns) == set(COLUMN_METHODS) for update in streamed)
     final = updates[-1]
@@ -139,7 +139,7 @@ def test_the_replay_ends_on_the_race_s_last_instant_not_a_frame_later(context):
     from pacer_core.ui import race
 
     session = handlers.new_session(context, inputs(measure_ar=True))
-    list(handlers.time_each_alone(session, settle_s=0.0))
+    list(handlers.time_each_alone(session))
     scoring_may_end, analyse = threading.Event(), session.analyse
     session.analyse = lambda: (scoring_may_end.wait(30), analyse())      # the scoring outlasts the race
     now, frames = [0.0], []
@@ -166,7 +166,7 @@ def test_the_plots_that_need_no_scoring_go_with_the_replay(context, monkeypatch)
     """Eight of the nine plots need only the runs' events: they go with a replay frame while the scoring still
     runs, so a scoring that outlasts the race leaves only the oracle's plot for the finished page to draw."""
     session = handlers.new_session(context, inputs(measure_ar=True))
-    list(handlers.time_each_alone(session, settle_s=0.0))
+    list(handlers.time_each_alone(session))
     scoring_may_end, analyse = threading.Event(), session.analyse
     session.analyse = lambda: (scoring_may_end.wait(30), analyse())      # the scoring outlasts the race
     built, plots_view = threading.Event(), handlers.plots_view
@@ -201,7 +201,7 @@ def test_the_replay_s_first_frame_says_each_lane_is_starting(context):
     from pacer_core.ui import race
 
     session = handlers.new_session(context, inputs(measure_ar=True))
-    list(handlers.time_each_alone(session, settle_s=0.0))
+    list(handlers.time_each_alone(session))
     first = next(handlers.replay_race(context, session, clock=lambda: 0.0, sleep=lambda seconds: None))
     for method in session.runs:
         assert race.STARTING in first.columns[method] and "Press Run" not in first.columns[method], method

@@ -8,6 +8,7 @@ import pytest
 
 from pacer_core.testing.tiny import tiny_pair
 from pacer_core.ui import COLUMN_METHODS, handlers, race
+from pacer_core.ui.frames import DrawnFrames
 from pacer_core.ui.handlers import AppContext, PageInputs
 from pacer_core.ui.timing_turn import TimingTurn
 
@@ -52,7 +53,7 @@ def test_run_times_each_method_alone_one_after_another(context, monkeypatch):
         return advance_one(session, run)
 
     monkeypatch.setattr(handlers.RunSession, "advance_one", recording)
-    updates = list(handlers.run(context, inputs(), frame_s=0.0, settle_s=0.0))
+    updates = list(handlers.run(context, inputs(), frame_s=0.0))
     runs = [method for index, method in enumerate(order) if index == 0 or order[index - 1] != method]
     assert runs == ["fixed", "pacer", "smc", "ar"]               # no interleaving: one block of steps each
     session = updates[-1].session
@@ -63,30 +64,71 @@ def test_run_times_each_method_alone_one_after_another(context, monkeypatch):
     assert table.loc["Autoregressive (AR)", "seconds"] == round(session.ar.busy_seconds, 3)
 
 
-def test_nothing_is_drawn_between_a_methods_steps_but_its_progress(context):
-    ticks = iter(range(0, 10_000))
-
-    def clock():                                                  # 0.3 s per call: a progress tick every 4th
-        return next(ticks) * 0.3
-
+def test_a_page_gets_one_frame_per_turn_and_nothing_while_a_method_decodes(context):
+    """With a page that acknowledges frames: one update per method's turn, each sent before its decoding starts
+    and drawn (acknowledged) before its first step; no update between two steps."""
+    frames = DrawnFrames()
     session = handlers.new_session(context, inputs())
-    updates = list(handlers.time_each_alone(session, clock=clock, sleep=lambda s: None, progress_interval_s=1.0))
-    steps = sum(len(run.events) for run in session.runs.values()) + len(session.ar.events)
-    turns = [update for update in updates if update.columns and len(update.columns) == len(session.runs)]
-    ticks_drawn = [update for update in updates if update not in turns]
-    assert len(turns) == 4                                       # each method's turn redraws the columns once
-    assert len(ticks_drawn) < steps / 2                           # far fewer updates than steps
-    for tick in ticks_drawn:                                      # a tick: the progress line and one column at most
-        assert tick.columns is None or len(tick.columns) == 1
-        assert tick.columns is None or "Timing alone now" in next(iter(tick.columns.values()))
+    timeline = []
+    advance_one = session.advance_one
+
+    def recording(run):
+        timeline.append(("step", run.method))
+        return advance_one(run)
+
+    session.advance_one = recording
+    updates = []
+    for update in handlers.time_each_alone(session, frames, clock=iter(range(0, 10_000)).__next__, check_s=1.0):
+        token = update.status.split('data-drawn="')[1].split('"')[0]
+        timeline.append(("frame", token))
+        updates.append(update)
+        frames.acknowledge(token)                                   # the page drew it
+    assert len(updates) == 4                                       # each method's turn, nothing else
+    assert [kind for kind, _ in timeline].count("frame") == 4
+    methods = [value for kind, value in timeline if kind == "step"]
+    assert [method for index, method in enumerate(methods) if index == 0 or methods[index - 1] != method] == \
+        ["fixed", "pacer", "smc", "ar"]
+    for index, (kind, _) in enumerate(timeline):                   # a frame only before a method's first step
+        if kind == "frame" and index:
+            assert timeline[index + 1][1] != timeline[index - 1][1]
+    assert all(len(update.columns) == len(session.runs) for update in updates)
     assert all(update.plots is None and update.narration is None for update in updates)
     assert all("Timing each method alone" in update.status for update in updates)
+    assert "took" not in updates[0].status and "fixed SD took" in updates[1].status
     first = updates[0].columns
     assert "Timing alone now" in first["fixed"] and "Waits its turn" in first["smc"]
+    assert frames.pending() == 0
+
+
+def test_a_turn_waits_until_its_frame_is_drawn(context, monkeypatch):
+    """Decoding starts only once the page acknowledged the turn's frame (the wait comes before any step)."""
+    frames = DrawnFrames()
+    session = handlers.new_session(context, inputs())
+    waited = []
+    monkeypatch.setattr(frames, "wait", lambda token, timeout=0: waited.append((token, session.runs["fixed"].events[:])))
+    timing = handlers.time_each_alone(session, frames)
+    first = next(timing)
+    assert 'data-drawn="' in first.status
+    next(timing)
+    token, events_before = waited[0]
+    assert token in first.status and events_before == []           # no step before the wait
+
+
+def test_an_api_client_gets_an_empty_update_between_steps_and_a_left_client_stops_the_run(context):
+    ticks = iter(range(0, 10_000))
+    session = handlers.new_session(context, inputs())
+    updates = list(handlers.time_each_alone(session, clock=lambda: next(ticks) * 0.3, check_s=1.0))
+    empty = [update for update in updates if update.status is None]
+    assert empty and all(update == handlers.ViewUpdate() for update in empty)   # nothing to draw: where Gradio
+    assert len(updates) - len(empty) == 4                                       # can end a Run that lost its client
+    session = handlers.new_session(context, inputs(max_new_tokens=40))
+    updates = list(handlers.time_each_alone(session, DrawnFrames(), check=lambda: False, check_s=0.0))
+    assert session.cancel.is_set() and session.runs["fixed"].result.finish_reason == "cancelled"
+    assert all(session.runs[method].skipped for method in ("pacer", "smc"))
 
 
 def test_the_replay_ends_with_every_column_finished_at_its_own_time(context):
-    updates = list(handlers.run(context, inputs(), frame_s=0.0, settle_s=0.0))
+    updates = list(handlers.run(context, inputs(), frame_s=0.0))
     replay = [update for update in updates if update.status and "Replay of the race" in update.status]
     assert replay, "the columns were never replayed"
     assert all(set(update.columns) == set(COLUMN_METHODS) for update in replay)

@@ -3,8 +3,9 @@ No Gradio here: ``layout`` maps each ViewUpdate onto its components, the tests a
 benchmarks/ui_overhead.py call these functions directly.
 
 Run has two phases (``ui/race.py``). First it times each method alone, one after another, the AR baseline
-last (``time_each_alone``): nothing is drawn while a method's steps run but its progress (a line and its
-column) every 1.5 s, so each method's seconds are its decoder's own. Then it replays the columns side by side
+last (``time_each_alone``): a method's turn is one frame (the status line and the columns), its decoding starts
+once the page has drawn that frame (``ui/frames.py``) and nothing is sent until it ends, so each method's seconds
+are its decoder's own. Then it replays the columns side by side
 at the pace each ran (``replay_race``: each running column in parts from kept state, so a frame costs and sends
 only the new steps) while a thread computes the oracle γ* and the target log-likelihoods and builds the
 finished page: plots (sent as soon as they are ready, drawn hidden until the race ends), metrics table and
@@ -29,6 +30,7 @@ from ..settings import Limits, SettingsError
 from . import METHOD_LABELS, columns, measured, narration, page, plots, race, tables
 from .live import LiveColumns
 from ..drafters import drafter_key
+from .frames import DrawnFrames
 from .session import RunSession, user_message
 from .timing_turn import TimingTurn
 
@@ -49,6 +51,7 @@ class AppContext:
     preverifier_kind: str = "heuristic"     # "trained" or "heuristic"
     limits: Limits = field(default_factory=Limits.from_env)
     drafters: object = None
+    frames: DrawnFrames = field(default_factory=DrawnFrames)   # the page's acknowledgements of drawn frames
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class PageInputs:
     chat: bool = False
     measure_ar: bool = True
     drafter: str | None = None  # the drafter menu's key (drafters.drafter_keys()); None: the context's own
+    acknowledges: bool = False  # the page says when it has drawn a frame (ui/frames.py); an API client does not
 
     def key(self) -> tuple:
         """Equal to ``RunSession.key()`` of a session started from these inputs."""
@@ -266,37 +270,46 @@ def timing_columns(session: RunSession, current) -> dict[str, str]:
     return {method: timing_column(run, current) for method, run in session.runs.items()}
 
 
-def timing_update(session: RunSession, current, position: int, count: int, every_column: bool) -> ViewUpdate:
-    """The progress line, with every column (a method's turn begins) or the current method's alone (a tick; the
-    AR baseline has no column)."""
-    tokens = columns.live_numbers(current.events)["tokens"]
-    line = race.timing_line(current.method, position, count, tokens, current.busy_seconds)
-    shown = (timing_columns(session, current) if every_column
-             else {current.method: timing_column(current, current)} if current.method in session.runs else None)
-    return ViewUpdate(columns=shown, status=page.run_status_html(line, "busy"))
+def timing_update(session: RunSession, current, position: int, count: int, drawn: str | None = None) -> ViewUpdate:
+    """A method's turn: the status line (with the token the page acknowledges once drawn) and every column."""
+    line = race.timing_line(current.method, position, count, previous_line(session, current))
+    return ViewUpdate(columns=timing_columns(session, current),
+                      status=page.run_status_html(line, "busy", drawn=drawn))
 
 
-def time_each_alone(session: RunSession, clock=time.perf_counter, sleep=time.sleep,
-                    progress_interval_s: float = race.PROGRESS_INTERVAL_S,
-                    settle_s: float = race.SETTLE_S) -> Iterator[ViewUpdate]:
-    """Run's first phase: each method decodes alone, one after another (``RunSession.timing_queue``); between
-    its steps only its progress (the status line and its column), at most every ``progress_interval_s``; that
-    tick is also where Gradio can end a Run whose client left (Stop reaches the decoder through
-    ``session.cancel``). Decoding waits (outside any method's time) while the browser draws: ``settle_s`` after
-    the first update, which redraws the whole page, ``race.SETTLE_TURN_S`` (scaled alike) when a method's turn
-    redraws the columns; a tick (a line and one column) costs the browser a few ms and waits for nothing.
+def previous_line(session: RunSession, current) -> str | None:
+    """What the last method timed took, for the next turn's line (None at the first turn)."""
+    runs = session.all_runs()
+    earlier = [run for run in runs[:runs.index(current)] if run.done and not run.skipped]
+    return race.took_line(earlier[-1]) if earlier else None
+
+
+def time_each_alone(session: RunSession, frames: DrawnFrames | None = None, check=lambda: True,
+                    clock=time.perf_counter, check_s: float = race.CLIENT_CHECK_S) -> Iterator[ViewUpdate]:
+    """Run's first phase: each method decodes alone, one after another (``RunSession.timing_queue``). A method's
+    turn is one frame (its line and the columns); with ``frames`` (a page that acknowledges what it has drawn) its
+    decoding starts once the page has drawn that frame, and nothing is sent until it ends: its timed window holds
+    its decoder only, however fast or slow the browser is. Every ``check_s`` between steps ``check()`` says whether
+    the Run is still wanted (False: its client left, it stops like Stop); without ``frames`` (an API client, no
+    browser to disturb) an empty update goes out instead, where Gradio ends a Run whose client left or cancelled.
     Stop ends the current method and skips the rest."""
-    queue, settle = session.timing_queue(), settle_s
+    queue = session.timing_queue()
     for position, current in enumerate(queue, 1):
-        yield timing_update(session, current, position, len(queue), every_column=True)
-        sleep(settle)
-        settle = settle_s * race.SETTLE_TURN_S / race.SETTLE_S
-        shown = clock()
+        token = frames.expect() if frames is not None else None
+        yield timing_update(session, current, position, len(queue), drawn=token)
+        if token is not None:
+            started = clock()
+            frames.wait(token)
+            session.phase_seconds["drawing"] = session.phase_seconds.get("drawing", 0.0) + clock() - started
+        checked = clock()
         while not current.done:
             session.advance_one(current)
-            if not current.done and clock() - shown >= progress_interval_s:
-                yield timing_update(session, current, position, len(queue), every_column=False)
-                shown = clock()
+            if not current.done and clock() - checked >= check_s:
+                if frames is None:
+                    yield ViewUpdate()
+                if not check():
+                    session.stop()
+                checked = clock()
         if session.cancel.is_set():
             session.skip_unstarted()
             return
@@ -305,12 +318,12 @@ def time_each_alone(session: RunSession, clock=time.perf_counter, sleep=time.sle
 TIMING_TURN = TimingTurn()     # one Run's timing phase at a time in this process (PACER_CONCURRENCY > 1)
 
 
-def timed_alone(session: RunSession, settle_s: float = race.SETTLE_S,
+def timed_alone(session: RunSession, frames: DrawnFrames | None = None, still_wanted=lambda: True,
                 wait_s: float = 0.5, sleep=time.sleep) -> Iterator[ViewUpdate]:
     """``time_each_alone`` once no other Run of this app is timing its methods: with more than one run at a time
     (PACER_CONCURRENCY) two decoders would share the cores and each would be timed slower than it is. Stop
     while waiting skips the timing. A Run that was stopped or abandoned mid-timing (its tab closed) gives up its
-    turn (``timing_turn``)."""
+    turn (``timing_turn``); one still timing keeps it fresh at every check."""
     while not TIMING_TURN.take(session):
         if session.cancel.is_set():
             session.skip_unstarted()
@@ -318,8 +331,13 @@ def timed_alone(session: RunSession, settle_s: float = race.SETTLE_S,
         yield ViewUpdate(status=page.run_status_html("Waiting for another run on this server to finish timing its "
                                                      "methods: one decodes at a time, so each is timed alone…", "busy"))
         sleep(wait_s)
+
+    def check() -> bool:
+        TIMING_TURN.seen(session)
+        return still_wanted()
+
     try:
-        for update in time_each_alone(session, settle_s=settle_s):
+        for update in time_each_alone(session, frames, check):
             TIMING_TURN.seen(session)
             yield update
     finally:
@@ -388,8 +406,9 @@ def replay_race(context: AppContext, session: RunSession, frame_s: float = race.
 # ---------------------------------------------------------------- the three buttons
 
 def run(context: AppContext, inputs: PageInputs, frame_s: float = race.RACE_FRAME_S,
-        settle_s: float = race.SETTLE_S) -> Iterator[ViewUpdate]:
-    """Time each method alone, replay the columns side by side at the pace each ran, then the finished page."""
+        still_wanted=lambda: True) -> Iterator[ViewUpdate]:
+    """Time each method alone, replay the columns side by side at the pace each ran, then the finished page.
+    ``still_wanted``: False once the client has left (checked while a method is timed, when nothing is sent)."""
     context, refused = contexts_for(context, inputs)
     if refused is not None:
         yield refused
@@ -403,7 +422,7 @@ def run(context: AppContext, inputs: PageInputs, frame_s: float = race.RACE_FRAM
     yield ViewUpdate(columns=timing_columns(session, None),
                      status=page.run_status_html("Running… each method is timed alone, then replayed.", "busy"),
                      narration=narration.narration_html({}), table=table_view(session), session=session)
-    yield from timed_alone(session, settle_s)
+    yield from timed_alone(session, context.frames if inputs.acknowledges else None, still_wanted)
     session.phase_seconds["timing"] = time.perf_counter() - started
     prepared = None
     if not session.cancel.is_set():

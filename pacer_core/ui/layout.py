@@ -18,7 +18,7 @@ from pathlib import Path
 import gradio as gr
 
 from ..settings import FIELD_BY_NAME, Limits
-from . import COLUMN_METHODS, METHOD_LABELS, columns, handlers, live, narration, page, plots, tables
+from . import COLUMN_METHODS, METHOD_LABELS, columns, frames, handlers, live, narration, page, plots, tables
 from .drafter_menu import DrafterMenu
 from .replay_tab import replay_tab
 from .starts import DRAFTER_STARTS, drafter_starts
@@ -60,7 +60,8 @@ def launch_options() -> dict:
                                                               "Helvetica", "Arial", "sans-serif"],
                                     font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "Consolas",
                                                "DejaVu Sans Mono", "monospace"]),
-            "footer_links": ["api"]}
+            "footer_links": ["api"],
+            "js": frames.DRAWN_JS}     # the page acknowledges each timing frame once drawn (ui/frames.py)
 
 
 def load_preverifier(pair, drafter):
@@ -84,17 +85,18 @@ class Controls:
     own_threshold: gr.Checkbox
     measure_ar: gr.Checkbox
     drafter: gr.Dropdown
+    drawn: gr.Textbox           # hidden: the page's script writes its ready mark, then each drawn frame's token
 
     def inputs(self, session_state: gr.State) -> set:
         return set(self.settings.values()) | {self.prompt, self.chat, self.own_threshold, self.measure_ar,
-                                               self.drafter, session_state}
+                                               self.drafter, self.drawn, session_state}
 
     def read(self, values: dict) -> PageInputs:
         settings = {name: values[component] for name, component in self.settings.items()}
         if values[self.own_threshold]:
             settings["threshold"] = None
         return PageInputs(values[self.prompt], settings, bool(values[self.chat]), bool(values[self.measure_ar]),
-                          values[self.drafter] or None)
+                          values[self.drafter] or None, acknowledges=bool(values.get(self.drawn)))
 
 
 @dataclass
@@ -257,6 +259,26 @@ def left_out_text(left_out: dict[str, str]) -> str:
     return f"<small>Not offered here — {reasons}</small>"
 
 
+def client_still_there(demo: gr.Blocks, request) -> callable:
+    """A check that is False once Gradio has marked the session of ``request`` gone (its tab closed, its connection
+    dropped): Run asks it while a method is timed, when nothing is sent that Gradio could fail to deliver. It reads
+    Gradio's queue (``_queue.event_ids_to_events``: each event's ``session_hash``, ``closed``, ``alive``;
+    tests/test_ui_frames.py checks these exist); where they do not, it always says True."""
+    session = getattr(request, "session_hash", None)
+
+    def still_there() -> bool:
+        events = getattr(getattr(demo, "_queue", None), "event_ids_to_events", None)
+        if session is None or events is None:
+            return True
+        try:
+            mine = [event for event in list(events.values()) if getattr(event, "session_hash", None) == session]
+        except RuntimeError:          # changed while read (another thread): ask again at the next check
+            return True
+        return not any(getattr(event, "closed", False) or not getattr(event, "alive", True) for event in mine)
+
+    return still_there
+
+
 def drafter_choice_view(context: AppContext, key: str, pair_note: str | None) -> dict:
     """What the page shows for a drafter: the pair line, and where its drafter-dependent controls start."""
     chosen = handlers.drafter_context(context, key)
@@ -318,10 +340,12 @@ def build_ui(pair, loaded, preverifier=None, limits: Limits | None = None, pair_
                         measure_ar = gr.Checkbox(value=True, label="Measure the AR baseline too", elem_id="measure-ar",
                                                  container=False)
                 view, show_trace, show_rejected = live_outputs(session_state)
+                drawn = gr.Textbox("", visible="hidden", elem_id="pacer-drawn", show_label=False, container=False,
+                                   label="Drawn frame")
             other_tabs(preverifier, explain_text)
             replay_tab()
             atlas_tab(context, prompt, settings, drafter_menu)
-        controls = Controls(prompt, settings, chat, own_threshold, measure_ar, drafter_menu)
+        controls = Controls(prompt, settings, chat, own_threshold, measure_ar, drafter_menu, drawn)
 
         def show(updates):
             """ViewUpdates → Gradio update dicts; a warning also becomes a toast (HTML: escape it)."""
@@ -331,8 +355,9 @@ def build_ui(pair, loaded, preverifier=None, limits: Limits | None = None, pair_
                 yield view.apply(update)
 
         @_gpu
-        def run_all(values: dict):
-            yield from show(handlers.run(context, controls.read(values)))
+        def run_all(values: dict, request: gr.Request):
+            still_wanted = client_still_there(demo, request)
+            yield from show(handlers.run(context, controls.read(values), still_wanted=still_wanted))
 
         @_gpu
         def step_once(values: dict):
@@ -359,6 +384,9 @@ def build_ui(pair, loaded, preverifier=None, limits: Limits | None = None, pair_
         prompt.submit(run_all, api_visibility="private", **decode)
         step_button.click(step_once, api_name="step", **decode)
         stop_button.click(stop, inputs=session_state, outputs=view.status, concurrency_limit=None, api_name="stop")
+        # The page drew a timing frame: off the queue, so it reaches the Run that is waiting for it.
+        drawn.change(context.frames.acknowledge, inputs=drawn, outputs=None, queue=False, show_progress="hidden",
+                    api_visibility="private")
         drafter_menu.change(choose_drafter, inputs=drafter_menu,
                             outputs=[pair_status, own_threshold] + [settings[n] for n in DRAFTER_STARTS],
                             concurrency_id="decode", api_name="choose_drafter")

@@ -71,6 +71,8 @@ def pair_status_html(describe: dict, preverifier_kind: str, note: str | None = N
     return f'<div class="pair-status {"pv-trained" if trained else "pv-heuristic"}">{parts}{extra}</div>'
 
 
-def run_status_html(message: str, kind: str = "info") -> str:
-    """The line under the legend: kind is info, busy, done or error (a CSS class run-<kind>)."""
-    return f'<div class="run-status run-{escape_attr(kind)}">{escape_text(message)}</div>'
+def run_status_html(message: str, kind: str = "info", drawn: str | None = None) -> str:
+    """The line under the legend: kind is info, busy, done or error (a CSS class run-<kind>). ``drawn``: a token the
+    page acknowledges once it has drawn this frame (``ui/frames.py``)."""
+    token = f' data-drawn="{escape_attr(drawn)}"' if drawn else ""
+    return f'<div class="run-status run-{escape_attr(kind)}"{token}>{escape_text(message)}</div>'

@@ -3,9 +3,10 @@
 A page that decodes three or four methods interleaved while it draws them measures its own load: the
 browser, Gradio's per-update work and the methods' caches taking turns share the cores the decoders use, so
 each column took 1.2-2.5x its decoder's own time and the printed speedups moved with the machine (issue 41;
-docs/measurements.md, "What the page shows"). So Run times each method alone, one after another, drawing
-nothing while its steps run (its progress at most every 1.5 s), recording when each event arrived on
-the method's own clock (``MethodRun.event_seconds``). Then the columns are replayed side by side at the pace
+docs/measurements.md, "What the page shows"). So Run times each method alone, one after another: a method's
+turn is one frame, its decoding starts once the page has drawn it (``ui/frames.py``) and nothing is sent until it
+ends (a fixed wait for the browser holds on one host and fails on a faster one), recording when each event
+arrived on the method's own clock (``MethodRun.event_seconds``). Then the columns are replayed side by side at the pace
 each ran, fast-forwarded by ``REPLAY_SPEED``: a race whose finishing order, gaps and clock are the measured
 ones, AR included as a lane.
 
@@ -25,10 +26,9 @@ REPLAY_SPEED = 2.0           # the race plays 2x faster than the methods ran: or
                              # plus half the slowest method instead of all of it, while the scoring (which the
                              # replay's frames slow down) runs beside it (issue 41: a whole Run within 1.5x the
                              # four decoders' own seconds)
-PROGRESS_INTERVAL_S = 1.5    # while a method is timed, its progress (status line and its column) this often: each
-                             # such update is also where Gradio can end a Run whose client left (Stop needs none)
-SETTLE_S = 0.2               # after Run's first update (the whole page), decoding waits (untimed) while it is drawn
-SETTLE_TURN_S = 0.02         # ... and when a method's turn begins (every column redrawn)
+CLIENT_CHECK_S = 0.5         # while a method is timed, whether its client is still there is checked this often
+                             # (nothing is sent to a page; an API client gets an empty update, where Gradio ends a
+                             # Run whose client left); Stop needs none
 SHORT_NAMES = {"ar": "AR", "fixed": "fixed SD", "pacer": "PACER", "smc": "SMC-SD"}
 STARTING = "Starting: its first pass is on the way…"   # a lane before its first event in the replay
 HOW_TIMED = "each method timed alone"      # the finished status line: "Done in 12.3 s, each method timed alone."
@@ -83,19 +83,26 @@ def race_line(lanes: list[Lane], elapsed: float) -> str:
             + " · ".join(lane_word(lane, elapsed) for lane in lanes))
 
 
-def timing_line(method: str, position: int, count: int, tokens: int, seconds: float) -> str:
-    """The timing phase's status: which method runs alone now and how far it has got."""
+def timing_line(method: str, position: int, count: int, previous: str | None = None) -> str:
+    """The timing phase's status at a method's turn: which method runs alone now (and what the last one took)."""
     name = METHOD_LABELS.get(method, method)
-    return (f"Timing each method alone, one after another ({position} of {count}: {name}, {tokens} tokens in "
-            f"{seconds:.1f} s); only this line moves while it decodes. Then the columns replay side by side at the "
-            f"pace each ran ({REPLAY_SPEED:g}× speed).")
+    took = f"; {previous}" if previous else ""
+    return (f"Timing each method alone, one after another ({position} of {count}: {name}{took}). Nothing on the "
+            f"page moves while a method decodes, so its seconds are its own. Then the columns replay side by side "
+            f"at the pace each ran ({REPLAY_SPEED:g}× speed).")
+
+
+def took_line(run) -> str:
+    """What a method timed alone took: "PACER took 1.92 s for 48 tokens"."""
+    return (f"{SHORT_NAMES.get(run.method, run.method)} took {run.busy_seconds:.2f} s for "
+            f"{live_numbers(run.events)['tokens']} tokens")
 
 
 def waiting_text(run, current: bool) -> str:
     """What a column shows while the methods are timed: its own progress, its time, or its turn to come."""
     tokens = live_numbers(run.events)["tokens"]
     if current:
-        return f"⏱ Timing alone now: {tokens} tokens in {run.busy_seconds:.1f} s…"
+        return "⏱ Timing alone now: nothing is drawn until it ends…"
     if run.done:
         return f"Timed alone: {tokens} tokens in {run.busy_seconds:.2f} s. The replay shows it next."
     return "Waits its turn: the methods are timed one after another."

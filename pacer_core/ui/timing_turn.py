@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
-STALE_S = 15.0     # a timing Run resumes at least every PROGRESS_INTERVAL_S (1.5 s) unless one step takes this long
+STALE_S = 15.0     # a timing Run checks in at least every CLIENT_CHECK_S (0.5 s) unless one step takes this long
 
 
 class TimingTurn:

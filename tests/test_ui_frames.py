@@ -1,0 +1,89 @@
+"""The page's acknowledgements of drawn frames (ui/frames.py) and the check that a Run's client is still there
+(layout.client_still_there): what lets Run time a method only once the browser is done drawing, and send nothing
+while it decodes."""
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+from pacer_core.ui import page
+from pacer_core.ui.frames import DRAWN_JS, PAGE_READY, DrawnFrames
+
+
+def test_a_frame_is_drawn_once_acknowledged():
+    frames = DrawnFrames()
+    first, second = frames.expect(), frames.expect()
+    assert first != second and frames.pending() == 2
+    frames.acknowledge(second)
+    assert frames.wait(second, timeout=0.0)
+    assert not frames.wait(first, timeout=0.01)                    # never acknowledged: the wait ends, False
+    assert frames.pending() == 0
+
+
+def test_an_acknowledgement_from_another_thread_ends_the_wait():
+    frames = DrawnFrames()
+    token = frames.expect()
+    threading.Timer(0.05, frames.acknowledge, args=(token,)).start()
+    started = time.perf_counter()
+    assert frames.wait(token, timeout=5.0)
+    assert time.perf_counter() - started < 2.0
+
+
+def test_unknown_and_stale_tokens_are_ignored():
+    frames = DrawnFrames()
+    frames.acknowledge(PAGE_READY)                                  # the page's ready mark
+    frames.acknowledge(None)
+    frames.acknowledge("someone-else-7")
+    token = frames.expect()
+    assert not frames.wait(token, timeout=0.0)
+    frames.acknowledge(token)                                       # late: the turn has gone on
+    assert frames.pending() == 0
+    assert DrawnFrames().expect() != DrawnFrames().expect()         # two apps (processes) never share a token
+
+
+def test_the_status_line_carries_its_token_and_the_page_script_reads_it():
+    html = page.run_status_html("Timing <each>", "busy", drawn='a"b')
+    assert 'data-drawn="a&quot;b"' in html and "&lt;each&gt;" in html
+    assert "data-drawn" not in page.run_status_html("Ready.")
+    assert "#run-status [data-drawn]" in DRAWN_JS and "#pacer-drawn" in DRAWN_JS and f"'{PAGE_READY}'" in DRAWN_JS
+
+
+def test_the_page_script_is_installed_and_a_run_reads_whether_the_page_acknowledges():
+    from pacer_core.ui import layout
+
+    assert layout.launch_options()["js"] == DRAWN_JS
+    values = {"prompt": "p", "chat": False, "own": False, "ar": True, "drafter": None, "drawn": PAGE_READY}
+    controls = layout.Controls("prompt", {}, "chat", "own", "ar", "drafter", "drawn")
+    assert controls.read(values).acknowledges
+    assert not controls.read(values | {"drawn": ""}).acknowledges        # an API client leaves it empty
+
+
+def fake_demo(*events):
+    return SimpleNamespace(_queue=SimpleNamespace(event_ids_to_events={str(i): e for i, e in enumerate(events)}))
+
+
+def test_a_client_is_still_there_until_gradio_marks_its_session_gone():
+    from pacer_core.ui.layout import client_still_there
+
+    mine = SimpleNamespace(session_hash="s1", closed=False, alive=True)
+    other = SimpleNamespace(session_hash="s2", closed=True, alive=False)
+    demo, request = fake_demo(mine, other), SimpleNamespace(session_hash="s1")
+    still_there = client_still_there(demo, request)
+    assert still_there()
+    mine.closed = True                                              # its tab closed (Gradio's heartbeat ended)
+    assert not still_there()
+    mine.closed, mine.alive = False, False                          # its connection dropped
+    assert not still_there()
+    assert client_still_there(SimpleNamespace(), request)()         # no queue to read: never stops a Run
+    assert client_still_there(demo, SimpleNamespace(session_hash=None))()
+
+
+def test_gradio_still_has_what_the_check_reads():
+    import inspect
+
+    from gradio.queueing import Event, Queue
+
+    assert "event_ids_to_events" in inspect.getsource(Queue.__init__)
+    source = inspect.getsource(Event.__init__)
+    assert all(f"self.{name}" in source for name in ("closed", "alive")) and "session_hash" in inspect.getsource(Event)
