@@ -114,13 +114,14 @@ def test_a_turn_waits_until_its_frame_is_drawn(context, monkeypatch):
     assert token in first.status and events_before == []           # no step before the wait
 
 
-def test_an_api_client_gets_an_empty_update_between_steps_and_a_left_client_stops_the_run(context):
+def test_an_api_client_gets_its_line_again_between_steps_and_a_left_client_stops_the_run(context):
     ticks = iter(range(0, 10_000))
     session = handlers.new_session(context, inputs())
     updates = list(handlers.time_each_alone(session, clock=lambda: next(ticks) * 0.3, check_s=1.0))
-    empty = [update for update in updates if update.status is None]
-    assert empty and all(update == handlers.ViewUpdate() for update in empty)   # nothing to draw: where Gradio
-    assert len(updates) - len(empty) == 4                                       # can end a Run that lost its client
+    lines = [update for update in updates if update.columns is None]   # the turn's line again: where Gradio can
+    assert lines and all(update == handlers.ViewUpdate(status=update.status) for update in lines)   # end a Run
+    assert all("data-drawn" not in update.status for update in updates)         # that lost its client
+    assert len(updates) - len(lines) == 4
     session = handlers.new_session(context, inputs(max_new_tokens=40))
     updates = list(handlers.time_each_alone(session, DrawnFrames(), check=lambda: False, check_s=0.0))
     assert session.cancel.is_set() and session.runs["fixed"].result.finish_reason == "cancelled"

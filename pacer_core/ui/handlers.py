@@ -291,12 +291,14 @@ def time_each_alone(session: RunSession, frames: DrawnFrames | None = None, chec
     decoding starts once the page has drawn that frame, and nothing is sent until it ends: its timed window holds
     its decoder only, however fast or slow the browser is. Every ``check_s`` between steps ``check()`` says whether
     the Run is still wanted (False: its client left, it stops like Stop); without ``frames`` (an API client, no
-    browser to disturb) an empty update goes out instead, where Gradio ends a Run whose client left or cancelled.
+    browser to disturb) the turn's status line goes out again instead, where Gradio ends a Run whose client left or
+    cancelled (Gradio takes an update with no value at all for a missing one).
     Stop ends the current method and skips the rest."""
     queue = session.timing_queue()
     for position, current in enumerate(queue, 1):
         token = frames.expect() if frames is not None else None
-        yield timing_update(session, current, position, len(queue), drawn=token)
+        turn = timing_update(session, current, position, len(queue), drawn=token)
+        yield turn
         if token is not None:
             started = clock()
             frames.wait(token)
@@ -306,7 +308,7 @@ def time_each_alone(session: RunSession, frames: DrawnFrames | None = None, chec
             session.advance_one(current)
             if not current.done and clock() - checked >= check_s:
                 if frames is None:
-                    yield ViewUpdate()
+                    yield ViewUpdate(status=turn.status)
                 if not check():
                     session.stop()
                 checked = clock()
