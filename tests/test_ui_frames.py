@@ -3,6 +3,7 @@
 while it decodes."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from types import SimpleNamespace
@@ -87,3 +88,50 @@ def test_gradio_still_has_what_the_check_reads():
     assert "event_ids_to_events" in inspect.getsource(Queue.__init__)
     source = inspect.getsource(Event.__init__)
     assert all(f"self.{name}" in source for name in ("closed", "alive")) and "session_hash" in inspect.getsource(Event)
+
+
+def test_gradio_polls_less_while_a_pages_method_decodes_and_as_before_after():
+    from pacer_core.ui.layout import QUIET_POLL_S, quiet_queue
+
+    queue = SimpleNamespace(sleep_when_free=0.001, progress_update_sleep_when_free=0.01)
+    with quiet_queue(SimpleNamespace(_queue=queue)):
+        assert queue.sleep_when_free == queue.progress_update_sleep_when_free == QUIET_POLL_S
+    assert (queue.sleep_when_free, queue.progress_update_sleep_when_free) == (0.001, 0.01)
+    with quiet_queue(SimpleNamespace()):                            # no queue to quiet: nothing to do
+        pass
+    from gradio.queueing import Queue
+    import inspect
+
+    source = inspect.getsource(Queue.__init__)
+    assert "self.sleep_when_free" in source and "self.progress_update_sleep_when_free" in source
+
+
+def test_a_pages_method_decodes_inside_the_quiet_context_and_nothing_is_sent_meanwhile():
+    from pacer_core.testing.tiny import tiny_pair
+    from pacer_core.ui import handlers
+
+    pair, drafter = tiny_pair()
+    context = handlers.AppContext(pair, drafter)
+    session = handlers.new_session(context, handlers.PageInputs("t1 t2", {"max_new_tokens": 6, "temperature": 0.8,
+                                                                          "seed": 3}, measure_ar=True))
+    inside, steps_inside = [], []
+    advance_one = session.advance_one
+
+    def recording(run):
+        steps_inside.append(bool(inside))
+        return advance_one(run)
+
+    @contextlib.contextmanager
+    def quiet():
+        inside.append(1)
+        try:
+            yield
+        finally:
+            inside.pop()
+
+    session.advance_one = recording
+    frames = DrawnFrames()
+    for update in handlers.time_each_alone(session, frames, quiet=quiet):
+        assert not inside                                           # no frame goes out while quiet
+        frames.acknowledge(update.status.split('data-drawn="')[1].split('"')[0])
+    assert steps_inside and all(steps_inside)

@@ -15,6 +15,7 @@ a two-click state machine per target pass (``RunSession.pending_verdict``): firs
 an exception."""
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tempfile
@@ -285,14 +286,16 @@ def previous_line(session: RunSession, current) -> str | None:
 
 
 def time_each_alone(session: RunSession, frames: DrawnFrames | None = None, check=lambda: True,
-                    clock=time.perf_counter, check_s: float = race.CLIENT_CHECK_S) -> Iterator[ViewUpdate]:
+                    clock=time.perf_counter, check_s: float = race.CLIENT_CHECK_S,
+                    quiet=contextlib.nullcontext) -> Iterator[ViewUpdate]:
     """Run's first phase: each method decodes alone, one after another (``RunSession.timing_queue``). A method's
     turn is one frame (its line and the columns); with ``frames`` (a page that acknowledges what it has drawn) its
     decoding starts once the page has drawn that frame, and nothing is sent until it ends: its timed window holds
     its decoder only, however fast or slow the browser is. Every ``check_s`` between steps ``check()`` says whether
     the Run is still wanted (False: its client left, it stops like Stop); without ``frames`` (an API client, no
     browser to disturb) the turn's status line goes out again instead, where Gradio ends a Run whose client left or
-    cancelled (Gradio takes an update with no value at all for a missing one).
+    cancelled (Gradio takes an update with no value at all for a missing one). ``quiet()``: a context held while a
+    page's method decodes (``layout.quiet_queue``: the server's own polling slowed down meanwhile).
     Stop ends the current method and skips the rest."""
     queue = session.timing_queue()
     for position, current in enumerate(queue, 1):
@@ -303,25 +306,39 @@ def time_each_alone(session: RunSession, frames: DrawnFrames | None = None, chec
             started = clock()
             frames.wait(token)
             session.phase_seconds["drawing"] = session.phase_seconds.get("drawing", 0.0) + clock() - started
-        checked = clock()
-        while not current.done:
-            session.advance_one(current)
-            if not current.done and clock() - checked >= check_s:
-                if frames is None:
+        if frames is not None:                 # a page: nothing is sent until the method ends
+            with quiet():
+                decode_alone(session, current, check, clock, check_s)
+        else:
+            checked = clock()
+            while not current.done:
+                session.advance_one(current)
+                if not current.done and clock() - checked >= check_s:
                     yield ViewUpdate(status=turn.status)
-                if not check():
-                    session.stop()
-                checked = clock()
+                    if not check():
+                        session.stop()
+                    checked = clock()
         if session.cancel.is_set():
             session.skip_unstarted()
             return
+
+
+def decode_alone(session: RunSession, current, check, clock, check_s: float) -> None:
+    """One method's steps with nothing sent: ``check()`` every ``check_s`` (False: its client left, stop)."""
+    checked = clock()
+    while not current.done:
+        session.advance_one(current)
+        if not current.done and clock() - checked >= check_s:
+            if not check():
+                session.stop()
+            checked = clock()
 
 
 TIMING_TURN = TimingTurn()     # one Run's timing phase at a time in this process (PACER_CONCURRENCY > 1)
 
 
 def timed_alone(session: RunSession, frames: DrawnFrames | None = None, still_wanted=lambda: True,
-                wait_s: float = 0.5, sleep=time.sleep) -> Iterator[ViewUpdate]:
+                quiet=contextlib.nullcontext, wait_s: float = 0.5, sleep=time.sleep) -> Iterator[ViewUpdate]:
     """``time_each_alone`` once no other Run of this app is timing its methods: with more than one run at a time
     (PACER_CONCURRENCY) two decoders would share the cores and each would be timed slower than it is. Stop
     while waiting skips the timing. A Run that was stopped or abandoned mid-timing (its tab closed) gives up its
@@ -339,7 +356,7 @@ def timed_alone(session: RunSession, frames: DrawnFrames | None = None, still_wa
         return still_wanted()
 
     try:
-        for update in time_each_alone(session, frames, check):
+        for update in time_each_alone(session, frames, check, quiet=quiet):
             TIMING_TURN.seen(session)
             yield update
     finally:
@@ -408,9 +425,10 @@ def replay_race(context: AppContext, session: RunSession, frame_s: float = race.
 # ---------------------------------------------------------------- the three buttons
 
 def run(context: AppContext, inputs: PageInputs, frame_s: float = race.RACE_FRAME_S,
-        still_wanted=lambda: True) -> Iterator[ViewUpdate]:
+        still_wanted=lambda: True, quiet=contextlib.nullcontext) -> Iterator[ViewUpdate]:
     """Time each method alone, replay the columns side by side at the pace each ran, then the finished page.
-    ``still_wanted``: False once the client has left (checked while a method is timed, when nothing is sent)."""
+    ``still_wanted``: False once the client has left (checked while a method is timed, when nothing is sent);
+    ``quiet``: a context held while a page's method decodes (``time_each_alone``)."""
     context, refused = contexts_for(context, inputs)
     if refused is not None:
         yield refused
@@ -424,7 +442,7 @@ def run(context: AppContext, inputs: PageInputs, frame_s: float = race.RACE_FRAM
     yield ViewUpdate(columns=timing_columns(session, None),
                      status=page.run_status_html("Running… each method is timed alone, then replayed.", "busy"),
                      narration=narration.narration_html({}), table=table_view(session), session=session)
-    yield from timed_alone(session, context.frames if inputs.acknowledges else None, still_wanted)
+    yield from timed_alone(session, context.frames if inputs.acknowledges else None, still_wanted, quiet)
     session.phase_seconds["timing"] = time.perf_counter() - started
     prepared = None
     if not session.cancel.is_set():

@@ -7,6 +7,7 @@ keyed by component (``PageView.apply``), never positional tuples. Bad settings b
 toast plus an error line in the page, never a stack trace; the app keeps serving."""
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -279,6 +280,30 @@ def client_still_there(demo: gr.Blocks, request) -> callable:
     return still_there
 
 
+QUIET_POLL_S = 0.1    # how often Gradio's queue looks for work while a page's method is timed (its own: 1 ms)
+
+
+@contextlib.contextmanager
+def quiet_queue(demo: gr.Blocks):
+    """Held while a page's method decodes alone. Gradio's queue polls for work to start every 1 ms and for progress
+    to send every 10 ms: about 1,100 wake-ups a second of the server's event loop, on the cores and the GIL the
+    decoder uses. Nothing needs them then (the Run holds the decoding slot; Stop and the page's acknowledgements
+    start within a poll), so both slow to ``QUIET_POLL_S`` until the method ends, and are restored after."""
+    queue = getattr(demo, "_queue", None)
+    names = ("sleep_when_free", "progress_update_sleep_when_free")
+    if queue is None or not all(hasattr(queue, name) for name in names):
+        yield
+        return
+    before = {name: getattr(queue, name) for name in names}
+    for name, value in before.items():
+        setattr(queue, name, max(value, QUIET_POLL_S))
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            setattr(queue, name, value)
+
+
 def drafter_choice_view(context: AppContext, key: str, pair_note: str | None) -> dict:
     """What the page shows for a drafter: the pair line, and where its drafter-dependent controls start."""
     chosen = handlers.drafter_context(context, key)
@@ -357,7 +382,8 @@ def build_ui(pair, loaded, preverifier=None, limits: Limits | None = None, pair_
         @_gpu
         def run_all(values: dict, request: gr.Request):
             still_wanted = client_still_there(demo, request)
-            yield from show(handlers.run(context, controls.read(values), still_wanted=still_wanted))
+            yield from show(handlers.run(context, controls.read(values), still_wanted=still_wanted,
+                                         quiet=lambda: quiet_queue(demo)))
 
         @_gpu
         def step_once(values: dict):
