@@ -3,36 +3,118 @@
     python scripts/patch_llama_source.py SOURCE_DIR     (scripts/build_llama.sh runs it before building)
 
 Why: ggml-cpu (as vendored in llama-cpp-python 0.3.36) multiplies one activation row with ``ggml_vec_dot_f32``
-(four 8-lane accumulators) and two or more rows with llamafile's tinyBLAS (one 8-lane accumulator per output).
-Both compute the same sums, rounded differently, so a position's logits depend on how many positions share its
-forward pass, and greedy speculative decoding could part from AR's tokens at a near tie. The project's target
-engine (pacer_core/llama/target.py) worked around it by giving every one-row call a companion token, which costs
-a second row on every AR step.
+(four accumulators over interleaved stretches of the row) and two or more rows with llamafile's tinyBLAS (one
+accumulator per output). Both compute the same sums, rounded differently, so a position's logits depend on how many
+positions share its forward pass, and greedy speculative decoding could part from AR's tokens at a near tie.
 
-The change: tinyBLAS also takes a float32 product over one row when that row is contiguous (``ldb == k``: a
-layer's input, the attention weights times V). A one-token query times the keys stays on ggml's own path, as it
-does for every longer feed (the query is a strided view there). Then one row gives the same bits as the same row
-among many, and the engine drops the companion once it has proven that on the loaded library. Other types and
-other CPUs are unchanged. The patched line is matched exactly; a source that differs fails loudly."""
+The change, two edits of ggml's ``llamafile/sgemm.cpp``:
+
+1. ``llamafile_sgemm`` also takes a product over one row when that row is contiguous (``ldb == k``: a layer's
+   input, the attention weights times V) and the weights are float32 or float16. A one-token float32 query times
+   the keys stays on ggml's own path, as it does for every longer feed (the query is a strided view there).
+2. tinyBLAS multiplies one row with a kernel of its own (``gemv``): each output keeps tinyBLAS's single accumulator,
+   fed in the same order and reduced by the same ``hsum``, so it has the bits it has beside other rows; several
+   outputs are in flight at once (16 with 32 vector registers, AVX-512; 8 with 16, AVX2) and the rows are split
+   evenly across threads without a shared counter or a barrier of its own. Through tinyBLAS's many-row tiles
+   (``gemm_bloc<4, 1>``, two barriers per product) the one-row step cost ~5-10% more than ggml's own.
+
+Then one row gives the same bits as the same row among many, and the engine (pacer_core/llama/target.py) proves
+that at load. Other types and other CPUs are unchanged. The patched lines are matched exactly; a source that
+differs fails loudly, naming the edit."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 SGEMM = Path("vendor/llama.cpp/ggml/src/ggml-cpu/llamafile/sgemm.cpp")
-ORIGINAL = """    // only enable sgemm for prompt processing
+
+ONE_ROW_GATE = ("""    // only enable sgemm for prompt processing
 #if !defined(__MMA__)
     if (n < 2)
         return false;
 #endif
-"""
-PATCHED = """    // only enable sgemm for prompt processing, except contiguous float32 rows (row-invariant products:
+""", """    // only enable sgemm for prompt processing, except contiguous float32/float16 rows (row-invariant products:
     // PACER Lab, scripts/patch_llama_source.py)
 #if !defined(__MMA__)
-    if (n < 2 && (Atype != GGML_TYPE_F32 || ldb != k))
+    if (n < 2 && ((Atype != GGML_TYPE_F32 && Atype != GGML_TYPE_F16) || ldb != k))
         return false;
 #endif
-"""
+""")
+
+ONE_ROW_KERNEL = ("""        : params(params), A(A), B(B), C(C), k(k), lda(lda), ldb(ldb), ldc(ldc) {
+    }
+
+    bool matmul(int64_t m, int64_t n) {
+        if (k % KN != 0)
+            return false;
+        // compute RM for only need tile with size RM&RM-1
+""", """        : params(params), A(A), B(B), C(C), k(k), lda(lda), ldb(ldb), ldc(ldc) {
+    }
+
+    bool matmul(int64_t m, int64_t n) {
+        if (k % KN != 0)
+            return false;
+        if (n == 1 && m % 4 == 0) {     // where the many-row tiles below take it (PACER Lab's one-row kernel)
+            gemv(m);
+            return true;
+        }
+        // compute RM for only need tile with size RM&RM-1
+""")
+
+ONE_ROW_FUNCTIONS = ("""  private:
+    template <int RM, int RN, int BM>
+    inline void mnpack(int64_t m, int64_t n, int64_t SIZE_N, int64_t BN) {
+        if (SIZE_N == RN) {
+            return gemm<RM, RN, BM>(m, n, BN);
+        }
+""", """  private:
+    // One activation row (PACER Lab, scripts/patch_llama_source.py): every output keeps gemm_bloc's single
+    // accumulator, fed in the same order and reduced by the same hsum, so it has the bits it has beside other
+    // rows; RV outputs in flight hide the FMA latency. The rows are split evenly across threads in blocks of 4,
+    // with no shared chunk counter and so no barrier of its own (the graph's barrier after the op is enough).
+    template <int RV>
+    inline void gemv_rows(int64_t ii) {
+        D Cv[RV] = {};
+        for (int64_t l = 0; l < k; l += KN) {
+            V Bv = load<V>(B + l);
+            for (int64_t i = 0; i < RV; ++i)
+                Cv[i] = madd(load<V>(A + lda * (ii + i) + l), Bv, Cv[i]);
+        }
+        for (int64_t i = 0; i < RV; ++i)
+            C[ii + i] = hsum(Cv[i]);
+    }
+
+    NOINLINE void gemv(int64_t m) {
+        constexpr int RV = VECTOR_REGISTERS == 32 ? 16 : 8;
+        const int64_t quads = (m / 4 + params->nth - 1) / params->nth;
+        const int64_t start = std::min(m, 4 * quads * params->ith), end = std::min(m, start + 4 * quads);
+        int64_t ii = start;
+        for (; ii + RV <= end; ii += RV)
+            gemv_rows<RV>(ii);
+        for (; ii < end; ii += 4)
+            gemv_rows<4>(ii);
+    }
+
+    template <int RM, int RN, int BM>
+    inline void mnpack(int64_t m, int64_t n, int64_t SIZE_N, int64_t BN) {
+        if (SIZE_N == RN) {
+            return gemm<RM, RN, BM>(m, n, BN);
+        }
+""")
+
+EDITS = {"the one-row gate of llamafile_sgemm": ONE_ROW_GATE, "tinyBLAS::matmul's start": ONE_ROW_KERNEL,
+         "tinyBLAS's private part": ONE_ROW_FUNCTIONS}
+
+
+def patched_text(text: str) -> str:
+    """``text`` (sgemm.cpp as llama-cpp-python 0.3.36 ships it) with every edit made; SystemExit naming the first
+    edit whose original lines are not found exactly once."""
+    for name, (original, patched) in EDITS.items():
+        if text.count(original) != 1:
+            raise SystemExit(f"patch_llama_source: {SGEMM} differs from llama-cpp-python 0.3.36's; the lines of "
+                             f"{name} were not found once")
+        text = text.replace(original, patched)
+    return text
 
 
 def patch(source_dir: Path) -> str:
@@ -41,13 +123,10 @@ def patch(source_dir: Path) -> str:
     if not path.exists():
         raise SystemExit(f"patch_llama_source: {path} not found (not a llama-cpp-python source tree?)")
     text = path.read_text()
-    if PATCHED in text:
+    if all(patched in text for _, patched in EDITS.values()):
         return f"{path}: already patched"
-    if text.count(ORIGINAL) != 1:
-        raise SystemExit(f"patch_llama_source: {path} differs from llama-cpp-python 0.3.36's; the line to patch "
-                         "was not found once")
-    path.write_text(text.replace(ORIGINAL, PATCHED))
-    return f"{path}: one-row float32 products go through tinyBLAS"
+    path.write_text(patched_text(text))
+    return f"{path}: one-row float32 and float16 products go through tinyBLAS's one-row kernel"
 
 
 if __name__ == "__main__":

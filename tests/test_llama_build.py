@@ -3,6 +3,7 @@ never on, also on a CPU that advertises AMX (where a native build compiled ggml'
 SIGILL at the first decode)."""
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
@@ -52,22 +53,42 @@ def run_patch(source_dir: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
-def test_the_source_patch_changes_the_one_row_line_once_and_refuses_another_source(tmp_path):
+def load_patch_module():
+    spec = importlib.util.spec_from_file_location("patch_llama_source", ROOT / "scripts" / "patch_llama_source.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_source_patch_makes_each_edit_once_and_refuses_another_source(tmp_path):
     """scripts/patch_llama_source.py on a tree holding sgemm.cpp's lines as llama-cpp-python 0.3.36 ships them:
-    patched once, a second run leaves it alone, and a source without that exact line fails with a message."""
+    every edit made once (the one-row gate, tinyBLAS's one-row kernel), a second run leaves it alone, and a source
+    without one of those exact passages fails with a message naming it."""
+    edits = load_patch_module().EDITS
     sgemm = tmp_path / "src" / "vendor/llama.cpp/ggml/src/ggml-cpu/llamafile/sgemm.cpp"
     sgemm.parent.mkdir(parents=True)
-    shipped = ("bool llamafile_sgemm(...) {\n    // only enable sgemm for prompt processing\n#if !defined(__MMA__)\n"
-               "    if (n < 2)\n        return false;\n#endif\n\n    if (Ctype != GGML_TYPE_F32)\n")
+    shipped = "// sgemm.cpp\n" + "\n// ...\n".join(original for original, _ in edits.values()) + "\n// end\n"
     sgemm.write_text(shipped)
     first = run_patch(tmp_path / "src")
     assert first.returncode == 0, first.stderr
     patched = sgemm.read_text()
-    assert "if (n < 2 && (Atype != GGML_TYPE_F32 || ldb != k))" in patched and "    if (n < 2)\n" not in patched
-    assert patched.endswith("#endif\n\n    if (Ctype != GGML_TYPE_F32)\n")
+    assert "if (n < 2 && ((Atype != GGML_TYPE_F32 && Atype != GGML_TYPE_F16) || ldb != k))" in patched
+    assert "    if (n < 2)\n" not in patched and patched.endswith("// end\n")
+    assert "if (n == 1 && m % 4 == 0) {" in patched and "NOINLINE void gemv(int64_t m) {" in patched
+    assert all(new in patched for _, new in edits.values())
     again = run_patch(tmp_path / "src")
     assert again.returncode == 0 and "already patched" in again.stdout and sgemm.read_text() == patched
-    sgemm.write_text(shipped.replace("n < 2", "n < 4"))
-    other = run_patch(tmp_path / "src")
-    assert other.returncode != 0 and "was not found" in other.stderr
+    for name, (original, _) in edits.items():
+        sgemm.write_text(shipped.replace(original, original.replace("(", "( ", 1)))
+        other = run_patch(tmp_path / "src")
+        assert other.returncode != 0 and f"the lines of {name} were not found" in other.stderr
+        assert sgemm.read_text() == shipped.replace(original, original.replace("(", "( ", 1))   # left untouched
     assert run_patch(tmp_path / "nothing").returncode != 0
+
+
+def test_a_changed_patch_changes_the_kept_wheels_key(tmp_path):
+    """build_llama.sh keys its kept wheels (and the venv's record of what it installed) on the patch script's
+    hash, so a machine holding a wheel built with an earlier patch builds again."""
+    script = (ROOT / "scripts" / "build_llama.sh").read_text()
+    assert 'sha256sum < scripts/patch_llama_source.py' in script and 'dir="$WHEELS/$(build_key "$1")"' in script
+    assert 'MARKER="$VENV/pacer-llama-build"' in script and 'VENV="${PACER_VENV:-.venv}"' in script

@@ -18,8 +18,9 @@ as shipped:
   softmaxes; with >= 64 query rows it runs a tiled kernel;
 * the output layer sees only the rows whose logits are wanted, so a feed that wants one row multiplies one row.
 
-``setup.sh`` builds the library with one line changed (scripts/patch_llama_source.py): a contiguous float32 row
-goes through tinyBLAS too. At load the engine PROVES which library it has (``one_row_is_invariant``: a row fed
+``setup.sh`` builds the library with ggml's ``llamafile/sgemm.cpp`` patched (scripts/patch_llama_source.py): a
+contiguous float32 (or float16) row goes through tinyBLAS too, whose one-row kernel gives each output the many-row
+kernel's single accumulator in the same order, several outputs in flight. At load the engine PROVES which library it has (``one_row_is_invariant``: a row fed
 alone against the same row fed beside another, bit for bit). With the patched library every call runs as it is;
 with a stock one, every llama_decode that would run a one-row kernel (a feed of one token, AR's step, or one that
 wants a single row) gets a companion token in a sequence of its own (dropped right after, so the cache's cells
