@@ -294,7 +294,7 @@ def time_each_alone(session: RunSession, frames: DrawnFrames | None = None, chec
     its decoder only, however fast or slow the browser is. Every ``check_s`` between steps ``check()`` says whether
     the Run is still wanted (False: its client left, it stops like Stop); without ``frames`` (an API client, no
     browser to disturb) the turn's status line goes out again instead, where Gradio ends a Run whose client left or
-    cancelled (Gradio takes an update with no value at all for a missing one). ``quiet()``: a context held while a
+    cancelled (an update with no value at all is an error to Gradio). ``quiet()``: a context held while a
     page's method decodes (``layout.quiet_queue``: the server's own polling slowed down meanwhile).
     Stop ends the current method and skips the rest."""
     queue = session.timing_queue()
@@ -302,11 +302,10 @@ def time_each_alone(session: RunSession, frames: DrawnFrames | None = None, chec
         token = frames.expect() if frames is not None else None
         turn = timing_update(session, current, position, len(queue), drawn=token)
         yield turn
-        if token is not None:
+        if frames is not None:                 # a page: decode once it has drawn the turn, send nothing until the end
             started = clock()
             frames.wait(token)
             session.phase_seconds["drawing"] = session.phase_seconds.get("drawing", 0.0) + clock() - started
-        if frames is not None:                 # a page: nothing is sent until the method ends
             with quiet():
                 decode_alone(session, current, check, clock, check_s)
         else:
