@@ -71,7 +71,8 @@ def _parse_method_name(text: str) -> MethodSpec:
         if name in ("ar", "hf", "hf-assisted-dynamic", "oracle") and not numbers:
             return MethodSpec(text, name)
         if name == "fixed" and numbers[:1] == ["dyn"] and len(numbers) <= 2:
-            return MethodSpec(text, name, {"gamma_schedule": "dynamic"} | ({"gamma": int(numbers[1])} if numbers[1:] else {}))
+            start = {"gamma": int(numbers[1])} if numbers[1:] else {}
+            return MethodSpec(text, name, {"gamma_schedule": "dynamic"} | start)
         if name in ("fixed", "hf-assisted") and len(numbers) <= 1:
             return MethodSpec(text, name, {"gamma": int(numbers[0])} if numbers else {})
         if name == "pacer" and len(numbers) in (0, 2, 3):
