@@ -63,8 +63,8 @@ def fastest(rounds: list[dict]) -> dict:
 def test_a_short_runs_page_seconds_are_the_decoders_own(page, default_load, tmp_path):
     pair, loaded = default_load
     prompt = page_fidelity.examples([0])[0]["prompt"]
-    warm = page_fidelity.page_round(page, page_fidelity.WARM_UP_PROMPT, tmp_path, SHORT_TOKENS)
-    page_fidelity.alone_round(pair, loaded.default, warm["trace"])
+    warm = page_fidelity.page_round(page, page_fidelity.WARM_UP_PROMPT, tmp_path)    # the page loaded, as the
+    page_fidelity.alone_round(pair, loaded.default, warm["trace"])                    # benchmark warms up
     traces = [page_fidelity.page_round(page, prompt, tmp_path, SHORT_TOKENS)["trace"] for _ in range(3)]
     alone = [page_fidelity.alone_round(pair, loaded.default, traces[-1]) for _ in range(3)]
     compared = page_fidelity.compare(fastest([page_fidelity.page_methods(trace) for trace in traces]), fastest(alone))
