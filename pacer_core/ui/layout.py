@@ -380,7 +380,7 @@ def build_ui(pair, loaded, preverifier=None, limits: Limits | None = None, pair_
                 yield view.apply(update)
 
         @_gpu
-        def run_all(values: dict, request: gr.Request):
+        def run_all(values: dict, request: gr.Request = None):   # None: called directly, not by Gradio
             still_wanted = client_still_there(demo, request)
             yield from show(handlers.run(context, controls.read(values), still_wanted=still_wanted,
                                          quiet=lambda: quiet_queue(demo)))
