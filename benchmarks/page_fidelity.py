@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pacer_core.testing.app_runner import running_app  # noqa: E402
+from pacer_core.testing.app_runner import running_app, set_max_new_tokens  # noqa: E402
 
 EXAMPLES_PATH = ROOT / "assets" / "examples.json"
 DEFAULT_EXAMPLES = (0, 4, 3)        # the default (a Python function), why the sky is blue, capital cities
@@ -56,21 +56,11 @@ def examples(indices) -> list[dict]:
 
 # ---------------------------------------------------------------- the page
 
-def set_new_tokens(page, value: int) -> None:
-    """Type the number of new tokens into the page's settings (the accordion opened and closed again)."""
-    header = page.locator("#settings button.label-wrap")
-    header.click()
-    box = page.locator("#max-new-tokens input[type=number]")
-    box.fill(str(value))
-    box.press("Enter")
-    header.click()
-
-
 def page_round(page, prompt: str, downloads: Path, new_tokens: int | None = None) -> dict:
     """One Run of ``prompt`` on the page with its default settings (``new_tokens`` new tokens at most, if given):
     click-to-table seconds and the run's trace."""
     if new_tokens is not None:
-        set_new_tokens(page, new_tokens)
+        set_max_new_tokens(page, new_tokens)
     page.fill("#prompt textarea", prompt)
     page.wait_for_function("document.querySelector('#run-status .run-busy') === null", timeout=RUN_TIMEOUT_S * 1000)
     started = time.perf_counter()

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pacer_core.testing.app_runner import ROOT, START_TIMEOUT_S, AppStartError, free_port, running_app  # noqa: F401
+from pacer_core.testing.app_runner import (ROOT, START_TIMEOUT_S, AppStartError, free_port, running_app,  # noqa: F401
+                                          set_max_new_tokens)
 
-__all__ = ["ROOT", "START_TIMEOUT_S", "AppStartError", "free_port", "running_app",   # app_runner's, for the tests
-           "CHROMIUM", "CHROMIUM_ARGS", "browser_marks", "embedded_pair_missing", "set_max_new_tokens"]
+__all__ = ["ROOT", "START_TIMEOUT_S", "AppStartError", "free_port", "running_app", "set_max_new_tokens",  # app_runner
+           "CHROMIUM", "CHROMIUM_ARGS", "browser_marks", "embedded_pair_missing"]
 
 CHROMIUM = os.environ.get("PACER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -43,11 +44,3 @@ def embedded_pair_missing() -> str | None:
     return None
 
 
-def set_max_new_tokens(page, value: int) -> None:
-    """Open the Settings accordion, type the number of new tokens, close it again (a Playwright page)."""
-    header = page.locator("#settings button.label-wrap")
-    header.click()
-    box = page.locator("#max-new-tokens input[type=number]")
-    box.fill(str(value))
-    box.press("Enter")
-    header.click()

@@ -1,13 +1,9 @@
 """benchmarks/ar_step_profile.py: the step arithmetic and the table (pure), and its dry form on a tiny GGUF."""
-import importlib.util
-from pathlib import Path
 
 import pytest
+from script_module import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ar_step_profile.py"
-spec = importlib.util.spec_from_file_location("ar_step_profile", SCRIPT)
-profile = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(profile)
+profile = load_script("benchmarks/ar_step_profile.py")
 
 
 @pytest.mark.pure

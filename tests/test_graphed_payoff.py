@@ -3,22 +3,16 @@ agreement by construction, and its dry form end to end on the CPU (every row run
 our greedy fixed:4 returns transformers' assisted generation's tokens)."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
+from script_module import load_script
 
 
 @pytest.fixture(scope="module")
 def payoff():
-    spec = importlib.util.spec_from_file_location("graphed_payoff", ROOT / "benchmarks" / "graphed_payoff.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/graphed_payoff.py")
 
 
 @pytest.mark.pure

@@ -3,12 +3,12 @@ never on, also on a CPU that advertises AMX (where a native build compiled ggml'
 SIGILL at the first decode)."""
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "llama_cpu_flags.sh"
@@ -54,10 +54,7 @@ def run_patch(source_dir: Path) -> subprocess.CompletedProcess:
 
 
 def load_patch_module():
-    spec = importlib.util.spec_from_file_location("patch_llama_source", ROOT / "scripts" / "patch_llama_source.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/patch_llama_source.py")
 
 
 def test_the_source_patch_makes_each_edit_once_and_refuses_another_source(tmp_path):

@@ -1,14 +1,10 @@
 """benchmarks/llamacpp_peer.py: reading llama.cpp's tools' output and the table's arithmetic (fast, pure); the tools
 themselves are built and run by the script, outside CI."""
-import importlib.util
-from pathlib import Path
 
 import pytest
+from script_module import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "llamacpp_peer.py"
-spec = importlib.util.spec_from_file_location("llamacpp_peer", SCRIPT)
-peer = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(peer)
+peer = load_script("benchmarks/llamacpp_peer.py")
 
 COMPLETION_LOG = """
 llama_perf_sampler_print:    sampling time =       9.61 ms /   102 runs   (    0.09 ms per token, 10613.94 tokens per second)

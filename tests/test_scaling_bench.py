@@ -2,20 +2,13 @@
 report and the figure) on hand-made records, and one tiny-pair run through the Run handler."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from script_module import load_script
 
 
 @pytest.fixture(scope="module")
 def scaling():
-    spec = importlib.util.spec_from_file_location("scaling", ROOT / "benchmarks" / "scaling.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/scaling.py")
 
 
 class Event:

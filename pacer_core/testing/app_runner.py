@@ -158,3 +158,14 @@ def running_app(log_path: Path, extra_env: dict | None = None):
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=30)
+
+
+def set_max_new_tokens(page, value: int) -> None:
+    """Open the page's Settings accordion, type the number of new tokens, close it again (a Playwright page): what
+    the browser tests and benchmarks/page_fidelity.py set a Run's length with."""
+    header = page.locator("#settings button.label-wrap")
+    header.click()
+    box = page.locator("#max-new-tokens input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+    header.click()
