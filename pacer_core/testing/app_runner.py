@@ -168,4 +168,7 @@ def set_max_new_tokens(page, value: int) -> None:
     box = page.locator("#max-new-tokens input[type=number]")
     box.fill(str(value))
     box.press("Enter")
+    box.press("Tab")      # the slider takes a typed number when its box loses focus; wait until its bar shows it
+    page.wait_for_function(f"document.querySelector('#max-new-tokens input[type=range]').value === '{int(value)}'",
+                           timeout=10_000)
     header.click()
