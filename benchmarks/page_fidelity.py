@@ -56,9 +56,24 @@ def examples(indices) -> list[dict]:
 
 # ---------------------------------------------------------------- the page
 
-def page_round(page, prompt: str, downloads: Path, new_tokens: int | None = None) -> dict:
+def page_round(page, prompt: str, downloads: Path, new_tokens: int | None = None, attempts: int = 3) -> dict:
     """One Run of ``prompt`` on the page with its default settings (``new_tokens`` new tokens at most, if given):
-    click-to-table seconds and the run's trace."""
+    click-to-table seconds and the run's trace. A typed length does not always reach the Run (the slider's box
+    commits on blur): a Run that used another length is run again, up to ``attempts`` times."""
+    for attempt in range(attempts):
+        try:
+            return _page_round_once(page, prompt, downloads, new_tokens)
+        except WrongLength:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+class WrongLength(RuntimeError):
+    """The page ran another number of new tokens than the one typed."""
+
+
+def _page_round_once(page, prompt: str, downloads: Path, new_tokens: int | None) -> dict:
     if new_tokens is not None:
         set_max_new_tokens(page, new_tokens)
     page.fill("#prompt textarea", prompt)
@@ -74,7 +89,7 @@ def page_round(page, prompt: str, downloads: Path, new_tokens: int | None = None
     download.value.save_as(str(path))
     trace = json.loads(path.read_text(encoding="utf-8"))
     if new_tokens is not None and trace["settings"].get("max_new_tokens") != new_tokens:
-        raise RuntimeError(f"the page ran {trace['settings'].get('max_new_tokens')} new tokens, not {new_tokens}")
+        raise WrongLength(f"the page ran {trace['settings'].get('max_new_tokens')} new tokens, not {new_tokens}")
     wait_until_drawn(page)
     return {"click_to_table_s": click_to_table, "status": page.inner_text("#run-status"), "trace": trace}
 

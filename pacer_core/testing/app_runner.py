@@ -168,7 +168,11 @@ def set_max_new_tokens(page, value: int) -> None:
     box = page.locator("#max-new-tokens input[type=number]")
     box.fill(str(value))
     box.press("Enter")
-    box.press("Tab")      # the slider takes a typed number when its box loses focus; wait until its bar shows it
-    page.wait_for_function(f"document.querySelector('#max-new-tokens input[type=range]').value === '{int(value)}'",
-                           timeout=10_000)
+    box.press("Tab")      # the slider takes a typed number when its box loses focus; give its bar time to show it
+    try:                  # (a value past the slider's range never shows: the Run's validation answers that one)
+        page.wait_for_function(
+            f"Number(document.querySelector('#max-new-tokens input[type=range]').value) === {int(value)}",
+            timeout=5_000)
+    except Exception:     # noqa: BLE001 - playwright's TimeoutError; the caller checks the length the Run used
+        pass
     header.click()
