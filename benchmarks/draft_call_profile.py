@@ -115,14 +115,14 @@ def profile_length(pair, drafter, prompt, tokens: int, gamma: int, alone_repeats
     with DecodeLog(drafter) as log:
         sd_seconds, sd_ids = run_method(pair, drafter, "fixed", prompt_ids, tokens, gamma)
     kinds = split_calls(log.calls)
-    target, draft = new_caches(pair, drafter)
+    target_cache, draft = new_caches(pair, drafter)
     context_ids = list(prompt_ids) + ar_ids
     draft.forward(context_ids, keep=1)
-    target.forward(context_ids, keep=1)
+    target_cache.forward(context_ids, keep=1)
     draft_alone, target_alone = [], []
     for _ in range(alone_repeats):          # interleaved, as in a run
         draft_alone += one_token_alone(draft, len(context_ids), ar_ids[-1], 1)
-        target_alone += one_token_alone(target, len(context_ids), ar_ids[-1], 1)
+        target_alone += one_token_alone(target_cache, len(context_ids), ar_ids[-1], 1)
     report = {"prompt": prompt["id"], "prompt_tokens": len(prompt_ids), "ar_seconds": round(ar_seconds, 3),
               "fixed_seconds": round(sd_seconds, 3), "speedup": round(ar_seconds / sd_seconds, 3),
               "identical": sd_ids == ar_ids,

@@ -186,8 +186,8 @@ def assisted_run(pair, drafter, prompt_ids: list[int], max_new_tokens: int) -> t
 def step_costs(pair, drafter, prompt_ids: list[int], steps: int) -> dict:
     """Median ms of the graphed target's one-token step, the draft's one-token step, and the target's verification
     of γ + 1 tokens (γ in GAMMAS; cropped back after each call), each after its capture."""
-    target = graphed.target_cache(pair)
-    draft = graphed.draft_cache(drafter.new_cache(target))
+    target_cache = graphed.target_cache(pair)
+    draft = graphed.draft_cache(drafter.new_cache(target_cache))
     token = prompt_ids[-1]
 
     def median_ms(cache, fed: int) -> float:
@@ -203,10 +203,10 @@ def step_costs(pair, drafter, prompt_ids: list[int], steps: int) -> dict:
             cache.crop(len(prompt_ids))
         return statistics.median(times[2:])
 
-    target.forward(prompt_ids[:-1], keep=1)
+    target_cache.forward(prompt_ids[:-1], keep=1)
     draft.forward(prompt_ids[:-1], keep=1)
-    costs = {"ar_step_ms": median_ms(target, 1), "draft_step_ms": median_ms(draft, 1)}
-    costs["verify_ms"] = {gamma: median_ms(target, gamma + 1) for gamma in GAMMAS}
+    costs = {"ar_step_ms": median_ms(target_cache, 1), "draft_step_ms": median_ms(draft, 1)}
+    costs["verify_ms"] = {gamma: median_ms(target_cache, gamma + 1) for gamma in GAMMAS}
     costs["c"] = costs["draft_step_ms"] / costs["ar_step_ms"]
     costs["v"] = {gamma: ms / costs["ar_step_ms"] for gamma, ms in costs["verify_ms"].items()}
     return costs

@@ -32,9 +32,9 @@ def target_teacher_forced_logits(pair, drafter, prompt_ids, output_ids) -> torch
     """The target's logits predicting each output token: [len(output), V], from one feed on the engine the target
     runs on beside ``drafter`` (``llama.engine.target_cache``: llama.cpp where it runs the target, a tenth of a torch
     forward's time)."""
-    from .llama.engine import target_cache
-    target = target_cache(pair, drafter)
-    logits = target.forward(list(prompt_ids) + list(output_ids), keep=len(output_ids) + 1)
+    from .llama import engine
+    target_cache = engine.target_cache(pair, drafter)
+    logits = target_cache.forward(list(prompt_ids) + list(output_ids), keep=len(output_ids) + 1)
     return logits[0, :-1, : pair.vocab_size].float().cpu()
 
 
@@ -46,13 +46,13 @@ def draft_teacher_forced_logits(pair, drafter, prompt_ids, output_ids, full_supp
     own predicted states); a draft cache that adopts the target's prompt (the gguf drafter beside the llama.cpp
     target) takes the target's keys and values for prompt[:-1] and computes the rest."""
     from .drafters import new_caches
-    target, draft = new_caches(pair, drafter, full_support)
+    target_cache, draft = new_caches(pair, drafter, full_support)
     ids = list(prompt_ids) + list(output_ids)
     if drafter.reads_target_features:
-        target.forward(ids)
+        target_cache.forward(ids)
     elif adopts_prompt(draft, prompt_ids):
-        target.forward(list(prompt_ids[:-1]), keep=1)
-        return adopted_draft_logits(draft, target, prompt_ids, output_ids)
+        target_cache.forward(list(prompt_ids[:-1]), keep=1)
+        return adopted_draft_logits(draft, target_cache, prompt_ids, output_ids)
     return draft.forward(ids)[0, len(prompt_ids) - 1: -1].float().cpu()
 
 
@@ -61,10 +61,10 @@ def adopts_prompt(draft, prompt_ids) -> bool:
     return len(prompt_ids) > 1 and getattr(draft, "adopts_target_prompt", False)
 
 
-def adopted_draft_logits(draft, target, prompt_ids, output_ids) -> torch.Tensor:
-    """The drafter's logits predicting each output token, [len(output), V], its cache adopting ``target``, a
+def adopted_draft_logits(draft, target_cache, prompt_ids, output_ids) -> torch.Tensor:
+    """The drafter's logits predicting each output token, [len(output), V], its cache adopting ``target_cache``, a
     target cache holding prompt[:-1]."""
-    draft.adopt(target)
+    draft.adopt(target_cache)
     return draft.forward(list(prompt_ids[-1:]) + list(output_ids[:-1]))[0].float().cpu()
 
 
@@ -77,33 +77,33 @@ def output_logits(pair, drafter, prompt_ids, outputs: dict, drafted: dict | None
     (the cache cropped back in between), and a draft cache that adopts the target's prompt takes its cells.
     ``known_target_logits``: {key: the target's rows along that output}, already at hand (a run that kept the
     rows that judged its tokens): returned as they are, with no target pass over that output."""
-    from .llama.engine import target_cache
+    from .llama import engine
     known = known_target_logits or {}
     target_logits = {key: known[key] for key in outputs if key in known}
     missing = {key: output_ids for key, output_ids in outputs.items() if key not in known}
     if not drafted and not missing:
         return target_logits, {}
-    target = target_cache(pair, drafter)
+    target_cache = engine.target_cache(pair, drafter)
     prefix, last = list(prompt_ids[:-1]), list(prompt_ids[-1:])
     if prefix:
-        target.forward(prefix, keep=1)
-    draft_logits = {key: drafted_after(pair, drafter, target, prompt_ids, outputs[key], full_support)
+        target_cache.forward(prefix, keep=1)
+    draft_logits = {key: drafted_after(pair, drafter, target_cache, prompt_ids, outputs[key], full_support)
                     for key, full_support in (drafted or {}).items()}
     for key, output_ids in missing.items():
-        target.crop(len(prefix))
+        target_cache.crop(len(prefix))
         fed = last + list(output_ids[:-1])
-        target_logits[key] = target.forward(fed, keep=len(fed))[0, :, : pair.vocab_size].float().cpu()
+        target_logits[key] = target_cache.forward(fed, keep=len(fed))[0, :, : pair.vocab_size].float().cpu()
     return target_logits, draft_logits
 
 
-def drafted_after(pair, drafter, target, prompt_ids, output_ids, full_support: bool) -> torch.Tensor:
+def drafted_after(pair, drafter, target_cache, prompt_ids, output_ids, full_support: bool) -> torch.Tensor:
     """``draft_teacher_forced_logits`` from a target cache holding prompt[:-1], as a run's drafter starts: a draft
     cache that adopts the target's prompt takes its cells; any other drafter scores prompt and output itself."""
     if drafter.reads_target_features:
         return draft_teacher_forced_logits(pair, drafter, prompt_ids, output_ids, full_support)
-    draft = drafter.new_cache(target, full_support)
+    draft = drafter.new_cache(target_cache, full_support)
     if adopts_prompt(draft, prompt_ids):
-        return adopted_draft_logits(draft, target, prompt_ids, output_ids)
+        return adopted_draft_logits(draft, target_cache, prompt_ids, output_ids)
     return draft.forward(list(prompt_ids) + list(output_ids))[0, len(prompt_ids) - 1: -1].float().cpu()
 
 
@@ -153,10 +153,10 @@ def drafted_run_lengths(pair, drafter, prompt_ids, output_ids, starts: list[int]
     for a drafter whose deeper tokens read its own predictions (a feature head), where one teacher-forced
     pass would only give first-token matches."""
     from .drafters import new_caches
-    target, _ = new_caches(pair, drafter)
+    target_cache, _ = new_caches(pair, drafter)
     sequence = list(prompt_ids) + list(output_ids)
-    target.forward(sequence)
-    verified = FeaturePrefix(target.features)
+    target_cache.forward(sequence)
+    verified = FeaturePrefix(target_cache.features)
     draft = drafter.new_cache(verified)
     lengths = []
     for start in starts:

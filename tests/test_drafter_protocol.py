@@ -47,9 +47,9 @@ def test_every_drafter_kind_is_a_drafter_and_hands_out_a_model_cache(pair, draft
     drafter = BUILDS[key](pair, draft_model, tmp_path)
     assert isinstance(drafter, Drafter)
     assert drafter.kind == entry_for_key(key).kind and drafter_key(drafter) == key
-    target = CachedModel(pair.target, VOCAB, keep_features=drafter.reads_target_features)
-    cache = drafter.new_cache(target)
-    assert isinstance(cache, ModelCache) and isinstance(target, ModelCache)
+    target_cache = CachedModel(pair.target, VOCAB, keep_features=drafter.reads_target_features)
+    cache = drafter.new_cache(target_cache)
+    assert isinstance(cache, ModelCache) and isinstance(target_cache, ModelCache)
     assert cache.feature_length == 0 and cache.device == torch.device("cpu")
     assert isinstance(drafter.describe(), dict) and drafter.describe()["name"] == drafter.name
 

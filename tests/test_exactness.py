@@ -144,7 +144,7 @@ def test_pacer_sampling_with_a_trained_sampling_layer_matches_target_distributio
 def test_broken_acceptance_rule_is_caught(six_token_pair, filtered_truth, monkeypatch):
     """The chi-square tests have power at RUNS: accepting every drafted token gives the draft's distribution,
     and the fixed-SD test's settings must reject it."""
-    monkeypatch.setattr(sampling, "acceptance_probs", lambda target, draft: torch.ones_like(target))
+    monkeypatch.setattr(sampling, "acceptance_probs", lambda target_probs, draft_probs: torch.ones_like(target_probs))
     pair, drafter = six_token_pair
     counts = sample_counts(FixedSpeculative(2), pair, drafter, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, filtered_truth) < SIGNIFICANCE

@@ -117,15 +117,15 @@ def test_head_cache_depends_only_on_the_committed_sequence(head_pair):
     sequence would be: stale entries built from predicted states are rebuilt from the real ones."""
     pair, drafter, _ = head_pair
     sequence = [4, 8, 15, 16, 23]
-    target, head = new_caches(pair, drafter)
-    target.forward(sequence[:-1])
+    target_cache, head = new_caches(pair, drafter)
+    target_cache.forward(sequence[:-1])
     head.feed_sequence(sequence)
     drafted = []
     for _ in range(3):
         drafted.append(int(head.feed_sequence(sequence + drafted)[-1].argmax()))
-    target.feed_sequence(sequence, drafted)
+    target_cache.feed_sequence(sequence, drafted)
     committed = sequence + drafted[:1] + [42]          # one accepted, then a corrected token
-    target.crop(len(committed) - 1)
+    target_cache.crop(len(committed) - 1)
     head.crop(min(head.length, len(committed) - 1))
     logits_after = head.feed_sequence(committed)[-1]
     fresh_target, fresh_head = new_caches(pair, drafter)
@@ -137,8 +137,8 @@ def test_head_cache_depends_only_on_the_committed_sequence(head_pair):
 def test_reduced_head_gives_zero_probability_off_its_ids():
     pair, _ = tiny_pair()
     drafter = random_head_drafter(pair.target, pair.vocab_size, kept_ids=[1, 5, 9], seed=2)
-    target, head = new_caches(pair, drafter)
-    target.forward([3, 4])
+    target_cache, head = new_caches(pair, drafter)
+    target_cache.forward([3, 4])
     probs = torch.softmax(head.feed_sequence([3, 4, 6])[-1], -1)
     assert set(torch.nonzero(probs).flatten().tolist()) == {1, 5, 9}
 
@@ -169,11 +169,11 @@ def test_smc_runs_on_a_head_and_resampling_copies_its_rows(head_pair):
                         seed=3)
     assert 0 < len(result.token_ids) <= 20
     assert result.info["resamples"] > 0
-    target, head = new_caches(pair, drafter)
+    target_cache, head = new_caches(pair, drafter)
     rows = torch.tensor([[4, 8, 15], [16, 23, 42]])
-    target.forward(rows[:, :-1])
+    target_cache.forward(rows[:, :-1])
     head.forward(rows)
-    target.reorder(torch.tensor([1, 1]))
+    target_cache.reorder(torch.tensor([1, 1]))
     head.reorder(torch.tensor([1, 1]))
     copied = head.forward(torch.tensor([[7], [7]]))[:, -1]
     fresh_target, fresh_head = new_caches(pair, drafter)
@@ -199,8 +199,8 @@ def test_smc_proposal_of_a_reduced_head_keeps_mass_on_every_id():
     from pacer_core.drafters.feature_head import OFF_VOCABULARY_MASS
     pair, _ = tiny_pair()
     drafter = random_head_drafter(pair.target, pair.vocab_size, kept_ids=[1, 5, 9], seed=2)
-    target, head = new_caches(pair, drafter, full_support=True)
-    target.forward([3, 4])
+    target_cache, head = new_caches(pair, drafter, full_support=True)
+    target_cache.forward([3, 4])
     probs = torch.softmax(head.feed_sequence([3, 4, 6])[-1], -1)
     assert bool((probs > 0).all())
     off = probs[[i for i in range(pair.vocab_size) if i not in (1, 5, 9)]].sum()

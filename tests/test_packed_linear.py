@@ -21,10 +21,10 @@ pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch buil
 
 def packed_copy_of(pair: ModelPair, drafter) -> tuple[ModelPair, IndependentDrafter]:
     """(a copy of the pair, a copy of its independent drafter), both models' linear layers packed."""
-    target, draft = copy.deepcopy(pair.target), copy.deepcopy(drafter.model)
-    pack_linear_layers(target)
+    target_model, draft = copy.deepcopy(pair.target), copy.deepcopy(drafter.model)
+    pack_linear_layers(target_model)
     pack_linear_layers(draft)
-    return pair_from_models(target, draft, TinyTokenizer(pair.vocab_size), "packed-target", "packed-draft",
+    return pair_from_models(target_model, draft, TinyTokenizer(pair.vocab_size), "packed-target", "packed-draft",
                             use_chat_template=False)
 
 

@@ -60,10 +60,10 @@ def test_a_missing_kernel_is_named(monkeypatch):
 @pytest.mark.parametrize("bits", [4, 8])
 def test_the_lean_step_matches_the_quantized_module_tree_through_crops_and_reorders(bits):
     pair, _ = tiny_pair(draft_noise=None)
-    target = pair.target
-    assert lean_supported(target)
-    lean = SelfQuantizedDrafter.from_target(target, 64, f"self-int{bits}")
-    tree = quantized_copy(target, bits)
+    target_model = pair.target
+    assert lean_supported(target_model)
+    lean = SelfQuantizedDrafter.from_target(target_model, 64, f"self-int{bits}")
+    tree = quantized_copy(target_model, bits)
     lean_cache, tree_cache = LeanCache(lean.model, 64), CachedModel(tree, 64)
     prompt = torch.tensor([[3, 9, 27, 17, 51, 25]]).repeat(3, 1)
     assert torch.allclose(lean_cache.forward(prompt), tree_cache.forward(prompt), atol=1e-4)
@@ -81,10 +81,10 @@ def test_the_lean_step_matches_the_quantized_module_tree_through_crops_and_reord
 
 def test_the_copy_shares_everything_but_the_linear_weights():
     pair, _ = tiny_pair(draft_noise=None)
-    target = pair.target
-    copy = quantized_copy(target, 8)
-    assert copy.model.embed_tokens.weight is target.model.embed_tokens.weight
-    assert copy.model.norm.weight is target.model.norm.weight
+    target_model = pair.target
+    copy = quantized_copy(target_model, 8)
+    assert copy.model.embed_tokens.weight is target_model.model.embed_tokens.weight
+    assert copy.model.norm.weight is target_model.model.norm.weight
     assert not any(isinstance(module, torch.nn.Linear) for module in copy.modules())
 
 

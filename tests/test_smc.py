@@ -260,14 +260,14 @@ def test_proposal_divergence_matches_step_by_step_kl(pair, drafter):
     from pacer_core.kvcache import CachedModel
 
     output = run_smc(pair, drafter, max_new_tokens=6, seed=3)[1].token_ids
-    target, draft = CachedModel(pair.target, pair.vocab_size), CachedModel(drafter.model, pair.vocab_size)
-    target_logits, draft_logits = target.forward(PROMPT)[0, -1], draft.forward(PROMPT)[0, -1]
+    target_cache, draft = CachedModel(pair.target, pair.vocab_size), CachedModel(drafter.model, pair.vocab_size)
+    target_logits, draft_logits = target_cache.forward(PROMPT)[0, -1], draft.forward(PROMPT)[0, -1]
     expected = 0.0
     for token in output:
         target_probs = torch.softmax(target_logits.double() / 0.8, -1)
         draft_probs = torch.softmax(draft_logits.double() / 1.3, -1)
         expected += float((target_probs * (target_probs / draft_probs).log()).sum())
-        target_logits, draft_logits = target.forward([token])[0, -1], draft.forward([token])[0, -1]
+        target_logits, draft_logits = target_cache.forward([token])[0, -1], draft.forward([token])[0, -1]
     total, count = proposal_divergence(pair, drafter, PROMPT, output, temperature=0.8, draft_temperature=1.3)
     assert count == len(output) == 6 and expected > 0.01
     assert total == pytest.approx(expected, rel=1e-3)

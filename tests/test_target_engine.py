@@ -250,21 +250,21 @@ def pair_adopting(tmp_path_factory):
 def test_a_gguf_draft_of_the_targets_layout_adopts_the_targets_prompt(pair_adopting, tmp_path):
     (pair, loaded), prompt = pair_adopting, list(range(3, 60))
     drafter = load_drafter(pair, loaded, "gguf")
-    target, draft = new_caches(pair, drafter)
+    target_cache, draft = new_caches(pair, drafter)
     assert draft.adopts_target_prompt and draft.context is not None
-    target.forward(prompt[:-1], keep=1)
-    draft.adopt(target)
-    assert draft.length == len(prompt) - 1 and draft.row_tokens == target.row_tokens
+    target_cache.forward(prompt[:-1], keep=1)
+    draft.adopt(target_cache)
+    assert draft.length == len(prompt) - 1 and draft.row_tokens == target_cache.row_tokens
     adopted = draft.forward(prompt[-1:], keep=1)[0, -1]
     own = drafter.new_cache().forward(prompt, keep=1)[0, -1]        # beside no target: its own prefill
     assert torch.allclose(adopted, own, atol=1e-3)        # its own cells are float16, the adopted float32
     with pytest.raises(ValueError, match="empty cache of one row"):
-        draft.adopt(target)
+        draft.adopt(target_cache)
     assert not drafter.new_cache(CachedModel(pair.target, 64)).adopts_target_prompt   # a torch target
     unrelated, unrelated_drafter = tiny_pair(draft_noise=None)          # a 1-layer draft: another layout
     path = write_llama_gguf(unrelated_drafter.model, unrelated.tokenizer, tmp_path / "one-layer.gguf")
     one_layer = GGUFDrafter.load(path, unrelated.tokenizer, 64, "one layer")
-    assert not one_layer.new_cache(target).adopts_target_prompt
+    assert not one_layer.new_cache(target_cache).adopts_target_prompt
 
 
 def test_adopting_drafts_keep_ars_tokens_and_smc_runs(pair_adopting):

@@ -29,8 +29,8 @@ def long_tiny_pair(vocab_size: int = 64, positions: int = 1024) -> tuple[ModelPa
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=positions,
                          eos_token_id=None, bos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
-    target = LlamaForCausalLM(config).eval()
-    return pair_from_models(target, noisy_copy(target, 0.3, 1), TinyTokenizer(vocab_size), "tiny-target",
+    target_model = LlamaForCausalLM(config).eval()
+    return pair_from_models(target_model, noisy_copy(target_model, 0.3, 1), TinyTokenizer(vocab_size), "tiny-target",
                             "tiny-draft", use_chat_template=False)
 
 

@@ -158,16 +158,16 @@ def make_state(pair, drafter, prompt_ids: list[int], settings: DecodeSettings, w
     verify passes then feed the rest). ``keep_target_rows``: the state keeps the rows that judge its tokens."""
     started = time.perf_counter()           # the run's clock starts before any prefill below
     if not with_draft:
-        target, draft = run_target_cache(pair, drafter), None
+        target_cache, draft = run_target_cache(pair, drafter), None
     else:
-        target, draft = new_caches(pair, drafter)
+        target_cache, draft = new_caches(pair, drafter)
         if len(prompt_ids) > 1 and getattr(draft, "adopts_target_prompt", False):
-            target.forward(list(prompt_ids[:-1]), keep=1)
-            draft.adopt(target)
+            target_cache.forward(list(prompt_ids[:-1]), keep=1)
+            draft.adopt(target_cache)
         elif len(prompt_ids) > 1 and drafter.reads_target_features:
-            target.forward(list(prompt_ids[:-1]))
-    return state_type(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target, draft=draft,
-                       generator=new_generator(settings.seed, target.device), eos_ids=pair.eos_token_ids,
+            target_cache.forward(list(prompt_ids[:-1]))
+    return state_type(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target_cache, draft=draft,
+                       generator=new_generator(settings.seed, target_cache.device), eos_ids=pair.eos_token_ids,
                        drafter=drafter if with_draft else None, started=started,
                        target_rows=[] if keep_target_rows else None)
 

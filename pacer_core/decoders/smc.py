@@ -119,20 +119,20 @@ def start_particles(pair, drafter, prompt_ids: list[int], n_particles: int) -> P
     """Prefill prompt[:-1] once with batch 1 in both models, then expand the caches to N rows."""
     if not prompt_ids:
         raise ValueError("SMC-SD needs at least one prompt token.")
-    target, draft = new_caches(pair, drafter, full_support=True)   # the target runs first below: a head sees its states
-    device = target.device
+    target_cache, draft = new_caches(pair, drafter, full_support=True)   # the target runs first below: a head sees its states
+    device = target_cache.device
     expand = torch.zeros(n_particles, dtype=torch.long, device=device)
     seconds = {}
     if len(prompt_ids) > 1:
         prefix = torch.tensor([list(prompt_ids[:-1])], dtype=torch.long, device=device)   # [1, P-1]
-        for name, model in (("target", target), ("draft", draft)):
+        for name, model in (("target", target_cache), ("draft", draft)):
             started = time.perf_counter()
             if model is draft and getattr(draft, "adopts_target_prompt", False):
-                draft.adopt(target)             # the target's keys and values (drafters/gguf_drafter.py)
+                draft.adopt(target_cache)             # the target's keys and values (drafters/gguf_drafter.py)
             else:
                 model.forward(prefix, keep=1)   # the logits are not used: compute one row
             seconds[name] = time.perf_counter() - started
-        for name, model in (("target", target), ("draft", draft)):
+        for name, model in (("target", target_cache), ("draft", draft)):
             started = time.perf_counter()
             model.reorder(expand)                                           # [1, ...] → [N, ...]
             seconds[name] += time.perf_counter() - started
@@ -142,7 +142,7 @@ def start_particles(pair, drafter, prompt_ids: list[int], n_particles: int) -> P
                          finished=torch.zeros(n_particles, dtype=torch.bool, device=device),
                          ended_with_eos=torch.zeros(n_particles, dtype=torch.bool, device=device),
                          log_weights=torch.zeros(n_particles, dtype=torch.float64, device=device),
-                         target=target, draft=draft,
+                         target=target_cache, draft=draft,
                          prefill_seconds=(seconds.get("draft", 0.0), seconds.get("target", 0.0)))
 
 

@@ -22,6 +22,6 @@ def new_caches(pair, drafter, full_support: bool = False) -> tuple[ModelCache, M
     engine, ``run_target_cache``). A drafter that reads the target's features gets them recorded by the
     target cache. ``full_support``: the drafter's q must be > 0 on every id (SMC-SD's proposal). With the graphed
     engine asked for, a drafter whose cache is a plain causal LM's runs there too (``graphed.draft_cache``)."""
-    target = run_target_cache(pair, drafter, keep_features=drafter.reads_target_features)
-    draft = drafter.new_cache(target, full_support)
-    return target, graphed.draft_cache(draft) if graphed.requested() else draft
+    target_cache = run_target_cache(pair, drafter, keep_features=drafter.reads_target_features)
+    draft = drafter.new_cache(target_cache, full_support)
+    return target_cache, graphed.draft_cache(draft) if graphed.requested() else draft

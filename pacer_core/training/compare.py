@@ -68,15 +68,15 @@ def divergences(pair, drafter, prompt_ids, output_ids) -> dict:
 @torch.inference_mode()
 def cost_ratio(pair, drafter, context: list[int], steps: int = 60) -> float:
     """Median of interleaved single-token steps: one token ``drafter`` drafts over one target step."""
-    target, draft = new_caches(pair, drafter)
-    target.forward(context[:-1])
+    target_cache, draft = new_caches(pair, drafter)
+    target_cache.forward(context[:-1])
     draft.feed_sequence(context[:-1] + [context[-1]], [])
     target_times, draft_times = [], []
     for _ in range(steps):
         started = time.perf_counter()
-        target.forward([context[-1]])
+        target_cache.forward([context[-1]])
         target_times.append(time.perf_counter() - started)
-        target.crop(len(context) - 1)
+        target_cache.crop(len(context) - 1)
         started = time.perf_counter()
         draft.forward([context[-1]])          # a feature head drafts this one from its own predicted state
         draft_times.append(time.perf_counter() - started)
