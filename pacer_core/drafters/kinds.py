@@ -97,14 +97,14 @@ def valid_drafter_name(name: str) -> bool:
     return entry_for_name(name) is not None
 
 
-def load_drafter(pair, loaded, name: str, head_dir=None):
+def load_drafter(target, drafters, name: str, head_dir=None):
     """A drafter by name, bound to the pair's target and built from what the loader loaded beside it
     (``loaded.LoadedDrafters``; the head folder defaults to the embedded one); ValueError saying why when it
     cannot be built."""
     entry = entry_for_name(name)
     if entry is None:
         raise ValueError(f"Unknown drafter {name!r}: use {all_names_text()}.")
-    return entry.build(pair, loaded, name, head_dir)
+    return entry.build(target, drafters, name, head_dir)
 
 
 __all__ = ["DrafterEntry", "KINDS", "drafter_keys", "entry_for_name", "entry_for_key", "entry_of_drafter", "drafter_key",
