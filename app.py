@@ -75,10 +75,10 @@ def main(argv=None) -> int:
 
     print("[pacer] loading the model pair (once per process)…", file=sys.stderr, flush=True)
     try:
-        target, drafters = target_from_env(target_source=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
-                             draft_dtype=args.draft_dtype, device_map=args.device_map,
-                             draft_vocab=args.draft_vocab, draft_gguf=args.draft_gguf,
-                             target_engine=args.target_engine)
+        target, drafters = target_from_env(target_source=args.target, draft=args.draft, device=args.device,
+                                           dtype=args.dtype, draft_dtype=args.draft_dtype, device_map=args.device_map,
+                                           draft_vocab=args.draft_vocab, draft_gguf=args.draft_gguf,
+                                           target_engine=args.target_engine)
     except ModelLoadError as error:
         print(f"[pacer] {error}", file=sys.stderr)
         return 2

@@ -82,7 +82,7 @@ def bar_progress(bar):
 
 
 def main(argv=None, target=None, drafters=None) -> int:
-    """The command; ``pair`` and ``loaded``: an already loaded pair and what was loaded beside it (tests), else the
+    """The command; ``target`` and ``drafters``: an already loaded target and what was loaded beside it (tests), else the
     ones --target/--draft name."""
     from tqdm import tqdm
 

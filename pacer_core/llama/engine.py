@@ -21,10 +21,11 @@ class ReadsFeatures(Protocol):
 
 
 class TargetSide(Protocol):
-    """What the choice reads of a pair: its torch target and the llama.cpp engine loaded for it (None: none)."""
-    target: torch.nn.Module
+    """What the choice reads of a ``models.Target``: its torch model and the llama.cpp engine loaded for it (None:
+    none)."""
+    model: torch.nn.Module
     vocab_size: int
-    target_engine: LlamaTarget | None
+    engine: LlamaTarget | None
 
 
 def parse_engine(text) -> str:
@@ -64,7 +65,7 @@ def choose_engine(requested: str, is_embedded_target: bool, device_type: str, dt
 
 def active_engine(target: TargetSide, drafter: ReadsFeatures | None) -> LlamaTarget | None:
     """The engine the pair's target runs on in a run with ``drafter`` (the drafter of the runs compared with it;
-    None: none): its llama.cpp engine (``pair.target_engine``) unless it has none or the drafter reads the target's
+    None: none): its llama.cpp engine (``target.engine``) unless it has none or the drafter reads the target's
     hidden states (llama.cpp's are not read); None means torch. AR and the verify passes of runs with one drafter
     always get the same engine."""
     engine = getattr(target, "engine", None)

@@ -81,7 +81,7 @@ class DrafterMenu:
     """Drafter key → a drafter for the pair, built on first use (thread-safe) and kept."""
 
     def __init__(self, target, drafters, preverifier=None):
-        """``loaded``: what the loader built beside the target (``drafters.LoadedDrafters``), whose ``default`` is
+        """``drafters``: what the loader built beside the target (``drafters.LoadedDrafters``), whose ``default`` is
         the page's own drafter; ``preverifier``: the one already loaded for it (found again when None)."""
         self.target, self.drafters = target, drafters
         self.default_key = drafter_key(drafters.default)

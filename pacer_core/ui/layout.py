@@ -315,7 +315,7 @@ def drafter_choice_view(context: AppContext, key: str, pair_note: str | None) ->
 def build_ui(target, drafters, preverifier=None, limits: Limits | None = None, pair_note: str | None = None,
              title: str = "PACER Lab") -> gr.Blocks:
     """The whole app for one Target loaded once per process, drafting with the loader's drafter
-    (``loaded.default``, a ``drafters.LoadedDrafters``) until the page chooses another."""
+    (``drafters.default``, a ``drafters.LoadedDrafters``) until the page chooses another."""
     limits = limits or Limits.from_env()
     drafter = drafters.default
     preverifier = preverifier if preverifier is not None else load_preverifier(target, drafter)
