@@ -69,27 +69,28 @@ def main(argv=None) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")   # works offline; sends nothing anywhere
     if args.replay_only:
         return serve_replay_only(args)
-    from pacer_core.models import ModelLoadError, pair_from_env
+    from pacer_core.default_target import target_from_env
+    from pacer_core.models import ModelLoadError
     from pacer_core.ui.layout import build_ui, serve
 
     print("[pacer] loading the model pair (once per process)…", file=sys.stderr, flush=True)
     try:
-        pair, loaded = pair_from_env(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
-                             draft_dtype=args.draft_dtype, device_map=args.device_map,
-                             draft_vocab=args.draft_vocab, draft_gguf=args.draft_gguf,
-                             target_engine=args.target_engine)
+        target, drafters = target_from_env(target_source=args.target, draft=args.draft, device=args.device,
+                                           dtype=args.dtype, draft_dtype=args.draft_dtype, device_map=args.device_map,
+                                           draft_vocab=args.draft_vocab, draft_gguf=args.draft_gguf,
+                                           target_engine=args.target_engine)
     except ModelLoadError as error:
         print(f"[pacer] {error}", file=sys.stderr)
         return 2
-    info = pair.describe(loaded.default)
+    info = target.describe(drafters.default)
     print(f"[pacer] target {info['target']} on {info['target_engine']} | drafter {info['draft']} "
           f"({info['drafter']['kind']}) | {info['device']} {info['dtype']} "
           f"(drafter {info['drafter'].get('dtype', info['dtype'])})",
           file=sys.stderr, flush=True)
     from pacer_core.ui.drafter_menu import DrafterMenu
-    for key, why in DrafterMenu(pair, loaded).left_out().items():
+    for key, why in DrafterMenu(target, drafters).left_out().items():
         print(f"[pacer] drafter {key} not offered: {why}", file=sys.stderr, flush=True)
-    demo = build_ui(pair, loaded, pair_note=pair.load_note or None)   # e.g. why a GPU default fell back
+    demo = build_ui(target, drafters, pair_note=target.load_note or None)   # e.g. why a GPU default fell back
     serve(demo, host=args.host, port=args.port, concurrency=args.concurrency)
     return 0
 

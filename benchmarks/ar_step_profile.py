@@ -57,11 +57,11 @@ def profile_table(samples: dict) -> list[dict]:
     return table
 
 
-def ours_ar(pair, drafter, prompt_ids: list[int], tokens: int) -> tuple[float, float]:
+def ours_ar(target, drafter, prompt_ids: list[int], tokens: int) -> tuple[float, float]:
     """(prefill seconds, step seconds) of the project's AR run: its first event is the prompt's feed."""
     from pacer_core import Autoregressive
     from pacer_core.testing.runs import run_result
-    result = run_result(Autoregressive(), pair, drafter, prompt_ids, max_new_tokens=tokens)
+    result = run_result(Autoregressive(), target, drafter, prompt_ids, max_new_tokens=tokens)
     prefill = result.events[0].verify_seconds
     return prefill, step_split(result.metrics.seconds, prefill, result.metrics.new_tokens)
 
@@ -89,12 +89,12 @@ def completion_run(tools, target: Path, text: str, tokens: int, threads: int, sc
     return speed["prompt_seconds"], speed["seconds"] / max(1, speed["tokens"])
 
 
-def length_prompts(pair, lengths: list[int]) -> dict[int, list[int]]:
+def length_prompts(target, lengths: list[int]) -> dict[int, list[int]]:
     """A prompt of each length: the code set's prompts' token ids, joined and cut (the chat template around)."""
     from pacer_core.prompts import load_prompts
     ids: list[int] = []
     for prompt in load_prompts(str(ROOT / "assets" / "prompts" / "code.jsonl")):
-        ids += pair.encode_prompt(prompt["prompt"])
+        ids += target.encode_prompt(prompt["prompt"])
     return {length: ids[:length] for length in lengths}
 
 
@@ -107,20 +107,20 @@ def measure(args) -> dict:
         from pacer_core.testing.gguf_file import write_llama_gguf
         from pacer_core.testing.tiny import tiny_pair
         import dataclasses
-        pair, drafter = tiny_pair(scale=6.0)
+        target, drafter = tiny_pair(scale=6.0)
         scratch = Path(tempfile.mkdtemp(prefix="step-profile-"))
-        target_file = write_llama_gguf(pair.target, pair.tokenizer, scratch / "target.gguf")
-        engine = LlamaTarget.load(target_file, pair.tokenizer, pair.vocab_size)
-        pair = dataclasses.replace(pair, target_engine=engine)
+        target_file = write_llama_gguf(target.model, target.tokenizer, scratch / "target.gguf")
+        engine = LlamaTarget.load(target_file, target.tokenizer, target.vocab_size)
+        target = dataclasses.replace(target, engine=engine)
         prompts = {length: [index % 60 for index in range(length)] for length in args.lengths}
     else:
-        from pacer_core.models import load_pair
-        pair, loaded = load_pair("embedded", "gguf")
-        drafter, engine = loaded.default, pair.target_engine
+        from pacer_core.models import load_target
+        target, drafters = load_target("embedded", "gguf")
+        drafter, engine = drafters.default, target.engine
         if engine is None:
             raise SystemExit("the embedded target does not run on llama.cpp here (see the app's log for why)")
         target_file = engine.model.path
-        prompts = length_prompts(pair, args.lengths)
+        prompts = length_prompts(target, args.lengths)
     tools = None
     if args.bin:
         from benchmarks.llamacpp_peer import find_tools
@@ -134,12 +134,12 @@ def measure(args) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         for _ in range(args.repeats):
             for length, prompt_ids in prompts.items():
-                runs = {"ours ar": lambda: ours_ar(pair, drafter, prompt_ids, args.tokens),
+                runs = {"ours ar": lambda: ours_ar(target, drafter, prompt_ids, args.tokens),
                         "engine": lambda: cache_run(engine.new_cache, prompt_ids, args.tokens),
                         "plain call, llama.cpp's context": lambda: cache_run(lambda: GGUFCache(plain), prompt_ids,
                                                                              args.tokens)}
                 if tools:
-                    text = pair.tokenizer.decode(prompt_ids)
+                    text = target.tokenizer.decode(prompt_ids)
                     runs["llama-completion"] = lambda: completion_run(tools, Path(target_file), text, args.tokens,
                                                                       engine.model.threads, Path(scratch))
                 for row, run in runs.items():

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pacer_core.atlas import runner  # noqa: E402
 from pacer_core.atlas.cli import BUILT_IN_PROMPTS, named_drafter  # noqa: E402
 from pacer_core.atlas.report import build_atlas, write_atlas  # noqa: E402
-from pacer_core.models import load_pair  # noqa: E402
+from pacer_core.models import load_target  # noqa: E402
 from pacer_core.settings import Limits  # noqa: E402
 
 
@@ -75,7 +75,7 @@ def one_repeat(lane, prompts, repeat: int, bookkeeping: Stopwatch) -> dict:
         request = lane.requests[index]
         for first in ((True, False) if (index + repeat) % 2 == 0 else (False, True)):
             if first:
-                (_, result), seconds = timed(runner.decode, lane.pair, request)
+                (_, result), seconds = timed(runner.decode, lane.target, request)
                 plain.append((seconds, result.token_ids))
             else:
                 run, seconds = timed(runner.run_prompt, index, prompt, [lane], False)
@@ -104,12 +104,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="benchmarks/results/atlas-overhead")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    pair, loaded = load_pair()
+    target, drafters = load_target()
     prompts = runner.load_atlas_prompts(args.prompts)
-    drafter, preverifier = named_drafter(pair, loaded, args.drafter)
-    lane = runner.atlas_lane(pair, drafter, preverifier, args.drafter, args.method,
+    drafter, preverifier = named_drafter(target, drafters, args.drafter)
+    lane = runner.atlas_lane(target, drafter, preverifier, args.drafter, args.method,
                              {"temperature": 0.0, "seed": 0, "max_new_tokens": args.max_new_tokens}, prompts, Limits())
-    runner.decode(lane.pair, lane.requests[0])                      # warm-up
+    runner.decode(lane.target, lane.requests[0])                      # warm-up
     bookkeeping = Stopwatch(runner.prompt_record)
     runner.prompt_record = bookkeeping
     repeats = []
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     final = repeats[-1].pop("atlas")
     for result in repeats[:-1]:
         result.pop("atlas")
-    report = summarise(args, pair, drafter, repeats, render_seconds(final))
+    report = summarise(args, target, drafter, repeats, render_seconds(final))
     report["alpha"], report["drafted"], report["accepted"] = final["alpha"], final["drafted"], final["accepted"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -132,12 +132,12 @@ def main(argv=None) -> int:
     return 0
 
 
-def summarise(args, pair, drafter, repeats: list[dict], render_s: float) -> dict:
+def summarise(args, target, drafter, repeats: list[dict], render_s: float) -> dict:
     from pacer_core.ui.atlas_session import RENDER_INTERVAL_S
 
     plain, atlas = [r["plain_s"] for r in repeats], [r["atlas_s"] for r in repeats]
     bookkeeping = [(r["record_s"] + r["finishing_s"]) / r["plain_s"] for r in repeats]
-    return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "pair": pair.describe(drafter), "threads": torch.get_num_threads(),
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "pair": target.describe(drafter), "threads": torch.get_num_threads(),
             "prompts": args.prompts, "method": args.method, "drafter": args.drafter, "temperature": 0.0,
             "max_new_tokens": args.max_new_tokens, "repeats": repeats,
             "plain_s_median": statistics.median(plain), "atlas_s_median": statistics.median(atlas),

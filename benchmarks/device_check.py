@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from pacer_core.drafters import IndependentDrafter, LoadedDrafters, load_drafter  # noqa: E402
 from pacer_core.api import run_request  # noqa: E402
 from pacer_core.events import Result  # noqa: E402
-from pacer_core.models import ModelPair, pair_from_models  # noqa: E402
+from pacer_core.models import Target, target_from_models  # noqa: E402
 from pacer_core.request import EncodedPrompt, RunRequest, chosen_names, request_for  # noqa: E402
 from pacer_core.settings import Limits, validate_settings  # noqa: E402
 from benchmarks.results_writer import write_summary  # noqa: E402
@@ -121,7 +121,7 @@ def random_model(model_type: str, shape: dict, vocab_size: int, device: torch.de
 
 def default_gpu_pair_ids(device: torch.device) -> tuple[str, str]:
     """The hub ids of the pair the app loads on this GPU with no target set (by its memory)."""
-    from pacer_core.models import gpu_default_pair, gpu_memory_gb
+    from pacer_core.default_target import gpu_default_pair, gpu_memory_gb
 
     chosen = gpu_default_pair(gpu_memory_gb(device))
     return chosen.target, chosen.draft
@@ -129,28 +129,28 @@ def default_gpu_pair_ids(device: torch.device) -> tuple[str, str]:
 
 def named_gpu_pair_ids(target_id: str) -> tuple[str, str]:
     """The hub ids of the GPU default pair whose target is ``target_id`` (--target)."""
-    from pacer_core.models import GPU_DEFAULT_PAIRS
+    from pacer_core.default_target import GPU_DEFAULT_PAIRS
 
-    chosen = next((pair for pair in GPU_DEFAULT_PAIRS if pair.target == target_id), None)
+    chosen = next((target for target in GPU_DEFAULT_PAIRS if target.model == target_id), None)
     if chosen is None:
-        raise SystemExit(f"device_check: --target must be one of {[pair.target for pair in GPU_DEFAULT_PAIRS]}")
+        raise SystemExit(f"device_check: --target must be one of {[target.model for target in GPU_DEFAULT_PAIRS]}")
     return chosen.target, chosen.draft
 
 
 def random_pair(dry_run: bool, device: torch.device, dtype: torch.dtype,
-                target_id: str | None = None) -> tuple[ModelPair, IndependentDrafter]:
+                target_id: str | None = None) -> tuple[Target, IndependentDrafter]:
     """(the pair, its random draft model as a drafter): the CI's tiny shapes, or a GPU default pair's real shapes."""
     if dry_run:
         target = random_model("llama", DRY_TARGET_SHAPE, DRY_VOCAB_SIZE, device, dtype, seed=0)
         draft = random_model("llama", DRY_DRAFT_SHAPE, DRY_VOCAB_SIZE, device, dtype, seed=1)
-        return pair_from_models(target, draft, NumberTokenizer(DRY_VOCAB_SIZE), "tiny random target",
+        return target_from_models(target, draft, NumberTokenizer(DRY_VOCAB_SIZE), "tiny random target",
                                 "tiny random draft", use_chat_template=False)
     target_id, draft_id = named_gpu_pair_ids(target_id) if target_id else default_gpu_pair_ids(device)
     (target_type, target_vocab, target_shape), (draft_type, draft_vocab, draft_shape) = \
         REAL_SHAPES[target_id], REAL_SHAPES[draft_id]
     target = random_model(target_type, target_shape, target_vocab, device, dtype, seed=0)
     draft = random_model(draft_type, draft_shape, draft_vocab, device, dtype, seed=1)
-    return pair_from_models(target, draft, NumberTokenizer(min(target_vocab, draft_vocab)),
+    return target_from_models(target, draft, NumberTokenizer(min(target_vocab, draft_vocab)),
                             f"random {target_id.split('/')[-1]}-shaped target",
                             f"random {draft_id.split('/')[-1]}-shaped draft", use_chat_template=False)
 
@@ -160,20 +160,20 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def row_request(pair, drafter, row: MethodRow, prompt_ids: list[int], max_new_tokens: int) -> RunRequest:
+def row_request(target, drafter, row: MethodRow, prompt_ids: list[int], max_new_tokens: int) -> RunRequest:
     """The row's run request (seed 0), validated once: this script is a front door."""
     limits = Limits.from_env()
     raw = {"max_new_tokens": max_new_tokens, "temperature": row.temperature, **row.overrides}
-    return request_for(pair, drafter, row.method, validate_settings(limits, **raw), chosen_names(raw),
+    return request_for(target, drafter, row.method, validate_settings(limits, **raw), chosen_names(raw),
                        EncodedPrompt(tuple(prompt_ids)), limits)
 
 
-def timed_run(pair, request: RunRequest):
+def timed_run(target, request: RunRequest):
     """One run: (per-step (step, draft, verify) seconds without the first step, the Result)."""
     steps, result = [], None
-    synchronize(pair.device)
+    synchronize(target.device)
     previous = time.perf_counter()
-    for item in run_request(pair, request):
+    for item in run_request(target, request):
         now = time.perf_counter()
         if isinstance(item, Result):
             result = item
@@ -201,28 +201,28 @@ def summarize(row: MethodRow, steps: list[tuple], results: list[Result]) -> dict
             "tokens_per_s": statistics.median(result.metrics.tokens_per_s for result in results)}
 
 
-def measure(pair, draft: IndependentDrafter, row: MethodRow, prompt_ids: list[int], args) -> dict:
+def measure(target, draft: IndependentDrafter, row: MethodRow, prompt_ids: list[int], args) -> dict:
     """The row's per-step figures, drafting with ``draft`` (the random draft model) or the drafter the row names,
     built for the pair; a row whose drafter cannot be built here (no quantized kernel on this device) says why
     instead."""
     if row.drafter is None:
-        return measure_with(pair, draft, row, prompt_ids, args)
+        return measure_with(target, draft, row, prompt_ids, args)
     try:
-        drafter = load_drafter(pair, LoadedDrafters.around(draft), row.drafter)
+        drafter = load_drafter(target, LoadedDrafters.around(draft), row.drafter)
     except ValueError as missing:
         return {"label": row.label, "method": row.method, "temperature": row.temperature, "error": str(missing),
                 "steps": 0, "step_ms": 0.0, "draft_ms": 0.0, "verify_ms": 0.0, "other_ms": 0.0, "median_step_ms": 0.0,
                 "overhead": 0.0, "tokens_per_target_call": 0.0, "tokens_per_s": 0.0}
-    return measure_with(pair, drafter, row, prompt_ids, args)
+    return measure_with(target, drafter, row, prompt_ids, args)
 
 
-def measure_with(pair, drafter, row: MethodRow, prompt_ids: list[int], args) -> dict:
-    warm_up = row_request(pair, drafter, row, prompt_ids, min(8, args.max_new_tokens))
-    timed_run(pair, warm_up)   # kernels, allocator
-    request = row_request(pair, drafter, row, prompt_ids, args.max_new_tokens)
+def measure_with(target, drafter, row: MethodRow, prompt_ids: list[int], args) -> dict:
+    warm_up = row_request(target, drafter, row, prompt_ids, min(8, args.max_new_tokens))
+    timed_run(target, warm_up)   # kernels, allocator
+    request = row_request(target, drafter, row, prompt_ids, args.max_new_tokens)
     steps, results = [], []
     for repeat in range(args.repeats):
-        run_steps, result = timed_run(pair, request.reseeded(repeat))
+        run_steps, result = timed_run(target, request.reseeded(repeat))
         steps += run_steps
         results.append(result)
     return summarize(row, steps, results)
@@ -279,17 +279,17 @@ def run_check(args) -> dict:
     dtype = torch.float32 if args.dry_run else torch.bfloat16
     if args.dry_run:
         torch.set_num_threads(1)   # tiny models are dispatch-bound; one thread is fastest on a shared CPU
-    pair, draft = random_pair(args.dry_run, args.device, dtype, args.target)
-    prompt_ids = torch.randint(pair.vocab_size, (args.prompt_tokens,), generator=torch.Generator().manual_seed(0)).tolist()
+    target, draft = random_pair(args.dry_run, args.device, dtype, args.target)
+    prompt_ids = torch.randint(target.vocab_size, (args.prompt_tokens,), generator=torch.Generator().manual_seed(0)).tolist()
     rows, skipped = [], []
     for row in ROWS:
         if time.perf_counter() - started > args.budget_seconds:
             skipped.append(row.label)
             continue
-        rows.append(measure(pair, draft, row, prompt_ids, args))
+        rows.append(measure(target, draft, row, prompt_ids, args))
         print(f"  {row.label}: {rows[-1]['step_ms']:.2f} ms/step, overhead {100 * rows[-1]['overhead']:.1f}%",
               flush=True)
-    return {"dry_run": args.dry_run, "machine": machine(args.device, dtype), "target": pair.target_id,
+    return {"dry_run": args.dry_run, "machine": machine(args.device, dtype), "target": target.name,
             "draft": draft.name, "prompt_tokens": args.prompt_tokens, "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats, "rows": rows, "skipped": skipped, "overhead_limit": OVERHEAD_LIMIT,
             "seconds": time.perf_counter() - started}

@@ -26,7 +26,7 @@ from benchmarks.results_writer import print_and_write  # noqa: E402
 from pacer_core import sampling  # noqa: E402
 from pacer_core.drafters import load_drafter  # noqa: E402
 from pacer_core.llama.model import llama_cpp_module  # noqa: E402
-from pacer_core.models import load_pair  # noqa: E402
+from pacer_core.models import load_target  # noqa: E402
 from pacer_core.preverifier import token_features  # noqa: E402
 
 
@@ -48,10 +48,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=300)
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
-    pair, loaded = load_pair("embedded", "small", target_engine="torch")
-    drafter = load_drafter(pair, loaded, "gguf")
+    target, drafters = load_target("embedded", "small", target_engine="torch")
+    drafter = load_drafter(target, drafters, "gguf")
     cache = drafter.new_cache()
-    prompt = pair.encode_prompt("Explain how a refrigerator keeps food cold.")
+    prompt = target.encode_prompt("Explain how a refrigerator keeps food cold.")
     row = cache.forward(prompt, keep=1)[0, -1].clone()
     token_id = int(torch.argmax(row))
     llama_cpp = llama_cpp_module()

@@ -30,7 +30,7 @@ from benchmarks.llamacpp_peer import without_eos  # noqa: E402
 from pacer_core.drafters import new_caches  # noqa: E402
 from pacer_core.llama.cache import GGUFCache  # noqa: E402
 from pacer_core.llama.engine import target_cache  # noqa: E402
-from pacer_core.models import load_pair  # noqa: E402
+from pacer_core.models import load_target  # noqa: E402
 from pacer_core.prompts import load_prompts  # noqa: E402
 
 
@@ -58,19 +58,19 @@ class DecodeLog:
         GGUFCache._decode_once = self.original
 
 
-def nearest_prompts(lengths: list[int], pair) -> dict[int, dict]:
+def nearest_prompts(lengths: list[int], target) -> dict[int, dict]:
     pool = load_prompts(str(ROOT / "assets/prompts/code.jsonl")) + load_prompts(str(ROOT / "assets/prompts/heldout.jsonl"))
-    measured = [(len(pair.encode_prompt(prompt["prompt"])), prompt) for prompt in pool]
+    measured = [(len(target.encode_prompt(prompt["prompt"])), prompt) for prompt in pool]
     return {length: min(measured, key=lambda item: abs(item[0] - length))[1] for length in lengths}
 
 
-def run_method(pair, drafter, method: str, prompt_ids: list[int], tokens: int, gamma: int) -> tuple[float, list[int]]:
+def run_method(target, drafter, method: str, prompt_ids: list[int], tokens: int, gamma: int) -> tuple[float, list[int]]:
     from pacer_core.decoders import Autoregressive, FixedSpeculative
     from pacer_core.settings import DecodeSettings
 
     decoder = Autoregressive() if method == "ar" else FixedSpeculative(gamma)
     started = time.perf_counter()
-    *_, result = decoder.run(pair, drafter, list(prompt_ids), DecodeSettings(max_new_tokens=tokens, temperature=0.0, seed=0))
+    *_, result = decoder.run(target, drafter, list(prompt_ids), DecodeSettings(max_new_tokens=tokens, temperature=0.0, seed=0))
     return time.perf_counter() - started, list(result.token_ids)
 
 
@@ -108,21 +108,21 @@ def milliseconds(values: list[float]) -> dict:
             "total_s": round(sum(values), 3)}
 
 
-def profile_length(pair, drafter, prompt, tokens: int, gamma: int, alone_repeats: int) -> dict:
-    prompt_ids = pair.encode_prompt(prompt["prompt"])
+def profile_length(target, drafter, prompt, tokens: int, gamma: int, alone_repeats: int) -> dict:
+    prompt_ids = target.encode_prompt(prompt["prompt"])
     with DecodeLog(drafter) as ar_log:
-        ar_seconds, ar_ids = run_method(pair, drafter, "ar", prompt_ids, tokens, gamma)
+        ar_seconds, ar_ids = run_method(target, drafter, "ar", prompt_ids, tokens, gamma)
     with DecodeLog(drafter) as log:
-        sd_seconds, sd_ids = run_method(pair, drafter, "fixed", prompt_ids, tokens, gamma)
+        sd_seconds, sd_ids = run_method(target, drafter, "fixed", prompt_ids, tokens, gamma)
     kinds = split_calls(log.calls)
-    target, draft = new_caches(pair, drafter)
+    target_cache, draft = new_caches(target, drafter)
     context_ids = list(prompt_ids) + ar_ids
     draft.forward(context_ids, keep=1)
-    target.forward(context_ids, keep=1)
+    target_cache.forward(context_ids, keep=1)
     draft_alone, target_alone = [], []
     for _ in range(alone_repeats):          # interleaved, as in a run
         draft_alone += one_token_alone(draft, len(context_ids), ar_ids[-1], 1)
-        target_alone += one_token_alone(target, len(context_ids), ar_ids[-1], 1)
+        target_alone += one_token_alone(target_cache, len(context_ids), ar_ids[-1], 1)
     report = {"prompt": prompt["id"], "prompt_tokens": len(prompt_ids), "ar_seconds": round(ar_seconds, 3),
               "fixed_seconds": round(sd_seconds, 3), "speedup": round(ar_seconds / sd_seconds, 3),
               "identical": sd_ids == ar_ids,
@@ -144,14 +144,14 @@ def main(argv=None) -> int:
     parser.add_argument("--alone-repeats", type=int, default=25)
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
-    pair, loaded = load_pair("embedded", "gguf", device="cpu", dtype="float32")
-    pair, drafter = without_eos(pair), loaded.default
+    target, drafters = load_target("embedded", "gguf", device="cpu", dtype="float32")
+    target, drafter = without_eos(target), drafters.default
     lengths = [int(text) for text in args.lengths.split(",")]
-    prompts = nearest_prompts(lengths, pair)
+    prompts = nearest_prompts(lengths, target)
     rounds = []
     for repeat in range(args.repeats):
         for length in lengths:
-            report = profile_length(pair, drafter, prompts[length], args.tokens, args.gamma, args.alone_repeats)
+            report = profile_length(target, drafter, prompts[length], args.tokens, args.gamma, args.alone_repeats)
             report |= {"length": length, "repeat": repeat}
             rounds.append(report)
             print(json.dumps({key: report[key] for key in ("length", "prompt_tokens", "speedup", "identical",
@@ -162,7 +162,7 @@ def main(argv=None) -> int:
                                  "ar target steps")}), flush=True)
     summary = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "tokens": args.tokens, "gamma": args.gamma,
-        "engine": type(target_cache(pair, drafter)).__name__, "gguf_threads": drafter.model.threads,
+        "engine": type(target_cache(target, drafter)).__name__, "gguf_threads": drafter.model.threads,
         "torch_threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"), "rounds": rounds}
     if args.out:

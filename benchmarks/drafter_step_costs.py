@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.target_engine import timed_pass  # noqa: E402
-from pacer_core import load_pair  # noqa: E402
+from pacer_core import load_target  # noqa: E402
 from pacer_core.drafters import load_drafter  # noqa: E402
 from pacer_core.drafters import new_caches  # noqa: E402
 from pacer_core.llama.engine import target_cache  # noqa: E402
@@ -33,11 +33,11 @@ def main() -> None:
     parser.add_argument("--drafters", default="gguf,small,self-int8,self-int4")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    pair, loaded = load_pair("embedded", "gguf", device="cpu", dtype="float32")
+    target, drafters = load_target("embedded", "gguf", device="cpu", dtype="float32")
     for round_index in range(args.rounds):
-        target_ms = one_token_ms(target_cache(pair, loaded.default))
+        target_ms = one_token_ms(target_cache(target, drafters.default))
         for name in args.drafters.split(","):
-            _, draft_cache = new_caches(pair, load_drafter(pair, loaded, name))
+            _, draft_cache = new_caches(target, load_drafter(target, drafters, name))
             draft_ms = one_token_ms(draft_cache)
             print(f"round {round_index + 1}: {name}: draft call {draft_ms:.1f} ms, target step {target_ms:.1f} ms, "
                   f"c = {draft_ms / target_ms:.2f}", flush=True)

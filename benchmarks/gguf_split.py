@@ -28,7 +28,7 @@ from pacer_core.llama.cache import GGUFCache  # noqa: E402
 from pacer_core.llama.target import LlamaTargetCache  # noqa: E402
 from pacer_core.kvcache import CachedModel  # noqa: E402
 from pacer_core.methods import parse_method  # noqa: E402
-from pacer_core.models import load_pair  # noqa: E402
+from pacer_core.models import load_target  # noqa: E402
 from pacer_core.prompts import load_prompts  # noqa: E402
 from pacer_core.request import encode_prompt, request_for  # noqa: E402
 from pacer_core.settings import Limits, validate_settings  # noqa: E402
@@ -54,7 +54,7 @@ def timed(owner, name: str, totals: dict, key: str):
         setattr(owner, name, original)
 
 
-def split_one(pair, drafter, spec_text: str, prompts: list, settings_text: dict, limits) -> dict:
+def split_one(target, drafter, spec_text: str, prompts: list, settings_text: dict, limits) -> dict:
     """Run one method over the prompts; the per-token and per-verify split in milliseconds."""
     spec = parse_method(spec_text)
     totals = {"llama_cpp": 0.0, "target_forward": 0.0}
@@ -62,10 +62,10 @@ def split_one(pair, drafter, spec_text: str, prompts: list, settings_text: dict,
     drafted = verifies = tokens = 0
     with timed(GGUFCache, "_decode_once", totals, "llama_cpp"), timed(CachedModel, "_run", totals, "target_forward"):
         for prompt_ids in prompts:
-            raw = measured_settings(pair, drafter, "gguf", spec.kind) | settings_text | spec.overrides
-            request = request_for(pair, drafter, spec.kind, validate_settings(limits, **raw), frozenset(raw),
+            raw = measured_settings(target, drafter, "gguf", spec.kind) | settings_text | spec.overrides
+            request = request_for(target, drafter, spec.kind, validate_settings(limits, **raw), frozenset(raw),
                                   prompt_ids, limits)
-            *events, result = list(run_request(pair, request))
+            *events, result = list(run_request(target, request))
             draft_s += sum(event.draft_seconds for event in events)
             verify_s += sum(event.verify_seconds for event in events)
             drafted += sum(len(event.tokens) - 1 for event in events)
@@ -92,20 +92,20 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     limits = Limits.from_env()
-    pair, loaded = load_pair(draft="gguf", target_engine=args.target_engine)
-    drafter = loaded.default
+    target, drafters = load_target(draft="gguf", target_engine=args.target_engine)
+    drafter = drafters.default
     records = load_prompts(args.prompts)[: args.limit or None]
-    prompts = [encode_prompt(pair, record["prompt"], None, limits) for record in records]
+    prompts = [encode_prompt(target, record["prompt"], None, limits) for record in records]
     settings = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature}
     rows = []
-    split_one(pair, drafter, args.methods.split(",")[0], prompts[:1], settings, limits)       # warm-up
+    split_one(target, drafter, args.methods.split(",")[0], prompts[:1], settings, limits)       # warm-up
     for method in args.methods.split(","):
-        rows.append(split_one(pair, drafter, method, prompts, settings, limits))
+        rows.append(split_one(target, drafter, method, prompts, settings, limits))
         print(json.dumps(rows[-1]), flush=True)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"temperature": args.temperature, "prompts": args.prompts,
-                                              "target_engine": pair.describe(drafter)["target_engine"],
+                                              "target_engine": target.describe(drafter)["target_engine"],
                                               "limit": args.limit, "threads": torch.get_num_threads(),
                                               "rows": rows}, indent=1) + "\n")
     return 0

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from device_check import (REAL_SHAPES, MethodRow, NumberTokenizer, machine, random_model, row_request,  # noqa: E402
                           synchronize, timed_run)
 from pacer_core import graphed  # noqa: E402
-from pacer_core.models import pair_from_models  # noqa: E402
+from pacer_core.models import target_from_models  # noqa: E402
 from benchmarks.results_writer import write_summary  # noqa: E402
 
 TARGET_ID, DRAFT_ID = "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"
@@ -137,7 +137,7 @@ def build_pair(twin: bool, dry: bool, device: torch.device, dtype: torch.dtype):
     if twin:
         make_twins(target, draft)
     name = "twin" if twin else "random"
-    return pair_from_models(target, draft, NumberTokenizer(min(target_vocab, draft_vocab)),
+    return target_from_models(target, draft, NumberTokenizer(min(target_vocab, draft_vocab)),
                             f"{name} {TARGET_ID.split('/')[-1]}-shaped target" if not dry else f"{name} tiny target",
                             f"{name} {DRAFT_ID.split('/')[-1]}-shaped draft" if not dry else f"{name} tiny draft",
                             use_chat_template=False)
@@ -159,35 +159,35 @@ def graphed_engine(on: bool):
             os.environ[graphed.GRAPHED_ENV] = before
 
 
-def run_once(pair, drafter, row: MethodRow, prompt_ids: list[int], max_new_tokens: int, seed: int = 0):
+def run_once(target, drafter, row: MethodRow, prompt_ids: list[int], max_new_tokens: int, seed: int = 0):
     """One run of the row: (its Result, the median wall time of a step after the first, in ms)."""
-    request = row_request(pair, drafter, row, prompt_ids, max_new_tokens).reseeded(seed)
+    request = row_request(target, drafter, row, prompt_ids, max_new_tokens).reseeded(seed)
     with graphed_engine(row.label not in EAGER_ROWS):
-        steps, result = timed_run(pair, request)
+        steps, result = timed_run(target, request)
     return result, 1e3 * statistics.median(step for step, _, _ in steps) if steps else 0.0
 
 
-def assisted_run(pair, drafter, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[int], float]:
+def assisted_run(target, drafter, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[int], float]:
     """transformers' assisted generation, greedy, constant γ = PEER_GAMMA: (its new tokens, seconds)."""
     assistant = drafter.model
     assistant.generation_config.num_assistant_tokens = PEER_GAMMA
     assistant.generation_config.num_assistant_tokens_schedule = "constant"
     assistant.generation_config.assistant_confidence_threshold = 0.0
-    input_ids = torch.tensor([prompt_ids], device=pair.device)
-    synchronize(pair.device)
+    input_ids = torch.tensor([prompt_ids], device=target.device)
+    synchronize(target.device)
     started = time.perf_counter()
-    output = pair.target.generate(input_ids, assistant_model=assistant, do_sample=False, max_new_tokens=max_new_tokens,
+    output = target.model.generate(input_ids, assistant_model=assistant, do_sample=False, max_new_tokens=max_new_tokens,
                                   min_new_tokens=max_new_tokens, pad_token_id=0)
-    synchronize(pair.device)
+    synchronize(target.device)
     return output[0, len(prompt_ids):].tolist(), time.perf_counter() - started
 
 
 @torch.inference_mode()
-def step_costs(pair, drafter, prompt_ids: list[int], steps: int) -> dict:
+def step_costs(target, drafter, prompt_ids: list[int], steps: int) -> dict:
     """Median ms of the graphed target's one-token step, the draft's one-token step, and the target's verification
     of γ + 1 tokens (γ in GAMMAS; cropped back after each call), each after its capture."""
-    target = graphed.target_cache(pair)
-    draft = graphed.draft_cache(drafter.new_cache(target))
+    target_cache = graphed.target_cache(target)
+    draft = graphed.draft_cache(drafter.new_cache(target_cache))
     token = prompt_ids[-1]
 
     def median_ms(cache, fed: int) -> float:
@@ -195,37 +195,37 @@ def step_costs(pair, drafter, prompt_ids: list[int], steps: int) -> dict:
         cache.forward(prompt_ids[-1:], keep=1)
         times = []
         for index in range(steps + 2):                   # the first two: capture and one replay
-            synchronize(pair.device)
+            synchronize(target.device)
             started = time.perf_counter()
             cache.forward([token] * fed, keep=fed)
-            synchronize(pair.device)
+            synchronize(target.device)
             times.append((time.perf_counter() - started) * 1e3)
             cache.crop(len(prompt_ids))
         return statistics.median(times[2:])
 
-    target.forward(prompt_ids[:-1], keep=1)
+    target_cache.forward(prompt_ids[:-1], keep=1)
     draft.forward(prompt_ids[:-1], keep=1)
-    costs = {"ar_step_ms": median_ms(target, 1), "draft_step_ms": median_ms(draft, 1)}
-    costs["verify_ms"] = {gamma: median_ms(target, gamma + 1) for gamma in GAMMAS}
+    costs = {"ar_step_ms": median_ms(target_cache, 1), "draft_step_ms": median_ms(draft, 1)}
+    costs["verify_ms"] = {gamma: median_ms(target_cache, gamma + 1) for gamma in GAMMAS}
     costs["c"] = costs["draft_step_ms"] / costs["ar_step_ms"]
     costs["v"] = {gamma: ms / costs["ar_step_ms"] for gamma, ms in costs["verify_ms"].items()}
     return costs
 
 
-def measure_rows(pair, drafter, rows: list[MethodRow], prompt_ids, args, deadline: float, errors: dict) -> list[dict]:
+def measure_rows(target, drafter, rows: list[MethodRow], prompt_ids, args, deadline: float, errors: dict) -> list[dict]:
     """Each row warmed up once (its graphs captured), then ``args.repeats`` interleaved timed runs: medians. A row
     that fails is left out with its error in ``errors``; one not started by ``deadline`` with "skipped"."""
     live = []
     for row in rows:
         if time.perf_counter() > deadline:
             errors[row.label] = "skipped: time budget"
-        elif attempt(errors, row.label, run_once, pair, drafter, row, prompt_ids, args.max_new_tokens) is not None:
+        elif attempt(errors, row.label, run_once, target, drafter, row, prompt_ids, args.max_new_tokens) is not None:
             live.append(row)
     runs = {row.label: [] for row in live}
     for repeat in range(args.repeats):
         for row in live:
             if row.label not in errors:
-                measured = attempt(errors, row.label, run_once, pair, drafter, row, prompt_ids, args.max_new_tokens,
+                measured = attempt(errors, row.label, run_once, target, drafter, row, prompt_ids, args.max_new_tokens,
                                    repeat)
                 if measured is not None:
                     runs[row.label].append(measured)
@@ -271,24 +271,24 @@ def run_payoff(args) -> dict:
     report = {"dry": dry, "machine": machine(device, dtype), "prompt_tokens": args.prompt_tokens,
               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "errors": errors}
 
-    pair, drafter = build_pair(True, dry, device, dtype)
-    prompt_ids = torch.randint(pair.vocab_size, (args.prompt_tokens,), generator=generator).tolist()
-    report["twin_rows"] = measure_rows(pair, drafter, TWIN_ROWS, prompt_ids, args, deadline, errors)
-    report["capture"] = engine_figures(pair.target, drafter.model)
-    report["costs"] = attempt(errors, "step costs", step_costs, pair, drafter, prompt_ids, args.steps)
-    peer = attempt(errors, "peer", assisted_run, pair, drafter, prompt_ids, args.max_new_tokens)
+    target, drafter = build_pair(True, dry, device, dtype)
+    prompt_ids = torch.randint(target.vocab_size, (args.prompt_tokens,), generator=generator).tolist()
+    report["twin_rows"] = measure_rows(target, drafter, TWIN_ROWS, prompt_ids, args, deadline, errors)
+    report["capture"] = engine_figures(target.model, drafter.model)
+    report["costs"] = attempt(errors, "step costs", step_costs, target, drafter, prompt_ids, args.steps)
+    peer = attempt(errors, "peer", assisted_run, target, drafter, prompt_ids, args.max_new_tokens)
     ours = next((row for row in report["twin_rows"] if row["label"] == f"fixed:{PEER_GAMMA}"), None)
     report["peer"] = peer and {"label": f"assisted generation γ={PEER_GAMMA} (transformers, eager)",
                                "tokens_per_s": len(peer[0]) / peer[1],
                                "same_tokens": ours is not None and ours["token_ids"] == peer[0]}
-    del pair, drafter, peer
+    del target, drafter, peer
     gc.collect()                       # the engines and the models refer to each other
     if device.type == "cuda":
         torch.cuda.empty_cache()
 
-    pair, drafter = build_pair(False, dry, device, dtype)
-    report["random_rows"] = measure_rows(pair, drafter, RANDOM_ROWS, prompt_ids, args, deadline, errors)
-    report["capture_random_pair"] = engine_figures(pair.target, drafter.model)
+    target, drafter = build_pair(False, dry, device, dtype)
+    report["random_rows"] = measure_rows(target, drafter, RANDOM_ROWS, prompt_ids, args, deadline, errors)
+    report["capture_random_pair"] = engine_figures(target.model, drafter.model)
     report["seconds"] = time.perf_counter() - started
     costs = report["costs"]
     report["expected"] = best_gamma_table(costs["c"], costs["v"]) if costs else []
@@ -354,7 +354,7 @@ def summary_text(report: dict) -> str:
                      f"column for the target: the bar is 1.15x), draft step {costs['draft_step_ms']:.2f} "
                      f"(c = {costs['c']:.3f}), verify γ+1: "
                      + ", ".join(f"γ={g} {ms:.2f} (v={costs['v'][g]:.2f})" for g, ms in costs["verify_ms"].items()))
-    lines += ["", f"{'twin pair (acceptance 1 by construction)':44} {'tok/s':>8} {'x AR':>6} {'step ms':>8} "
+    lines += ["", f"{'twin target (acceptance 1 by construction)':44} {'tok/s':>8} {'x AR':>6} {'step ms':>8} "
               f"{'tok/pass':>8} {'alpha':>6} {'predicted x AR':>14}"]
     for row in report["twin_rows"]:
         gamma = int(row["label"].split(":")[1]) if row["label"].startswith("fixed:") else None
@@ -369,7 +369,7 @@ def summary_text(report: dict) -> str:
                      f"{peer['tokens_per_s'] / ar['tokens_per_s'] if ar else 0:6.2f}  "
                      f"same tokens as our fixed:{PEER_GAMMA}: {'yes' if peer['same_tokens'] else 'NO'}")
     random_speedups = speedups(report["random_rows"], "ar T=1")
-    lines += ["", f"{'random pair':44} {'tok/s':>8} {'x AR':>6} {'step ms':>8} {'tok/pass':>8}"]
+    lines += ["", f"{'random target':44} {'tok/s':>8} {'x AR':>6} {'step ms':>8} {'tok/pass':>8}"]
     for row in report["random_rows"]:
         lines.append(f"{row['label']:44} {row['tokens_per_s']:8.1f} {random_speedups.get(row['label'], 0):6.2f} "
                      f"{row['median_step_ms']:8.2f} {row['tokens_per_target_call']:8.2f}")

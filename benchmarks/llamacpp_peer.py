@@ -308,43 +308,43 @@ def llama_speculative(tools, target: Path, draft: Path, prompt_file: Path, token
     return speculative_speed(log)
 
 
-def without_eos(pair):
+def without_eos(target):
     """A view of the pair that never stops at EOS (llama.cpp's rows run with --ignore-eos)."""
-    from pacer_core.models import ModelPair
+    from pacer_core.models import Target
 
-    class NoEosPair(ModelPair):
+    class NoEosPair(Target):
         @property
         def eos_token_ids(self) -> set[int]:
             return set()
-    return NoEosPair(**{field.name: getattr(pair, field.name) for field in dataclasses.fields(pair)})
+    return NoEosPair(**{field.name: getattr(target, field.name) for field in dataclasses.fields(target)})
 
 
-def project_rows(pair, drafter, gamma: int | None):
+def project_rows(target, drafter, gamma: int | None):
     """(row name, method, settings) for the project's rows: AR and the page's default fixed SD and PACER with
     ``drafter`` (measured_defaults.json's starting settings)."""
     from pacer_core.drafters import drafter_key, measured_gamma, measured_settings
     key = drafter_key(drafter)
-    fixed = gamma or measured_gamma(pair, drafter) or 4
+    fixed = gamma or measured_gamma(target, drafter) or 4
     return [("ours ar", "ar", {}), (f"ours fixed:{fixed}", "fixed", {"gamma": fixed}),
-            ("ours pacer", "pacer", measured_settings(pair, drafter, key, "pacer"))]
+            ("ours pacer", "pacer", measured_settings(target, drafter, key, "pacer"))]
 
 
-def project_run(pair, drafter, method: str, settings: dict, prompt_ids, tokens: int) -> tuple[float, list[int]]:
+def project_run(target, drafter, method: str, settings: dict, prompt_ids, tokens: int) -> tuple[float, list[int]]:
     from pacer_core.api import run_request
     from pacer_core.request import EncodedPrompt, request_for
     from pacer_core.settings import Limits, validate_settings
 
     limits = Limits.from_env()
     raw = {"max_new_tokens": tokens, "temperature": 0.0, **settings}
-    request = request_for(pair, drafter, method, validate_settings(limits, **raw), frozenset(raw),
+    request = request_for(target, drafter, method, validate_settings(limits, **raw), frozenset(raw),
                           EncodedPrompt(tuple(prompt_ids)), limits)
-    *_, result = list(run_request(pair, request))
+    *_, result = list(run_request(target, request))
     return result.metrics.tokens_per_s, list(result.token_ids)
 
 
 def measure(args) -> dict:
     from pacer_core.embedded import find_gguf_file
-    from pacer_core.models import load_pair
+    from pacer_core.models import load_target
     from pacer_core.prompts import load_prompts
 
     work = Path(args.work)
@@ -359,10 +359,10 @@ def measure(args) -> dict:
         linked = build_tools(work, link_library=installed_library_dir())
     draft_file = Path(args.draft_gguf) if args.draft_gguf else find_gguf_file()
     target_file = Path(args.target_gguf) if args.target_gguf else f32_target(tools, draft_file, work, env)
-    pair, loaded = load_pair(args.target, args.draft, target_engine=args.target_engine)
-    pair, drafter = without_eos(pair), loaded.default
+    target, drafters = load_target(args.target, args.draft, target_engine=args.target_engine)
+    target, drafter = without_eos(target), drafters.default
     prompts = load_prompts(args.prompts)[: args.limit or None]
-    ours = project_rows(pair, drafter, args.gamma)
+    ours = project_rows(target, drafter, args.gamma)
     theirs = ["llama.cpp ar"] + [f"llama.cpp spec n_max={n}" for n in args.n_max]
     samples: dict[str, dict[str, list[float]]] = {name: {} for name, _, _ in ours}
     samples.update({name: {} for name in theirs})
@@ -376,14 +376,14 @@ def measure(args) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         for repeat in range(args.repeats):
             for position, prompt in enumerate(prompts):
-                prompt_id, prompt_ids = prompt["id"], pair.encode_prompt(prompt["prompt"])
-                text = pair.tokenizer.apply_chat_template([{"role": "user", "content": prompt["prompt"]}],
+                prompt_id, prompt_ids = prompt["id"], target.encode_prompt(prompt["prompt"])
+                text = target.tokenizer.apply_chat_template([{"role": "user", "content": prompt["prompt"]}],
                                                           add_generation_prompt=True, tokenize=False)
                 prompt_file = Path(scratch) / prompt_file_name(position, prompt_id)
                 prompt_file.write_text(text)
                 outputs = {}
                 for name, method, settings in ours:
-                    speed, token_ids = project_run(pair, drafter, method, settings, prompt_ids, args.max_new_tokens)
+                    speed, token_ids = project_run(target, drafter, method, settings, prompt_ids, args.max_new_tokens)
                     samples[name].setdefault(prompt_id, []).append(speed)
                     outputs[name] = token_ids
                 try:
@@ -421,7 +421,7 @@ def measure(args) -> dict:
     medians = per_prompt_medians(samples)
     exact_rows = [name for name, _, _ in ours]
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": "python " + " ".join(map(shlex.quote, sys.argv)),
-            "pair": pair.describe(drafter), "threads": args.threads, "max_new_tokens": args.max_new_tokens,
+            "pair": target.describe(drafter), "threads": args.threads, "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats, "prompts": [prompt["id"] for prompt in prompts], "target_gguf": str(target_file),
             "tools": {name: str(path) for name, path in tools.items()},
             "tools_library": tools_library_words(args),

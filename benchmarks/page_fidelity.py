@@ -5,7 +5,7 @@ Chromium: an example's prompt typed, Run clicked, the finished table awaited (th
 recorded), the run's JSON trace downloaded. Then, in this process, the same four decoders run alone through
 the library (``pacer_core.generate``) with exactly the settings the page ran (read from that trace), one after
 another in the page's order once the browser has finished drawing, on a pair loaded the way app.py loads it
-(``pair_from_env``). Both sides are on this machine in the same hour, interleaved round by round, so what differs
+(``default_target.target_from_env``). Both sides are on this machine in the same hour, interleaved round by round, so what differs
 is only how the page measures.
 
 Every example runs at each of ``--new-tokens`` (default 48, the page's own, and 16: a short run shows what a fixed
@@ -118,7 +118,7 @@ def wait_until_drawn(page) -> None:
     time.sleep(DRAWN_S)
 
 
-def alone_round(pair, drafter, trace: dict) -> dict:
+def alone_round(target, drafter, trace: dict) -> dict:
     """The page's four decoders alone, one after another in the page's order, with the settings the page ran."""
     from pacer_core import generate
 
@@ -126,7 +126,7 @@ def alone_round(pair, drafter, trace: dict) -> dict:
     out = {}
     for method in page_order(trace):
         started = time.perf_counter()
-        result = generate(pair, drafter, method, trace["prompt"], chat=trace.get("chat_template"), **settings)
+        result = generate(target, drafter, method, trace["prompt"], chat=trace.get("chat_template"), **settings)
         out[method] = {"seconds": time.perf_counter() - started, "tokens": result.metrics.new_tokens,
                        "token_ids": list(result.token_ids)}
     return out
@@ -230,9 +230,9 @@ def browser_page(playwright, url: str):
 def measure(args) -> dict:
     from playwright.sync_api import sync_playwright
 
-    from pacer_core.models import pair_from_env
+    from pacer_core.default_target import target_from_env
 
-    pair, loaded = pair_from_env()
+    target, drafters = target_from_env()
     chosen = [item | {"label": f"{item['label']} · {tokens} tokens", "new_tokens": tokens}
               for item in examples(args.examples) for tokens in args.new_tokens]
     rounds = {item["label"]: [] for item in chosen}
@@ -240,11 +240,11 @@ def measure(args) -> dict:
     with running_app(downloads / "app.log") as url, sync_playwright() as playwright:
         browser, page = browser_page(playwright, url)
         warm = page_round(page, WARM_UP_PROMPT, downloads)        # lazy builds and first-call costs, both sides
-        alone_round(pair, loaded.default, warm["trace"])
+        alone_round(target, drafters.default, warm["trace"])
         for round_index in range(args.rounds):
             for item in chosen:
                 on_page = page_round(page, item["prompt"], downloads, item["new_tokens"])
-                alone = alone_round(pair, loaded.default, on_page["trace"])
+                alone = alone_round(target, drafters.default, on_page["trace"])
                 entry = {"round": round_index, "load_1min": os.getloadavg()[0],
                          "click_to_table_s": on_page["click_to_table_s"],
                          "phase_seconds": on_page["trace"].get("phase_seconds"),
@@ -265,7 +265,7 @@ def measure(args) -> dict:
                     row.pop("token_ids", None)
     results = {"date": datetime.date.today().isoformat(), "rounds": args.rounds,
                "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
-               "pair": pair.describe(loaded.default) | {"drafter": chosen and rounds[chosen[0]["label"]][0]["drafter"]},
+               "pair": target.describe(drafters.default) | {"drafter": chosen and rounds[chosen[0]["label"]][0]["drafter"]},
                "examples": []}
     for item in chosen:
         summary = summarize(rounds[item["label"]])

@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.results_writer import print_and_write  # noqa: E402
 from pacer_core.kvcache import CachedModel  # noqa: E402
-from pacer_core.models import load_pair  # noqa: E402
+from pacer_core.models import load_target  # noqa: E402
 
 CONTEXT = list(range(1000, 1060))
 SIZES = (1, 2, 4, 8)
@@ -36,10 +36,10 @@ def caches_by_config(dtypes: list[str], packed: str) -> dict:
     caches = {}
     for dtype, packing in configurations(dtypes, packed):
         os.environ["PACER_PACKED_LINEAR"] = packing
-        pair, loaded = load_pair("embedded", "embedded-small", device="cpu", dtype=dtype)
-        label = dtype + (" packed" if pair.describe(loaded.default)["linear_kernels"] != "default" else "")
-        for role, model in (("target", pair.target), ("draft", loaded.small_model)):
-            cache = CachedModel(model, pair.vocab_size)
+        target, drafters = load_target("embedded", "embedded-small", device="cpu", dtype=dtype)
+        label = dtype + (" packed" if target.describe(drafters.default)["linear_kernels"] != "default" else "")
+        for role, model in (("target", target.model), ("draft", drafters.small_model)):
+            cache = CachedModel(model, target.vocab_size)
             cache.forward(CONTEXT)
             caches[f"{role} {label}"] = cache
     return caches

@@ -53,17 +53,17 @@ def rss_bytes() -> int:
     return 0
 
 
-def without_stops(pair):
+def without_stops(target):
     """A view of ``pair`` with no end-of-text ids: every method generates to its token budget. The same
     target and tokenizer (nothing copied); the decoders read ``pair.eos_token_ids``."""
-    from pacer_core.models import ModelPair
+    from pacer_core.models import Target
 
-    class NoStopPair(ModelPair):
+    class NoStopPair(Target):
         @property
         def eos_token_ids(self) -> set[int]:
             return set()
 
-    fields = {field.name: getattr(pair, field.name) for field in dataclasses.fields(pair)}
+    fields = {field.name: getattr(target, field.name) for field in dataclasses.fields(target)}
     return NoStopPair(**fields)
 
 
@@ -169,14 +169,14 @@ def profile(records: list[dict], bins=BINS) -> dict:
     return out
 
 
-def app_settings(pair, drafter, max_new_tokens: int) -> dict:
+def app_settings(target, drafter, max_new_tokens: int) -> dict:
     """What the page's controls start at (ui/layout.py): T = 0.7, seed 0, the pair's measured fixed length;
     PACER's block size and threshold come from its pre-verifier (the run request resolves them)."""
     from pacer_core.drafters import measured_gamma
     from pacer_core.settings import FIELD_BY_NAME
 
     settings = {"max_new_tokens": max_new_tokens, "temperature": FIELD_BY_NAME["temperature"].app_value, "seed": 0}
-    gamma = measured_gamma(pair, drafter)
+    gamma = measured_gamma(target, drafter)
     return settings | ({"gamma": gamma} if gamma else {})
 
 
@@ -195,9 +195,9 @@ def run_prompt(context, record: dict, max_new_tokens: int, eos_ids: set[int]) ->
     from pacer_core.ui import handlers
     from pacer_core.ui.handlers import PageInputs
 
-    pair = context.pair
-    settings = app_settings(pair, context.drafter, max_new_tokens)
-    inputs = PageInputs(record["prompt"], settings, chat=pair.use_chat_template,
+    target = context.target
+    settings = app_settings(target, context.drafter, max_new_tokens)
+    inputs = PageInputs(record["prompt"], settings, chat=target.use_chat_template,
                         measure_ar=True)
     baseline_rss = rss_bytes()
     updates, final = 0, None
@@ -451,7 +451,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from pacer_core import load_pair
+    from pacer_core import load_target
     from pacer_core.preverifier import default_preverifier
     from pacer_core.prompts import load_prompts
     from pacer_core.settings import Limits
@@ -463,12 +463,12 @@ def main(argv=None) -> int:
     if args.only:
         wanted = set(args.only.split(","))
         prompts = [record for record in prompts if record["id"] in wanted]
-    pair, loaded = load_pair("embedded", "embedded")
-    eos_ids = set(pair.eos_token_ids)
-    preverifier = default_preverifier(pair, loaded.default)
-    run_pair = pair if args.stop_at_eos else without_stops(pair)
+    target, drafters = load_target("embedded", "embedded")
+    eos_ids = set(target.eos_token_ids)
+    preverifier = default_preverifier(target, drafters.default)
+    run_pair = target if args.stop_at_eos else without_stops(target)
     limits = Limits.from_env()
-    context = AppContext(run_pair, loaded.default, preverifier, getattr(preverifier, "kind", "heuristic"), limits)
+    context = AppContext(run_pair, drafters.default, preverifier, getattr(preverifier, "kind", "heuristic"), limits)
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     load_start = os.getloadavg()[0]
     warm_up(context)
@@ -478,10 +478,10 @@ def main(argv=None) -> int:
         runs.append(run_prompt(context, record, args.max_new_tokens, eos_ids))
         print(f"  {runs[-1]['wall_s']:.0f} s, overhead {100 * runs[-1]['render_overhead']:.1f}%", file=sys.stderr)
     report = {"started": started,
-              "machine": {"pair": pair.describe(loaded.default), "threads": torch.get_num_threads(), "load_start": round(load_start, 2),
+              "machine": {"pair": target.describe(drafters.default), "threads": torch.get_num_threads(), "load_start": round(load_start, 2),
                           "load_end": round(os.getloadavg()[0], 2), "torch": torch.__version__},
               "settings": {"prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
-                           "ignore_eos": not args.stop_at_eos, "decode": app_settings(pair, loaded.default, args.max_new_tokens),
+                           "ignore_eos": not args.stop_at_eos, "decode": app_settings(target, drafters.default, args.max_new_tokens),
                            "limits": dataclasses.asdict(limits)},
               "runs": runs}
     write_outputs(Path(args.out), report, args.figure)
@@ -494,7 +494,7 @@ def warm_up(context) -> None:
     from pacer_core.ui import handlers
     from pacer_core.ui.handlers import PageInputs
 
-    inputs = PageInputs("Say hello.", app_settings(context.pair, context.drafter, 8), chat=context.pair.use_chat_template,
+    inputs = PageInputs("Say hello.", app_settings(context.target, context.drafter, 8), chat=context.target.use_chat_template,
                         measure_ar=True)
     for _ in handlers.run(context, inputs):
         pass

@@ -58,22 +58,22 @@ VARIANTS = {"ess_threshold=1.0": {"ess_threshold": 1.0}, "final=argmax": {"final
 def build_pair(name: str, folder: Path):
     """torch-0.5, torch-0.2: a noisy copy drafts; gguf-0.2: the noise-0.2 copy written as GGUF, run by llama.cpp."""
     noise = float(name.split("-")[1])
-    pair, drafter = tiny_pair(vocab_size=VOCAB, scale=SCALE, draft_noise=noise)
+    target, drafter = tiny_pair(vocab_size=VOCAB, scale=SCALE, draft_noise=noise)
     if name.startswith("gguf"):
         from pacer_core.drafters import LoadedDrafters, load_drafter
         from pacer_core.testing.gguf_file import write_llama_gguf
-        written = write_llama_gguf(drafter.model, pair.tokenizer, folder / f"{name}.gguf")
-        drafter = load_drafter(pair, LoadedDrafters.around(drafter, gguf_file=str(written)), "gguf")
-    return pair, drafter
+        written = write_llama_gguf(drafter.model, target.tokenizer, folder / f"{name}.gguf")
+        drafter = load_drafter(target, LoadedDrafters.around(drafter, gguf_file=str(written)), "gguf")
+    return target, drafter
 
 
 @torch.inference_mode()
-def drafter_sequence_distribution(pair, drafter, temperature: float) -> dict[tuple, float]:
+def drafter_sequence_distribution(target, drafter, temperature: float) -> dict[tuple, float]:
     """The drafter's own distribution q of the first N_TOKENS tokens (SMC-SD's output at N = 1 when K >= N_TOKENS),
     through the drafter's cache with full support, as SMC-SD draws from it."""
     distribution = {}
     for prefix in itertools.product(range(VOCAB), repeat=N_TOKENS - 1):
-        _, cache = new_caches(pair, drafter, full_support=True)
+        _, cache = new_caches(target, drafter, full_support=True)
         logits = cache.forward(torch.tensor([PROMPT + list(prefix)]))[0, len(PROMPT) - 1:]      # [N_TOKENS, V]
         probs = token_log_probs(logits.float(), temperature).exp()
         prefix_prob = float(torch.prod(probs[torch.arange(N_TOKENS - 1), list(prefix)]))
@@ -119,15 +119,15 @@ def smc_settings(n_particles: int, draft_len: int, variant: dict):
     return validate_settings(limits, **raw), chosen_names(raw), limits
 
 
-def run_config(pair, drafter, outcomes: list[tuple], exact: torch.Tensor, n_particles: int, draft_len: int, variant: dict,
+def run_config(target, drafter, outcomes: list[tuple], exact: torch.Tensor, n_particles: int, draft_len: int, variant: dict,
                runs: int, generator: torch.Generator) -> dict:
     settings, names, limits = smc_settings(n_particles, draft_len, variant)
-    request = request_for(pair, drafter, "smc", settings, names, EncodedPrompt(tuple(PROMPT)), limits)
+    request = request_for(target, drafter, "smc", settings, names, EncodedPrompt(tuple(PROMPT)), limits)
     index = {outcome: i for i, outcome in enumerate(outcomes)}
     per_run = torch.zeros(runs, len(outcomes), dtype=torch.float64)
     resampled_runs, started = 0, time.perf_counter()
     for seed in range(runs):
-        *events, result = run_request(pair, request.reseeded(seed))
+        *events, result = run_request(target, request.reseeded(seed))
         for outcome, weight in selection_distribution(events, result, settings.final).items():
             per_run[seed, index[outcome]] += weight
         resampled_runs += any(event.resampled for event in events)
@@ -142,18 +142,18 @@ def run(pair_names: list[str], particles: list[int], draft_lens: list[int], runs
     rows, pairs_info = [], {}
     with tempfile.TemporaryDirectory() as folder:
         for name in pair_names:
-            pair, drafter = build_pair(name, Path(folder))
-            exact_dict = target_sequence_distribution(pair.target, PROMPT, N_TOKENS, TEMPERATURE)
+            target, drafter = build_pair(name, Path(folder))
+            exact_dict = target_sequence_distribution(target.model, PROMPT, N_TOKENS, TEMPERATURE)
             outcomes = sorted(exact_dict)
             exact = torch.tensor([exact_dict[o] for o in outcomes], dtype=torch.float64)
-            drafted = drafter_sequence_distribution(pair, drafter, TEMPERATURE)
+            drafted = drafter_sequence_distribution(target, drafter, TEMPERATURE)
             tv_draft = 0.5 * sum(abs(drafted[o] - exact_dict[o]) for o in outcomes)
             pairs_info[name] = {"tv_draft_exact": tv_draft}
             configs = [(n, k, "shipped", {}) for k in draft_lens for n in particles]
             if variants:
                 configs += [(2, draft_lens[0], label, extra) for label, extra in VARIANTS.items()]
             for n_particles, draft_len, label, extra in configs:
-                row = {"pair": name, "variant": label} | run_config(pair, drafter, outcomes, exact, n_particles, draft_len,
+                row = {"pair": name, "variant": label} | run_config(target, drafter, outcomes, exact, n_particles, draft_len,
                                                                      extra, runs, generator)
                 if n_particles == 1 and label == "shipped":
                     row["tv_exact"] = tv_draft

@@ -26,7 +26,7 @@ from pacer_core.kvcache import CachedModel  # noqa: E402
 from pacer_core.llama.target import COMPANION_SEQUENCE, LlamaTarget, LlamaTargetCache  # noqa: E402
 from pacer_core.llama.cache import GGUFCache  # noqa: E402
 from pacer_core.llama.model import ContextPool  # noqa: E402
-from pacer_core.models import load_pair  # noqa: E402
+from pacer_core.models import load_target  # noqa: E402
 
 VERIFY_TOKENS = (1, 2, 4, 8, 12, 16, 24, 36)
 PROMPT = "Explain how a refrigerator keeps food cold."
@@ -108,13 +108,13 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="benchmarks/results/target-engine")
     args = parser.parse_args(argv)
-    pair, _ = load_pair("embedded", "small", target_engine="torch")
-    engine = LlamaTarget.for_embedded(pair.tokenizer, pair.vocab_size)
-    prompt = pair.encode_prompt(PROMPT)
+    target, _ = load_target("embedded", "small", target_engine="torch")
+    engine = LlamaTarget.for_embedded(target.tokenizer, target.vocab_size)
+    prompt = target.encode_prompt(PROMPT)
     continuation = [int(token) for token in torch.randint(100, 40000, (max(VERIFY_TOKENS),),
                                                           generator=torch.Generator().manual_seed(args.seed))]
-    engines = [Engine("torch (packed float32)", lambda: CachedModel(pair.target, pair.vocab_size)),
-               *llama_engines(engine.model, pair.vocab_size)]
+    engines = [Engine("torch (packed float32)", lambda: CachedModel(target.model, target.vocab_size)),
+               *llama_engines(engine.model, target.vocab_size)]
     curve = step_curve(engines, prompt, continuation, args.repeats, args.seed)
     checks = {item.name: invariance(item, prompt, continuation[:30]) for item in engines[1:]}
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "threads": engine.model.threads,

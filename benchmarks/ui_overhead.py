@@ -38,11 +38,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from any folder
 
-from pacer_core import load_pair  # noqa: E402
+from pacer_core import load_target  # noqa: E402
 from pacer_core.preverifier import default_preverifier  # noqa: E402
 from pacer_core.ui import handlers  # noqa: E402
 from pacer_core.ui.handlers import AppContext, PageInputs  # noqa: E402
-from pacer_core.ui.replay import RecordedPair  # noqa: E402
+from pacer_core.ui.replay import RecordedTarget  # noqa: E402
 from pacer_core.ui.session import RunSession  # noqa: E402
 
 PROMPT = "Write a Python function that checks whether a string is a palindrome."
@@ -119,7 +119,7 @@ def recording(session, calls: list, settings: dict, measure_ar: bool) -> dict:
     """What a replay needs from a finished UI run: each model call in order with its time and what it added
     (an event, the Result, or the oracle / likelihood values), the pair's description and the inputs."""
     steps = [call for call in calls if call[0] != "advance_one" or call[3] is not None]
-    return {"steps": steps, "describe": session.pair.describe(session.drafter), "prompt": session.prompt,
+    return {"steps": steps, "describe": session.target.describe(session.drafter), "prompt": session.prompt,
             "prompt_ids": list(session.prompt_ids), "settings": settings, "measure_ar": measure_ar,
             "session_settings": dict(session.settings),
             "chat": session.chat, "errors": {run.method: run.error for run in session.runs.values() if run.error},
@@ -147,7 +147,7 @@ def replay_session_class(clock: VirtualClock, recorded: dict):
 
     class ReplaySession(RunSession):
         def __init__(self, *args, **kwargs):      # noqa: D401 - no model, no validation: the recorded run's
-            self.pair, self.prompt, self.chat = RecordedPair(recorded["describe"]), recorded["prompt"], recorded["chat"]
+            self.target, self.prompt, self.chat = RecordedTarget(recorded["describe"]), recorded["prompt"], recorded["chat"]
             self.settings = self.validated = dict(recorded["session_settings"])
             self.raw_settings, self.preverifier, self.limits = dict(recorded["settings"]), None, None
             self.cancel, self.prompt_ids, self.prompt_note = threading.Event(), recorded["prompt_ids"], None
@@ -205,7 +205,7 @@ def replay_render_seconds(recorded: dict) -> tuple[float, float, int]:
     original_new_session, original_time = handlers.new_session, handlers.time
     handlers.new_session = lambda context, inputs: session_class()
     handlers.time = clock
-    context = AppContext(RecordedPair(recorded["describe"]), None, None, "trained")
+    context = AppContext(RecordedTarget(recorded["describe"]), None, None, "trained")
     inputs = PageInputs(recorded["prompt"], dict(recorded["settings"]), chat=recorded["chat"],
                         measure_ar=recorded["measure_ar"])
     try:
@@ -245,15 +245,15 @@ def main():
         Path(args.out).write_text(json.dumps(report, indent=2))
         print(json.dumps(report, indent=2))
         return
-    pair, loaded = load_pair("embedded", "embedded")
+    target, drafters = load_target("embedded", "embedded")
     if args.ignore_eos:
         from scaling import without_stops
 
-        pair = without_stops(pair)
-    preverifier = default_preverifier(pair, loaded.default)
-    context = AppContext(pair, loaded.default, preverifier, getattr(preverifier, "kind", "heuristic"))
+        target = without_stops(target)
+    preverifier = default_preverifier(target, drafters.default)
+    context = AppContext(target, drafters.default, preverifier, getattr(preverifier, "kind", "heuristic"))
     settings = {"max_new_tokens": args.max_new_tokens, "temperature": 0.7, "seed": 0}
-    inputs = PageInputs(PROMPT, settings, chat=pair.use_chat_template, measure_ar=not args.no_ar)
+    inputs = PageInputs(PROMPT, settings, chat=target.use_chat_template, measure_ar=not args.no_ar)
     with_ui_seconds(context, PageInputs(PROMPT, settings | {"max_new_tokens": 8}, chat=inputs.chat,
                                         measure_ar=inputs.measure_ar))  # warm-up (kernels, lazy loads)
     headless, with_ui, render, calls, session = [], [], [], [], None

@@ -17,12 +17,13 @@ if "OMP_WAIT_POLICY" not in os.environ:
 from .api import generate, make_decoder, run_request, stream
 from .decoders import Autoregressive, FixedSpeculative, Pacer
 from .events import BlockDecision, Metrics, Result, SMCCycleEvent, StepEvent, TokenRecord
-from .models import ModelLoadError, ModelPair, load_pair, pair_from_env
+from .default_target import target_from_env
+from .models import ModelLoadError, Target, load_target
 from .request import RunRequest, build_request
 from .settings import DecodeSettings, Limits, SettingsError, validate_settings
 
 __all__ = ["generate", "stream", "make_decoder", "build_request", "run_request", "RunRequest",
            "Autoregressive", "FixedSpeculative", "Pacer",
            "BlockDecision", "Metrics", "Result", "SMCCycleEvent", "StepEvent", "TokenRecord",
-           "ModelLoadError", "ModelPair", "load_pair", "pair_from_env", "DecodeSettings", "Limits",
+           "ModelLoadError", "Target", "load_target", "target_from_env", "DecodeSettings", "Limits",
            "SettingsError", "validate_settings"]

@@ -28,31 +28,31 @@ def step_starts(events) -> list[int]:
 
 @torch.inference_mode()
 @torch.inference_mode()
-def target_teacher_forced_logits(pair, drafter, prompt_ids, output_ids) -> torch.Tensor:
+def target_teacher_forced_logits(target, drafter, prompt_ids, output_ids) -> torch.Tensor:
     """The target's logits predicting each output token: [len(output), V], from one feed on the engine the target
     runs on beside ``drafter`` (``llama.engine.target_cache``: llama.cpp where it runs the target, a tenth of a torch
     forward's time)."""
-    from .llama.engine import target_cache
-    target = target_cache(pair, drafter)
-    logits = target.forward(list(prompt_ids) + list(output_ids), keep=len(output_ids) + 1)
-    return logits[0, :-1, : pair.vocab_size].float().cpu()
+    from .llama import engine
+    target_cache = engine.target_cache(target, drafter)
+    logits = target_cache.forward(list(prompt_ids) + list(output_ids), keep=len(output_ids) + 1)
+    return logits[0, :-1, : target.vocab_size].float().cpu()
 
 
 @torch.inference_mode()
-def draft_teacher_forced_logits(pair, drafter, prompt_ids, output_ids, full_support: bool = False) -> torch.Tensor:
+def draft_teacher_forced_logits(target, drafter, prompt_ids, output_ids, full_support: bool = False) -> torch.Tensor:
     """The drafter's logits predicting each output token given the true prefix: [len(output), V], with the
     prompt given to the drafter as a run gives it (``decoders.base.make_state``). A feature head reads the
     target's real hidden states here, so these are its first-token predictions (deeper drafted tokens read its
     own predicted states); a draft cache that adopts the target's prompt (the gguf drafter beside the llama.cpp
     target) takes the target's keys and values for prompt[:-1] and computes the rest."""
     from .drafters import new_caches
-    target, draft = new_caches(pair, drafter, full_support)
+    target_cache, draft = new_caches(target, drafter, full_support)
     ids = list(prompt_ids) + list(output_ids)
     if drafter.reads_target_features:
-        target.forward(ids)
+        target_cache.forward(ids)
     elif adopts_prompt(draft, prompt_ids):
-        target.forward(list(prompt_ids[:-1]), keep=1)
-        return adopted_draft_logits(draft, target, prompt_ids, output_ids)
+        target_cache.forward(list(prompt_ids[:-1]), keep=1)
+        return adopted_draft_logits(draft, target_cache, prompt_ids, output_ids)
     return draft.forward(ids)[0, len(prompt_ids) - 1: -1].float().cpu()
 
 
@@ -61,15 +61,15 @@ def adopts_prompt(draft, prompt_ids) -> bool:
     return len(prompt_ids) > 1 and getattr(draft, "adopts_target_prompt", False)
 
 
-def adopted_draft_logits(draft, target, prompt_ids, output_ids) -> torch.Tensor:
-    """The drafter's logits predicting each output token, [len(output), V], its cache adopting ``target``, a
+def adopted_draft_logits(draft, target_cache, prompt_ids, output_ids) -> torch.Tensor:
+    """The drafter's logits predicting each output token, [len(output), V], its cache adopting ``target_cache``, a
     target cache holding prompt[:-1]."""
-    draft.adopt(target)
+    draft.adopt(target_cache)
     return draft.forward(list(prompt_ids[-1:]) + list(output_ids[:-1]))[0].float().cpu()
 
 
 @torch.inference_mode()
-def output_logits(pair, drafter, prompt_ids, outputs: dict, drafted: dict | None = None,
+def output_logits(target, drafter, prompt_ids, outputs: dict, drafted: dict | None = None,
                   known_target_logits: dict | None = None) -> tuple[dict, dict]:
     """The target's teacher-forced logits of every output (``outputs``: {key: output ids}) and the drafter's of
     some (``drafted``: {key: full_support}), [len(output), V] each, as ``target_teacher_forced_logits`` and
@@ -77,37 +77,37 @@ def output_logits(pair, drafter, prompt_ids, outputs: dict, drafted: dict | None
     (the cache cropped back in between), and a draft cache that adopts the target's prompt takes its cells.
     ``known_target_logits``: {key: the target's rows along that output}, already at hand (a run that kept the
     rows that judged its tokens): returned as they are, with no target pass over that output."""
-    from .llama.engine import target_cache
+    from .llama import engine
     known = known_target_logits or {}
     target_logits = {key: known[key] for key in outputs if key in known}
     missing = {key: output_ids for key, output_ids in outputs.items() if key not in known}
     if not drafted and not missing:
         return target_logits, {}
-    target = target_cache(pair, drafter)
+    target_cache = engine.target_cache(target, drafter)
     prefix, last = list(prompt_ids[:-1]), list(prompt_ids[-1:])
     if prefix:
-        target.forward(prefix, keep=1)
-    draft_logits = {key: drafted_after(pair, drafter, target, prompt_ids, outputs[key], full_support)
+        target_cache.forward(prefix, keep=1)
+    draft_logits = {key: drafted_after(target, drafter, target_cache, prompt_ids, outputs[key], full_support)
                     for key, full_support in (drafted or {}).items()}
     for key, output_ids in missing.items():
-        target.crop(len(prefix))
+        target_cache.crop(len(prefix))
         fed = last + list(output_ids[:-1])
-        target_logits[key] = target.forward(fed, keep=len(fed))[0, :, : pair.vocab_size].float().cpu()
+        target_logits[key] = target_cache.forward(fed, keep=len(fed))[0, :, : target.vocab_size].float().cpu()
     return target_logits, draft_logits
 
 
-def drafted_after(pair, drafter, target, prompt_ids, output_ids, full_support: bool) -> torch.Tensor:
+def drafted_after(target, drafter, target_cache, prompt_ids, output_ids, full_support: bool) -> torch.Tensor:
     """``draft_teacher_forced_logits`` from a target cache holding prompt[:-1], as a run's drafter starts: a draft
     cache that adopts the target's prompt takes its cells; any other drafter scores prompt and output itself."""
     if drafter.reads_target_features:
-        return draft_teacher_forced_logits(pair, drafter, prompt_ids, output_ids, full_support)
-    draft = drafter.new_cache(target, full_support)
+        return draft_teacher_forced_logits(target, drafter, prompt_ids, output_ids, full_support)
+    draft = drafter.new_cache(target_cache, full_support)
     if adopts_prompt(draft, prompt_ids):
-        return adopted_draft_logits(draft, target, prompt_ids, output_ids)
+        return adopted_draft_logits(draft, target_cache, prompt_ids, output_ids)
     return draft.forward(list(prompt_ids) + list(output_ids))[0, len(prompt_ids) - 1: -1].float().cpu()
 
 
-def target_log_likelihood(pair, drafter, prompt_ids: list[int], output_ids: list[int],
+def target_log_likelihood(target, drafter, prompt_ids: list[int], output_ids: list[int],
                           target_logits: torch.Tensor | None = None) -> tuple[float, int]:
     """Sum of the target's log-probabilities (temperature 1) of the generated tokens, and their count.
     Exact samplers (AR, fixed SD, PACER) and SMC-SD can be compared by the mean of this per token.
@@ -115,11 +115,11 @@ def target_log_likelihood(pair, drafter, prompt_ids: list[int], output_ids: list
     if not output_ids:
         return 0.0, 0
     if target_logits is None:
-        target_logits = target_teacher_forced_logits(pair, drafter, prompt_ids, output_ids)
+        target_logits = target_teacher_forced_logits(target, drafter, prompt_ids, output_ids)
     return sum(chosen_log_probs(target_logits, list(output_ids))), len(output_ids)
 
 
-def proposal_divergence(pair, drafter, prompt_ids: list[int], output_ids: list[int], temperature: float,
+def proposal_divergence(target, drafter, prompt_ids: list[int], output_ids: list[int], temperature: float,
                         draft_temperature: float | None = None, top_k: int = 0, top_p: float = 1.0,
                         target_logits: torch.Tensor | None = None,
                         draft_logits: torch.Tensor | None = None) -> tuple[float, int]:
@@ -131,32 +131,32 @@ def proposal_divergence(pair, drafter, prompt_ids: list[int], output_ids: list[i
     if not output_ids:
         return 0.0, 0
     if target_logits is None:
-        target_logits = target_teacher_forced_logits(pair, drafter, prompt_ids, output_ids)
+        target_logits = target_teacher_forced_logits(target, drafter, prompt_ids, output_ids)
     if draft_logits is None:
-        draft_logits = draft_teacher_forced_logits(pair, drafter, prompt_ids, output_ids, full_support=True)
+        draft_logits = draft_teacher_forced_logits(target, drafter, prompt_ids, output_ids, full_support=True)
     divergence = proposal_kl(token_log_probs(target_logits, temperature, top_k, top_p),
                              token_log_probs(draft_logits, draft_temperature or temperature, top_k, top_p))
     return float(divergence.sum()), len(output_ids)
 
 
-def greedy_match_flags(pair, drafter, prompt_ids, output_ids) -> list[bool]:
+def greedy_match_flags(target, drafter, prompt_ids, output_ids) -> list[bool]:
     """flags[j]: the draft's argmax given the true prefix equals output token j."""
     if not output_ids:
         return []
-    draft_logits = draft_teacher_forced_logits(pair, drafter, prompt_ids, output_ids)
+    draft_logits = draft_teacher_forced_logits(target, drafter, prompt_ids, output_ids)
     return (draft_logits.argmax(-1) == torch.tensor(list(output_ids))).tolist()
 
 
 @torch.inference_mode()
-def drafted_run_lengths(pair, drafter, prompt_ids, output_ids, starts: list[int], max_len: int) -> list[int]:
+def drafted_run_lengths(target, drafter, prompt_ids, output_ids, starts: list[int], max_len: int) -> list[int]:
     """γ*_t by drafting greedily from each start until the first token that differs from the output: exact
     for a drafter whose deeper tokens read its own predictions (a feature head), where one teacher-forced
     pass would only give first-token matches."""
     from .drafters import new_caches
-    target, _ = new_caches(pair, drafter)
+    target_cache, _ = new_caches(target, drafter)
     sequence = list(prompt_ids) + list(output_ids)
-    target.forward(sequence)
-    verified = FeaturePrefix(target.features)
+    target_cache.forward(sequence)
+    verified = FeaturePrefix(target_cache.features)
     draft = drafter.new_cache(verified)
     lengths = []
     for start in starts:
@@ -211,31 +211,31 @@ def expected_run_lengths(accept_rates: list[float], starts: list[int], max_len: 
     return expected
 
 
-def oracle_lengths(pair, drafter, prompt_ids, output_ids, starts, temperature: float = 0.0, top_k: int = 0,
+def oracle_lengths(target, drafter, prompt_ids, output_ids, starts, temperature: float = 0.0, top_k: int = 0,
                    top_p: float = 1.0, max_len: int = 16, target_logits: torch.Tensor | None = None,
                    draft_logits: torch.Tensor | None = None) -> list[float]:
     """γ*_t for every step start (see module docstring for the sampling definition). ``target_logits``,
     ``draft_logits``: the output's teacher-forced logits, when already computed (sampling only)."""
     if temperature <= 0 and drafter.reads_target_features:
-        return [float(n) for n in drafted_run_lengths(pair, drafter, prompt_ids, output_ids, starts, max_len)]
+        return [float(n) for n in drafted_run_lengths(target, drafter, prompt_ids, output_ids, starts, max_len)]
     if temperature <= 0:
-        flags = greedy_match_flags(pair, drafter, prompt_ids, output_ids)
+        flags = greedy_match_flags(target, drafter, prompt_ids, output_ids)
         return [float(n) for n in run_lengths(flags, starts, max_len)]
     if draft_logits is None:
-        draft_logits = draft_teacher_forced_logits(pair, drafter, prompt_ids, output_ids)
+        draft_logits = draft_teacher_forced_logits(target, drafter, prompt_ids, output_ids)
     draft_probs = logits_to_probs(draft_logits, temperature, top_k, top_p)
     if target_logits is None:
-        target_logits = target_teacher_forced_logits(pair, drafter, prompt_ids, output_ids)
+        target_logits = target_teacher_forced_logits(target, drafter, prompt_ids, output_ids)
     target_probs = logits_to_probs(target_logits, temperature, top_k, top_p)
     accept_rates = torch.minimum(draft_probs, target_probs).sum(-1).tolist()
     return expected_run_lengths(accept_rates, starts, max_len)
 
 
-def attach_oracle(pair, drafter, prompt_ids, result, max_len: int = 16) -> list[float]:
+def attach_oracle(target, drafter, prompt_ids, result, max_len: int = 16) -> list[float]:
     """Fill ``oracle_len`` of every StepEvent of a finished Result; returns the lengths."""
     settings = result.settings
     steps = [event for event in result.events if isinstance(event, StepEvent)]
-    lengths = oracle_lengths(pair, drafter, prompt_ids, result.token_ids, step_starts(steps),
+    lengths = oracle_lengths(target, drafter, prompt_ids, result.token_ids, step_starts(steps),
                              settings.get("temperature", 0.0), settings.get("top_k", 0), settings.get("top_p", 1.0),
                              max_len)
     for event, length in zip(steps, lengths):

@@ -23,30 +23,30 @@ def make_decoder(method: str, preverifier=None):
     raise SettingsError(f"Unknown method {method!r}.")
 
 
-def run_request(pair, request: RunRequest, cancel=None) -> Iterator:
+def run_request(target, request: RunRequest, cancel=None) -> Iterator:
     """Yield the decoder's events and finally its Result, for a request resolved at its front door."""
     decoder = make_decoder(request.method, request.preverifier)
-    for item in decoder.run(pair, request.drafter, list(request.prompt_ids), request.settings, cancel,
+    for item in decoder.run(target, request.drafter, list(request.prompt_ids), request.settings, cancel,
                             keep_target_rows=request.keep_target_rows):
         if isinstance(item, Result) and request.prompt_note:
             item.info["prompt_note"] = request.prompt_note
         yield item
 
 
-def stream(pair, drafter, method: str, prompt: str, cancel=None, preverifier=None, chat: bool | None = None,
+def stream(target, drafter, method: str, prompt: str, cancel=None, preverifier=None, chat: bool | None = None,
            limits: Limits | None = None, **raw_settings) -> Iterator:
     """Validate everything once, then yield the decoder's events and finally its Result, drafting with
-    ``drafter`` (the loader's, ``models.load_pair``, or another built for the pair: ``drafters.load_drafter``)."""
-    request = build_request(pair, drafter, method, prompt, raw_settings, chat=chat, preverifier=preverifier,
+    ``drafter`` (the loader's, ``models.load_target``, or another built for the pair: ``drafters.load_drafter``)."""
+    request = build_request(target, drafter, method, prompt, raw_settings, chat=chat, preverifier=preverifier,
                             limits=limits)
-    yield from run_request(pair, request, cancel)
+    yield from run_request(target, request, cancel)
 
 
-def generate(pair, drafter, method: str, prompt: str, cancel=None, preverifier=None, chat: bool | None = None,
+def generate(target, drafter, method: str, prompt: str, cancel=None, preverifier=None, chat: bool | None = None,
              limits: Limits | None = None, **raw_settings) -> Result:
     """Run one method drafting with ``drafter`` to the end and return its Result (.text, .token_ids, .events,
     .metrics)."""
     result = None
-    for item in stream(pair, drafter, method, prompt, cancel, preverifier, chat, limits, **raw_settings):
+    for item in stream(target, drafter, method, prompt, cancel, preverifier, chat, limits, **raw_settings):
         result = item
     return result

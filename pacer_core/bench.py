@@ -23,7 +23,7 @@ from .bench_report import (RunRecord, add_drafters_and_identity, add_log_likelih
 from .decoders.oracle import OracleLength
 from .drafters import load_drafter
 from .methods import HF_METHODS, MethodSpec, parse_method
-from .models import ModelLoadError, load_pair
+from .models import ModelLoadError, load_target
 from .prompts import load_prompts
 from .request import RunRequest, encode_prompt, row_requests
 from .settings import Limits, SettingsError, validate_settings
@@ -55,11 +55,11 @@ class CallCounter:
         self.handle.remove()
 
 
-def run_hf(pair, draft_model, spec: MethodSpec, request: RunRequest) -> RunRecord:
+def run_hf(target, draft_model, spec: MethodSpec, request: RunRequest) -> RunRecord:
     """transformers' own generate: plain (``hf``) or assisted by ``draft_model``, the loaded independent draft model
     (``hf-assisted``, ``hf-assisted-dynamic``)."""
     settings, prompt_ids = request.settings, list(request.prompt_ids)
-    eos_ids = sorted(pair.eos_token_ids)
+    eos_ids = sorted(target.eos_token_ids)
     kwargs = {"max_new_tokens": settings.max_new_tokens, "eos_token_id": eos_ids or None,
               "pad_token_id": eos_ids[0] if eos_ids else 0}
     if settings.greedy:
@@ -80,13 +80,13 @@ def run_hf(pair, draft_model, spec: MethodSpec, request: RunRequest) -> RunRecor
         draft_config.num_assistant_tokens = settings.gamma
         draft_config.num_assistant_tokens_schedule = "constant"
         draft_config.assistant_confidence_threshold = 0.0
-    target_counter = CallCounter(pair.target)
-    draft_counter = CallCounter(draft_model if draft_model is not None else pair.target)
-    input_ids = torch.tensor([prompt_ids], device=pair.device)
+    target_counter = CallCounter(target.model)
+    draft_counter = CallCounter(draft_model if draft_model is not None else target.model)
+    input_ids = torch.tensor([prompt_ids], device=target.device)
     started = time.perf_counter()
     try:
         with torch.inference_mode():
-            output = pair.target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+            output = target.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
     finally:
         target_counter.close()
         draft_counter.close()
@@ -95,13 +95,13 @@ def run_hf(pair, draft_model, spec: MethodSpec, request: RunRequest) -> RunRecor
     seconds = time.perf_counter() - started
     new_ids = output[0, len(prompt_ids):].tolist()
     return RunRecord(seconds, len(new_ids), target_counter.calls, draft_counter.calls, 0, 0, 0.0, 0.0,
-                     new_ids, pair.decode(new_ids))
+                     new_ids, target.decode(new_ids))
 
 
-def run_ours(pair, spec: MethodSpec, request: RunRequest, reference) -> RunRecord:
+def run_ours(target, spec: MethodSpec, request: RunRequest, reference) -> RunRecord:
     decoder = OracleLength(reference) if spec.kind == "oracle" else make_decoder(spec.kind, request.preverifier)
     started = time.perf_counter()
-    *events, result = decoder.run(pair, request.drafter, list(request.prompt_ids), request.settings)
+    *events, result = decoder.run(target, request.drafter, list(request.prompt_ids), request.settings)
     seconds = time.perf_counter() - started
     metrics = result.metrics
     return RunRecord(seconds, metrics.new_tokens, metrics.target_calls, metrics.draft_calls, metrics.drafted_tokens,
@@ -180,17 +180,17 @@ def run_benchmark(args) -> int:
     if any(spec.kind == "oracle" for spec in specs) and not base.greedy:
         raise SettingsError("The oracle method needs --temperature 0.")
     prompts = select_prompts(load_prompts(args.prompts), args.per_category)[: args.limit or None]
-    pair, loaded = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype,
+    target, drafters = load_target(args.target, args.draft, device=args.device, dtype=args.dtype,
                              draft_dtype=args.draft_dtype, draft_vocab=args.draft_vocab, draft_gguf=args.draft_gguf,
                              target_engine=args.target_engine or os.environ.get("PACER_TARGET_ENGINE"))
     from .preverifier import default_preverifier
 
-    own = loaded.default
-    preverifier = default_preverifier(pair, own)
-    encoded = [encode_prompt(pair, record["prompt"], None, limits) for record in prompts]
-    drafters = load_row_drafters(pair, loaded, specs, args.head)
-    row_drafters = {spec.label: drafters[spec.drafter] if spec.drafter else (own, preverifier) for spec in specs}
-    requests = {spec.label: row_requests(pair, row_drafters[spec.label][0], spec, raw, encoded, limits,
+    own = drafters.default
+    preverifier = default_preverifier(target, own)
+    encoded = [encode_prompt(target, record["prompt"], None, limits) for record in prompts]
+    drafters_by_name = load_row_drafters(target, drafters, specs, args.head)
+    row_drafters = {spec.label: drafters_by_name[spec.drafter] if spec.drafter else (own, preverifier) for spec in specs}
+    requests = {spec.label: row_requests(target, row_drafters[spec.label][0], spec, raw, encoded, limits,
                                          row_drafters[spec.label][1])
                 for spec in specs}
     settings_for = {label: row[0].settings for label, row in requests.items()}
@@ -202,10 +202,10 @@ def run_benchmark(args) -> int:
         if not request.settings.greedy:  # sampling: a different seed per repeat, so log-likelihoods see varied samples
             request = request.reseeded(repeat)
         if spec.kind in HF_METHODS:
-            return run_hf(pair, loaded.small_model, spec, request)
+            return run_hf(target, drafters.small_model, spec, request)
         if spec.drafter:
-            return run_ours(pair, spec, request, references.get(index, []))
-        record = run_ours(pair, spec, request, references.get(index, []))
+            return run_ours(target, spec, request, references.get(index, []))
+        record = run_ours(target, spec, request, references.get(index, []))
         if spec.kind == "ar":
             references[index] = record.token_ids
         return record
@@ -229,9 +229,9 @@ def run_benchmark(args) -> int:
     add_relative_speeds(rows)
     add_drafters_and_identity(own, rows, specs, runs, base.greedy)
     if args.loglik:
-        add_log_likelihoods(pair, own, rows, specs, runs, prompt_ids)
-        add_proposal_divergences(pair, own, rows, specs, settings_for, runs, prompt_ids, drafters)
-    report = {"machine": machine_info(pair, own), "preverifier": getattr(preverifier, "kind", "custom"),
+        add_log_likelihoods(target, own, rows, specs, runs, prompt_ids)
+        add_proposal_divergences(target, own, rows, specs, settings_for, runs, prompt_ids, drafters_by_name)
+    report = {"machine": machine_info(target, own), "preverifier": getattr(preverifier, "kind", "custom"),
               "settings": {"prompts": args.prompts, "prompt_count": len(prompts), "max_new_tokens": args.max_new_tokens,
                            "temperature": args.temperature, "repeats": args.repeats, "seed": args.seed,
                            "decode": base.to_dict()},
@@ -241,18 +241,18 @@ def run_benchmark(args) -> int:
     return 0
 
 
-def load_row_drafters(pair, loaded, specs: list[MethodSpec], head) -> dict:
+def load_row_drafters(target, drafters, specs: list[MethodSpec], head) -> dict:
     """Drafter name (@NAME in a method) → (the drafter, its pre-verifier)."""
     from .preverifier import default_preverifier
 
-    drafters = {}
+    drafters_by_name = {}
     for name in sorted({spec.drafter for spec in specs if spec.drafter}):
         try:
-            drafter = load_drafter(pair, loaded, name, head)
+            drafter = load_drafter(target, drafters, name, head)
         except ValueError as bad:
             raise SettingsError(str(bad)) from None
-        drafters[name] = (drafter, default_preverifier(pair, drafter))
-    return drafters
+        drafters_by_name[name] = (drafter, default_preverifier(target, drafter))
+    return drafters_by_name
 
 
 def coerce_numbers(raw: dict) -> dict:

@@ -78,11 +78,11 @@ def per_token(totals: list[tuple[float, int]]) -> float:
     return sum(total for total, _ in totals) / max(1, sum(count for _, count in totals))
 
 
-def add_log_likelihoods(pair, drafter, rows: list[dict], specs: list[MethodSpec], runs: dict,
+def add_log_likelihoods(target, drafter, rows: list[dict], specs: list[MethodSpec], runs: dict,
                         prompt_ids: list) -> None:
     """Every row gains the target's log-likelihood per token of its outputs (all repeats) and its gap to AR's,
     scored on the engine the target runs on beside the bench's own ``drafter``."""
-    totals = {spec.label: [target_log_likelihood(pair, drafter, prompt_ids[i], record.token_ids)
+    totals = {spec.label: [target_log_likelihood(target, drafter, prompt_ids[i], record.token_ids)
                            for records in runs[spec.label] for i, record in enumerate(records)] for spec in specs}
     reference = next(totals[spec.label] for spec in specs if spec.kind == "ar")
     for row, spec in zip(rows, specs):
@@ -91,7 +91,7 @@ def add_log_likelihoods(pair, drafter, rows: list[dict], specs: list[MethodSpec]
         row["loglik_gap_vs_ar_pct"], row["loglik_gap_ci95"] = gap, f"[{low:.1f}, {high:.1f}]"
 
 
-def add_proposal_divergences(pair, own, rows: list[dict], specs: list[MethodSpec], settings_for: dict, runs: dict,
+def add_proposal_divergences(target, own, rows: list[dict], specs: list[MethodSpec], settings_for: dict, runs: dict,
                              prompt_ids: list, drafters: dict) -> None:
     """SMC-SD rows gain proposal_kl_per_token: KL(p_T || q_Td) per token, in nats, along AR's outputs (all
     repeats: contexts drawn from the target itself) at the row's temperature and draft temperature, with the
@@ -106,7 +106,7 @@ def add_proposal_divergences(pair, own, rows: list[dict], specs: list[MethodSpec
         drafter = drafters[spec.drafter][0] if spec.drafter else own
         if (spec.drafter, key) not in by_setting:
             by_setting[spec.drafter, key] = per_token([
-                proposal_divergence(pair, drafter, prompt_ids[i], record.token_ids, *key)
+                proposal_divergence(target, drafter, prompt_ids[i], record.token_ids, *key)
                 for records in ar_runs for i, record in enumerate(records)])
         row["proposal_kl_per_token"] = by_setting[spec.drafter, key]
 
@@ -174,12 +174,12 @@ def summarise(label: str, runs_by_repeat: list[list[RunRecord]]) -> dict:
     }
 
 
-def machine_info(pair, drafter) -> dict:
+def machine_info(target, drafter) -> dict:
     import transformers
 
     return {"platform": platform.platform(), "processor": platform.processor(), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers.__version__, "threads": torch.get_num_threads(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"), **pair.describe(drafter)}
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), **target.describe(drafter)}
 
 
 def write_outputs(out_dir: Path, report: dict) -> None:

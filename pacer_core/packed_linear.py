@@ -11,7 +11,7 @@ Numerics: still float32 with float32 accumulation. A row's result does not depen
 the call (``tests/test_packed_linear.py`` checks it), so a target position scores the same in AR's 1-token
 passes and in a verify pass: greedy speculative decoding keeps returning AR's tokens.
 
-Only for inference: ``pack_linear_layers`` is applied by ``models.load_pair`` to models on the CPU in
+Only for inference: ``pack_linear_layers`` is applied by ``models.load_target`` to models on the CPU in
 float32; a packed layer falls back to the ordinary kernel whenever autograd needs a graph."""
 from __future__ import annotations
 

@@ -49,11 +49,11 @@ class RunRequest:
         return replace(self, settings=replace(self.settings, seed=self.settings.seed + offset))
 
 
-def encode_prompt(pair, prompt: str, chat: bool | None, limits: Limits) -> EncodedPrompt:
+def encode_prompt(target, prompt: str, chat: bool | None, limits: Limits) -> EncodedPrompt:
     """Check and encode the prompt. Over the token limit the START is cut (the end matters for what comes
     next) and the note says so."""
-    prompt_ids = pair.encode_prompt(validate_prompt(prompt, limits), chat)
-    allowed = min(limits.max_prompt_tokens, pair.max_context - 1)
+    prompt_ids = target.encode_prompt(validate_prompt(prompt, limits), chat)
+    allowed = min(limits.max_prompt_tokens, target.max_context - 1)
     if len(prompt_ids) <= allowed:
         return EncodedPrompt(tuple(prompt_ids))
     note = (f"The prompt had {len(prompt_ids):,} tokens; only its last {allowed:,} were kept "
@@ -66,15 +66,15 @@ def chosen_names(raw: dict) -> frozenset[str]:
     return frozenset(name for name, value in raw.items() if value is not None)
 
 
-def preverifier_for(method: str, pair, drafter, settings: DecodeSettings, preverifier=None):
+def preverifier_for(method: str, target, drafter, settings: DecodeSettings, preverifier=None):
     """PACER's pre-verifier: the one given, else the layer trained for the target and ``drafter`` or the
     confidence rule; the confidence rule whenever the run chose it (setting ``preverifier_choice``)."""
     if method != "pacer":
         return None
     from .preverifier import chosen_preverifier, default_preverifier
 
-    available = preverifier if preverifier is not None else default_preverifier(pair, drafter)
-    return chosen_preverifier(pair, drafter, available, settings.preverifier_choice)
+    available = preverifier if preverifier is not None else default_preverifier(target, drafter)
+    return chosen_preverifier(target, drafter, available, settings.preverifier_choice)
 
 
 def with_preverifier_defaults(settings: DecodeSettings, preverifier, explicit: frozenset[str]) -> DecodeSettings:
@@ -106,34 +106,34 @@ def fit_to_context(settings: DecodeSettings, prompt_len: int, max_context: int) 
     return settings if settings.max_new_tokens <= room else replace(settings, max_new_tokens=max(1, room))
 
 
-def request_for(pair, drafter, method: str, settings: DecodeSettings, explicit: frozenset[str],
+def request_for(target, drafter, method: str, settings: DecodeSettings, explicit: frozenset[str],
                 prompt: EncodedPrompt, limits: Limits, preverifier=None) -> RunRequest:
     """A request from settings validated once by the caller, for one method drafting with ``drafter`` and one
     encoded prompt."""
-    preverifier = preverifier_for(method, pair, drafter, settings, preverifier)
+    preverifier = preverifier_for(method, target, drafter, settings, preverifier)
     resolved = settings_for_method(method, settings, explicit, preverifier)
-    resolved = fit_to_context(resolved, len(prompt.ids), pair.max_context)
+    resolved = fit_to_context(resolved, len(prompt.ids), target.max_context)
     return RunRequest(method, drafter, resolved, limits, prompt.ids, prompt.note, preverifier, explicit)
 
 
-def build_request(pair, drafter, method: str, prompt: str, raw: dict | None = None, *, chat: bool | None = None,
+def build_request(target, drafter, method: str, prompt: str, raw: dict | None = None, *, chat: bool | None = None,
                   preverifier=None, limits: Limits | None = None) -> RunRequest:
     """The whole front door for one method drafting with ``drafter``: validate the method and settings, encode the
     prompt, resolve. Without ``limits`` the environment's apply (read here, once)."""
     limits = limits if limits is not None else Limits.from_env()
     method, raw = validate_method(method), dict(raw or {})
     settings = validate_settings(limits, **raw)
-    encoded = encode_prompt(pair, prompt, chat, limits)
-    return request_for(pair, drafter, method, settings, chosen_names(raw), encoded, limits, preverifier)
+    encoded = encode_prompt(target, prompt, chat, limits)
+    return request_for(target, drafter, method, settings, chosen_names(raw), encoded, limits, preverifier)
 
 
-def row_requests(pair, drafter, spec, raw: dict, prompts: list, limits: Limits, preverifier) -> list[RunRequest]:
+def row_requests(target, drafter, spec, raw: dict, prompts: list, limits: Limits, preverifier) -> list[RunRequest]:
     """One request per prompt for a method row (``methods.MethodSpec``): the row's own values over the CLI's over what the app starts
     with for the row's drafter (``measured_settings``), validated once and resolved exactly as the app and
     generate() resolve them (PACER: the pre-verifier's block size and threshold unless chosen)."""
     from .drafters import measured_settings
 
-    chosen = (measured_settings(pair, drafter, spec.drafter, spec.kind) if spec.drafter else {}) | raw | spec.overrides
+    chosen = (measured_settings(target, drafter, spec.drafter, spec.kind) if spec.drafter else {}) | raw | spec.overrides
     settings = validate_settings(limits, **chosen)
-    return [request_for(pair, drafter, spec.kind, settings, chosen_names(chosen), prompt, limits, preverifier)
+    return [request_for(target, drafter, spec.kind, settings, chosen_names(chosen), prompt, limits, preverifier)
             for prompt in prompts]

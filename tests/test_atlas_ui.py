@@ -18,8 +18,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 @pytest.fixture(scope="module")
 def context():
-    pair, drafter = tiny_pair(scale=40)
-    return AppContext(pair, drafter, None, "heuristic", Limits(), DrafterMenu(pair, LoadedDrafters.around(drafter)))
+    target, drafter = tiny_pair(scale=40)
+    return AppContext(target, drafter, None, "heuristic", Limits(), DrafterMenu(target, LoadedDrafters.around(drafter)))
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +114,8 @@ def test_untrusted_text_stays_plain():
 def test_the_page_has_the_atlas_tab():
     from pacer_core.ui.layout import build_ui
 
-    pair, drafter = tiny_pair()
-    demo = build_ui(pair, LoadedDrafters.around(drafter))
+    target, drafter = tiny_pair()
+    demo = build_ui(target, LoadedDrafters.around(drafter))
     config = demo.get_config_file()
     tabs = [c["props"].get("id") for c in config["components"] if c.get("type") == "tabitem"]
     assert "atlas" in tabs and "live" in tabs

@@ -47,19 +47,19 @@ def test_the_keyword_follows_the_forwards_signature():
 
 
 def test_a_release_with_the_older_name_decodes_like_this_one():
-    pair, drafter = tiny_pair(scale=6.0, draft_noise=0.2)
-    expected = {tuple(prompt): run_ids(Autoregressive(), pair, drafter, prompt, max_new_tokens=24)
+    target, drafter = tiny_pair(scale=6.0, draft_noise=0.2)
+    expected = {tuple(prompt): run_ids(Autoregressive(), target, drafter, prompt, max_new_tokens=24)
                 for prompt in ([1, 2, 3], list(range(20)))}
-    pair.target.__class__ = OlderNamesLlama
+    target.model.__class__ = OlderNamesLlama
     drafter.model.__class__ = OlderNamesLlama
     for prompt, tokens in expected.items():
-        assert run_ids(Autoregressive(), pair, drafter, list(prompt), max_new_tokens=24) == list(tokens)
-    assert greedy_rejections(pair, drafter, max_new_tokens=24) > 0
+        assert run_ids(Autoregressive(), target, drafter, list(prompt), max_new_tokens=24) == list(tokens)
+    assert greedy_rejections(target, drafter, max_new_tokens=24) > 0
 
 
 def test_a_reduced_vocabulary_draft_feeds_its_decoder_under_the_older_name():
-    pair, noisy = tiny_pair(scale=6.0, draft_noise=0.2)
-    drafter = IndependentDrafter(noisy.model, pair.vocab_size, "kept", kept_ids=torch.arange(0, 64, 2))
+    target, noisy = tiny_pair(scale=6.0, draft_noise=0.2)
+    drafter = IndependentDrafter(noisy.model, target.vocab_size, "kept", kept_ids=torch.arange(0, 64, 2))
     tokens = torch.tensor([[1, 2, 3, 4, 5]])
     expected = drafter.new_cache(None).forward(tokens)
     noisy.model.model.__class__ = OlderNamesLlamaModel
@@ -70,8 +70,8 @@ def test_a_reduced_vocabulary_draft_feeds_its_decoder_under_the_older_name():
 
 
 def test_a_model_that_drops_the_cache_is_an_error_not_wrong_tokens():
-    pair, _ = tiny_pair()
-    pair.target.__class__ = CacheIgnoringLlama
-    cache = CachedModel(pair.target, pair.vocab_size)
+    target, _ = tiny_pair()
+    target.model.__class__ = CacheIgnoringLlama
+    cache = CachedModel(target.model, target.vocab_size)
     with pytest.raises(RuntimeError, match="did not use the KV cache"):
         cache.forward(torch.tensor([[1, 2, 3]]))

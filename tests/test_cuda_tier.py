@@ -35,11 +35,11 @@ SIGNIFICANCE = 1e-3
 def on_device(pair_and_drafter, target_device, draft_device=None):
     """Move a tiny pair's target and its drafter's model (to ``draft_device`` when given): (the pair recording the
     device, the drafter)."""
-    pair, drafter = pair_and_drafter
-    pair.target.to(target_device)
+    target, drafter = pair_and_drafter
+    target.model.to(target_device)
     if drafter is not None:
         drafter.model.to(draft_device or target_device)
-    return dataclasses.replace(pair, device=torch.device(target_device)), drafter
+    return dataclasses.replace(target, device=torch.device(target_device)), drafter
 
 
 def other_device(device: torch.device) -> torch.device:
@@ -49,8 +49,8 @@ def other_device(device: torch.device) -> torch.device:
     return torch.device("cpu")
 
 
-def run(decoder, pair, drafter, prompt_ids, **settings):
-    *_, result = decoder.run(pair, drafter, list(prompt_ids), validate_settings(**settings))
+def run(decoder, target, drafter, prompt_ids, **settings):
+    *_, result = decoder.run(target, drafter, list(prompt_ids), validate_settings(**settings))
     return result
 
 
@@ -59,11 +59,11 @@ def greedy_decoders():
             Pacer(2, 8, 0.3, ConfidencePreVerifier(), "submit"), Pacer(1, 4, 0.99, ConfidencePreVerifier(), "discard")]
 
 
-def assert_greedy_identity(pair, drafter, max_new_tokens=24):
+def assert_greedy_identity(target, drafter, max_new_tokens=24):
     for prompt in PROMPTS:
-        reference = run(Autoregressive(), pair, drafter, prompt, max_new_tokens=max_new_tokens).token_ids
+        reference = run(Autoregressive(), target, drafter, prompt, max_new_tokens=max_new_tokens).token_ids
         for decoder in greedy_decoders():
-            assert run(decoder, pair, drafter, prompt, max_new_tokens=max_new_tokens).token_ids == reference, \
+            assert run(decoder, target, drafter, prompt, max_new_tokens=max_new_tokens).token_ids == reference, \
                 decoder.info()
 
 
@@ -73,27 +73,27 @@ def test_greedy_fixed_and_pacer_equal_ar(test_device):
 
 @pytest.mark.parametrize("method", ["ar", "fixed", "pacer", "smc"])
 def test_seeded_runs_repeat_on_the_device(test_device, method):
-    pair, drafter = on_device(tiny_pair(scale=2.0), test_device)
-    runs = [generate(pair, drafter, method, "t3 t4 t5", max_new_tokens=16, temperature=0.9, top_k=40, top_p=0.95,
+    target, drafter = on_device(tiny_pair(scale=2.0), test_device)
+    runs = [generate(target, drafter, method, "t3 t4 t5", max_new_tokens=16, temperature=0.9, top_k=40, top_p=0.95,
                      seed=11).token_ids for _ in range(2)]
     assert runs[0] == runs[1] and len(runs[0]) == 16
 
 
 @pytest.mark.statistical
 def test_fixed_sampling_matches_the_target_on_the_device(test_device):
-    pair, drafter = tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=16)
-    truth = target_sequence_distribution(pair.target, [1, 2], 2, temperature=1.0)   # enumerated on the CPU
-    pair, drafter = on_device((pair, drafter), test_device)
+    target, drafter = tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=16)
+    truth = target_sequence_distribution(target.model, [1, 2], 2, temperature=1.0)   # enumerated on the CPU
+    target, drafter = on_device((target, drafter), test_device)
     runs = 1500 if test_device.type == "cuda" else 300
-    counts = Counter(tuple(run(FixedSpeculative(2), pair, drafter, [1, 2], max_new_tokens=2, temperature=1.0,
+    counts = Counter(tuple(run(FixedSpeculative(2), target, drafter, [1, 2], max_new_tokens=2, temperature=1.0,
                                seed=seed).token_ids) for seed in range(runs))
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
 @pytest.mark.parametrize("final", ["sample", "argmax"])
 def test_smc_resamples_and_finishes_on_the_device(test_device, final):
-    pair, drafter = on_device(tiny_pair(vocab_size=32, scale=3.0, draft_noise=0.5, eos_token_id=31), test_device)
-    result = run(SMC(4, 3, ess_threshold=1.0, final=final), pair, drafter, [1, 2, 3], max_new_tokens=20,
+    target, drafter = on_device(tiny_pair(vocab_size=32, scale=3.0, draft_noise=0.5, eos_token_id=31), test_device)
+    result = run(SMC(4, 3, ess_threshold=1.0, final=final), target, drafter, [1, 2, 3], max_new_tokens=20,
                  temperature=1.0, top_k=20, top_p=0.95, seed=3)
     assert 0 < len(result.token_ids) <= 20 and result.finish_reason in ("eos", "length")
     assert result.info["resamples"] > 0
@@ -101,23 +101,23 @@ def test_smc_resamples_and_finishes_on_the_device(test_device, final):
 
 
 def test_feature_head_drafts_on_the_device(test_device):
-    pair, _ = on_device(tiny_pair(scale=6.0, draft_noise=None, eos_token_id=63), test_device)
+    target, _ = on_device(tiny_pair(scale=6.0, draft_noise=None, eos_token_id=63), test_device)
     for kept_ids in (None, list(range(0, 64, 2))):
-        head = random_head_drafter(pair.target, pair.vocab_size, kept_ids, seed=0, scale=0.5)
-        assert head.device == next(pair.target.parameters()).device
-        assert_greedy_identity(pair, head, max_new_tokens=16)
-    sampled = run(FixedSpeculative(3), pair, head, [1, 2, 3], max_new_tokens=16, temperature=1.0, seed=2)
-    particles = run(SMC(4, 3, ess_threshold=1.0), pair, head, [1, 2, 3], max_new_tokens=16, temperature=1.0, seed=3)
+        head = random_head_drafter(target.model, target.vocab_size, kept_ids, seed=0, scale=0.5)
+        assert head.device == next(target.model.parameters()).device
+        assert_greedy_identity(target, head, max_new_tokens=16)
+    sampled = run(FixedSpeculative(3), target, head, [1, 2, 3], max_new_tokens=16, temperature=1.0, seed=2)
+    particles = run(SMC(4, 3, ess_threshold=1.0), target, head, [1, 2, 3], max_new_tokens=16, temperature=1.0, seed=3)
     assert 0 < len(sampled.token_ids) <= 16 and particles.info["resamples"] > 0
 
 
 def test_draft_on_another_device_than_the_target(test_device):
     """Draft rows are moved to the target's device before they meet the target's (degenerate on the CPU)."""
-    pair, drafter = on_device(tiny_pair(scale=6.0, draft_noise=0.2), test_device,
+    target, drafter = on_device(tiny_pair(scale=6.0, draft_noise=0.2), test_device,
                               draft_device=other_device(test_device))
-    assert_greedy_identity(pair, drafter, max_new_tokens=16)
+    assert_greedy_identity(target, drafter, max_new_tokens=16)
     for method in ("fixed", "pacer", "smc"):
-        assert len(generate(pair, drafter, method, "t3 t4", max_new_tokens=12, temperature=1.0, seed=4).token_ids) == 12
+        assert len(generate(target, drafter, method, "t3 t4", max_new_tokens=12, temperature=1.0, seed=4).token_ids) == 12
 
 
 def split_last_layers(model, elsewhere: torch.device) -> None:
@@ -129,15 +129,15 @@ def split_last_layers(model, elsewhere: torch.device) -> None:
 
 
 def test_target_split_like_device_map_auto(test_device):
-    pair, independent = on_device(tiny_pair(scale=6.0, draft_noise=0.2, eos_token_id=63), test_device)
-    reference = {tuple(prompt): run(Autoregressive(), pair, independent, prompt, max_new_tokens=16).token_ids
+    target, independent = on_device(tiny_pair(scale=6.0, draft_noise=0.2, eos_token_id=63), test_device)
+    reference = {tuple(prompt): run(Autoregressive(), target, independent, prompt, max_new_tokens=16).token_ids
                  for prompt in PROMPTS}
-    split_last_layers(pair.target, other_device(test_device))
-    head = random_head_drafter(pair.target, pair.vocab_size, seed=0, scale=0.5)
+    split_last_layers(target.model, other_device(test_device))
+    head = random_head_drafter(target.model, target.vocab_size, seed=0, scale=0.5)
     for drafter, prompt in itertools.product((independent, head), PROMPTS):
         for decoder in (FixedSpeculative(4), Pacer(2, 8, 0.3, ConfidencePreVerifier(), "submit")):
-            assert run(decoder, pair, drafter, prompt, max_new_tokens=16).token_ids == reference[tuple(prompt)]
-        particles = run(SMC(4, 3, ess_threshold=1.0), pair, drafter, prompt, max_new_tokens=12, temperature=1.0, seed=1)
+            assert run(decoder, target, drafter, prompt, max_new_tokens=16).token_ids == reference[tuple(prompt)]
+        particles = run(SMC(4, 3, ess_threshold=1.0), target, drafter, prompt, max_new_tokens=12, temperature=1.0, seed=1)
         assert 0 < len(particles.token_ids) <= 12
 
 
@@ -147,12 +147,12 @@ def test_graphed_engine_on_the_device(test_device, monkeypatch):
     from pacer_core import graphed
 
     monkeypatch.setenv(graphed.GRAPHED_ENV, "1")
-    pair, drafter = on_device(tiny_pair(scale=6.0, draft_noise=0.2, eos_token_id=63), test_device)
+    target, drafter = on_device(tiny_pair(scale=6.0, draft_noise=0.2, eos_token_id=63), test_device)
     for prompt in PROMPTS:
-        reference = run(Autoregressive(), pair, drafter, prompt, max_new_tokens=16).token_ids
+        reference = run(Autoregressive(), target, drafter, prompt, max_new_tokens=16).token_ids
         for decoder in (FixedSpeculative(4), Pacer(2, 8, 0.3, ConfidencePreVerifier(), "submit")):
-            assert run(decoder, pair, drafter, prompt, max_new_tokens=16).token_ids == reference, decoder.info()
-    engine = graphed.engine_for(pair.target)
+            assert run(decoder, target, drafter, prompt, max_new_tokens=16).token_ids == reference, decoder.info()
+    engine = graphed.engine_for(target.model)
     if test_device.type == "cuda":
         assert engine.fallback_reason is None, engine.fallback_reason
         assert engine.captures > 0 and graphed.engine_for(drafter.model).captures > 0, engine.describe()

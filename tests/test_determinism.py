@@ -12,25 +12,25 @@ from pacer_core.testing.tiny import tiny_pair
 def test_same_seed_same_tokens(method, temperature):
     if method == "smc" and temperature == 0:
         pytest.skip("SMC-SD needs a temperature above 0")
-    pair, drafter = tiny_pair(scale=4.0)
-    runs = [generate(pair, drafter, method, "t3 t4 t5", max_new_tokens=24, temperature=temperature, seed=11).token_ids
+    target, drafter = tiny_pair(scale=4.0)
+    runs = [generate(target, drafter, method, "t3 t4 t5", max_new_tokens=24, temperature=temperature, seed=11).token_ids
             for _ in range(2)]
     assert runs[0] == runs[1] and len(runs[0]) == 24
 
 
 def test_different_seeds_differ_when_sampling():
-    pair, drafter = tiny_pair(scale=1.0)
-    outputs = {tuple(generate(pair, drafter, "fixed", "t3", max_new_tokens=16, temperature=1.0, seed=s).token_ids)
+    target, drafter = tiny_pair(scale=1.0)
+    outputs = {tuple(generate(target, drafter, "fixed", "t3", max_new_tokens=16, temperature=1.0, seed=s).token_ids)
                for s in range(5)}
     assert len(outputs) > 1
 
 
 @pytest.mark.parametrize("method", ["ar", "fixed", "pacer", "smc"])
 def test_cancel_stops_within_one_step(method):
-    pair, drafter = tiny_pair(scale=4.0)
+    target, drafter = tiny_pair(scale=4.0)
     cancel = threading.Event()
     steps = 0
-    for item in stream(pair, drafter, method, "t1 t2", cancel=cancel, max_new_tokens=200, temperature=0.8):
+    for item in stream(target, drafter, method, "t1 t2", cancel=cancel, max_new_tokens=200, temperature=0.8):
         if item.kind == "result":
             result = item
             break
@@ -38,4 +38,4 @@ def test_cancel_stops_within_one_step(method):
         if steps == 2:
             cancel.set()
     assert steps == 2 and result.finish_reason == "cancelled"
-    assert generate(pair, drafter, method, "t1 t2", max_new_tokens=5, temperature=0.8).finish_reason in ("length", "eos")
+    assert generate(target, drafter, method, "t1 t2", max_new_tokens=5, temperature=0.8).finish_reason in ("length", "eos")

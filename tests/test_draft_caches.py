@@ -30,8 +30,8 @@ def tiny():
     return tiny_pair(draft_noise=None)
 
 
-def causal_lm(pair):
-    return lambda: CachedModel(pair.target, VOCAB)
+def causal_lm(target):
+    return lambda: CachedModel(target.model, VOCAB)
 
 
 def reduced_vocabulary(draft_model):
@@ -40,24 +40,24 @@ def reduced_vocabulary(draft_model):
 
 
 def self_quantized(bits):
-    def maker(pair):
-        drafter = SelfQuantizedDrafter.from_target(pair.target, VOCAB, f"self-int{bits}")
+    def maker(target):
+        drafter = SelfQuantizedDrafter.from_target(target.model, VOCAB, f"self-int{bits}")
         assert drafter.lean
         return lambda: drafter.new_cache(None)
     return maker
 
 
-def feature_head(pair):
-    drafter = random_head_drafter(pair.target, VOCAB, seed=3)
-    return lambda: drafter.new_cache(CachedModel(pair.target, VOCAB, keep_features=True))
+def feature_head(target):
+    drafter = random_head_drafter(target.model, VOCAB, seed=3)
+    return lambda: drafter.new_cache(CachedModel(target.model, VOCAB, keep_features=True))
 
 
-def gguf(pair, folder):
+def gguf(target, folder):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash setup.sh builds it)")
     from pacer_core.drafters.gguf_drafter import GGUFDrafter
     from pacer_core.testing.gguf_file import write_llama_gguf
-    path = write_llama_gguf(pair.target, pair.tokenizer, folder / "tiny.gguf")
-    drafter = GGUFDrafter.load(path, pair.tokenizer, VOCAB, "tiny")
+    path = write_llama_gguf(target.model, target.tokenizer, folder / "tiny.gguf")
+    drafter = GGUFDrafter.load(path, target.tokenizer, VOCAB, "tiny")
     return drafter.new_cache
 
 
@@ -66,12 +66,12 @@ KINDS = {"causal-lm": causal_lm, "reduced-vocabulary": reduced_vocabulary, "self
 
 
 @pytest.fixture(params=sorted(KINDS))
-def new_cache(request, pair, draft_model, tmp_path_factory):
+def new_cache(request, target, draft_model, tmp_path_factory):
     """A function returning a fresh, empty cache of one kind."""
     maker = KINDS[request.param]
     if request.param == "reduced-vocabulary":
         return maker(draft_model)
-    return maker(pair, tmp_path_factory.mktemp("gguf")) if request.param == "gguf" else maker(pair)
+    return maker(target, tmp_path_factory.mktemp("gguf")) if request.param == "gguf" else maker(target)
 
 
 def fresh_logits(new_cache, tokens: list[int]) -> torch.Tensor:

@@ -14,8 +14,8 @@ SETTINGS = {"max_new_tokens": 10, "temperature": 0.7, "seed": 3, "n_particles": 
 
 @pytest.fixture()
 def context():
-    pair, drafter = tiny_pair()
-    return AppContext(pair, drafter, drafters=DrafterMenu(pair, LoadedDrafters.around(drafter)))
+    target, drafter = tiny_pair()
+    return AppContext(target, drafter, drafters=DrafterMenu(target, LoadedDrafters.around(drafter)))
 
 
 def finished(context, drafter, prompt="t1 t2 t3"):
@@ -29,7 +29,7 @@ def test_the_menu_lists_every_drafter_and_builds_each_once(context):
     assert not menu.built("self-int4")
     drafter = menu.drafter("self-int4")
     assert menu.drafter("self-int4") is drafter and menu.built("self-int4")
-    assert drafter.kind == "self-quantized" and menu.pair is context.pair
+    assert drafter.kind == "self-quantized" and menu.target is context.target
     assert context.drafter.kind == "independent"
     assert all(option.description.startswith(option.key) for option in menu.options())
 
@@ -39,7 +39,7 @@ def test_every_view_of_the_run_names_the_chosen_drafter(context, key):
     last = finished(context, key)
     session = last.session
     assert session.drafter.kind == "self-quantized" and session.drafter.name == key
-    assert session.pair is context.pair
+    assert session.target is context.target
     assert set(last.table.loc[last.table["method"] != "Autoregressive (AR)", "drafter"]) == {key}
     assert key in last.plots["speedup"].layout.title.text
     assert key in last.narration
@@ -49,7 +49,7 @@ def test_every_view_of_the_run_names_the_chosen_drafter(context, key):
 
 def test_the_pairs_own_drafter_is_the_default(context):
     last = finished(context, None)
-    assert last.session.pair is context.pair and last.session.drafter is context.drafter
+    assert last.session.target is context.target and last.session.drafter is context.drafter
     assert set(last.table.loc[last.table["method"] != "Autoregressive (AR)", "drafter"]) == {"small"}
 
 
@@ -64,7 +64,7 @@ def test_step_through_restarts_when_the_drafter_changes(context):
     again = list(handlers.step(context, inputs, first))[-1].session
     assert again is first
     switched = list(handlers.step(context, PageInputs("t1 t2", dict(SETTINGS), drafter="small"), first))[-1].session
-    assert switched is not first and switched.pair is context.pair
+    assert switched is not first and switched.target is context.target
 
 
 @pytest.mark.pure
@@ -81,6 +81,6 @@ def test_a_description_says_cost_and_agreement_when_measured():
 
 
 def test_drafter_keys_of_each_kind():
-    pair, drafter = tiny_pair()
+    target, drafter = tiny_pair()
     assert drafter_key(drafter) == "small"
-    assert drafter_key(DrafterMenu(pair, LoadedDrafters.around(drafter)).drafter("self-int4")) == "self-int4"
+    assert drafter_key(DrafterMenu(target, LoadedDrafters.around(drafter)).drafter("self-int4")) == "self-int4"

@@ -15,19 +15,19 @@ from pacer_core.testing.tiny import tiny_pair
 VOCAB = 64
 
 
-def gguf_drafter(pair, draft_model, folder):
+def gguf_drafter(target, draft_model, folder):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash setup.sh builds it)")
     from pacer_core.drafters.gguf_drafter import GGUFDrafter
     from pacer_core.testing.gguf_file import write_llama_gguf
-    return GGUFDrafter.load(write_llama_gguf(pair.target, pair.tokenizer, folder / "tiny.gguf"), pair.tokenizer,
+    return GGUFDrafter.load(write_llama_gguf(target.model, target.tokenizer, folder / "tiny.gguf"), target.tokenizer,
                             VOCAB, "tiny")
 
 
 BUILDS = {
-    "small": lambda pair, draft_model, folder: IndependentDrafter(draft_model, VOCAB, "tiny"),
-    "head": lambda pair, draft_model, folder: random_head_drafter(pair.target, VOCAB, seed=3),
-    "self-int8": lambda pair, draft_model, folder: SelfQuantizedDrafter.from_target(pair.target, VOCAB, "self-int8"),
-    "self-int4": lambda pair, draft_model, folder: SelfQuantizedDrafter.from_target(pair.target, VOCAB, "self-int4"),
+    "small": lambda target, draft_model, folder: IndependentDrafter(draft_model, VOCAB, "tiny"),
+    "head": lambda target, draft_model, folder: random_head_drafter(target.model, VOCAB, seed=3),
+    "self-int8": lambda target, draft_model, folder: SelfQuantizedDrafter.from_target(target.model, VOCAB, "self-int8"),
+    "self-int4": lambda target, draft_model, folder: SelfQuantizedDrafter.from_target(target.model, VOCAB, "self-int4"),
     "gguf": gguf_drafter,
 }
 
@@ -43,21 +43,21 @@ def test_every_row_of_the_drafter_table_has_a_case():
 
 
 @pytest.mark.parametrize("key", sorted(BUILDS))
-def test_every_drafter_kind_is_a_drafter_and_hands_out_a_model_cache(pair, draft_model, key, tmp_path):
-    drafter = BUILDS[key](pair, draft_model, tmp_path)
+def test_every_drafter_kind_is_a_drafter_and_hands_out_a_model_cache(target, draft_model, key, tmp_path):
+    drafter = BUILDS[key](target, draft_model, tmp_path)
     assert isinstance(drafter, Drafter)
     assert drafter.kind == entry_for_key(key).kind and drafter_key(drafter) == key
-    target = CachedModel(pair.target, VOCAB, keep_features=drafter.reads_target_features)
-    cache = drafter.new_cache(target)
-    assert isinstance(cache, ModelCache) and isinstance(target, ModelCache)
+    target_cache = CachedModel(target.model, VOCAB, keep_features=drafter.reads_target_features)
+    cache = drafter.new_cache(target_cache)
+    assert isinstance(cache, ModelCache) and isinstance(target_cache, ModelCache)
     assert cache.feature_length == 0 and cache.device == torch.device("cpu")
     assert isinstance(drafter.describe(), dict) and drafter.describe()["name"] == drafter.name
 
 
-def test_the_llama_cpp_targets_cache_is_a_model_cache(pair, tmp_path):
+def test_the_llama_cpp_targets_cache_is_a_model_cache(target, tmp_path):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash setup.sh builds it)")
     from pacer_core.llama.target import LlamaTarget
     from pacer_core.testing.gguf_file import write_llama_gguf
-    engine = LlamaTarget.load(write_llama_gguf(pair.target, pair.tokenizer, tmp_path / "target.gguf"),
-                              pair.tokenizer, VOCAB)
+    engine = LlamaTarget.load(write_llama_gguf(target.model, target.tokenizer, tmp_path / "target.gguf"),
+                              target.tokenizer, VOCAB)
     assert isinstance(engine.new_cache(), ModelCache)

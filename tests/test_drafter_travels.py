@@ -19,32 +19,32 @@ def counting(drafter) -> list:
     return handed
 
 
-def attributes(pair) -> dict:
+def attributes(target) -> dict:
     """What the pair holds, by identity: a run must neither replace nor add anything."""
-    return {name: id(value) for name, value in vars(pair).items()}
+    return {name: id(value) for name, value in vars(target).items()}
 
 
 def test_two_generate_calls_draft_with_their_own_drafters():
-    pair, own = tiny_pair()
+    target, own = tiny_pair()
     _, other = tiny_pair(draft_seed=5, draft_noise=0.6)
     own_caches, other_caches = counting(own), counting(other)
-    before = attributes(pair)
-    reference = generate(pair, own, "ar", "t1 t2 t3", max_new_tokens=12).token_ids
-    first = generate(pair, own, "fixed", "t1 t2 t3", max_new_tokens=12, gamma=3)
+    before = attributes(target)
+    reference = generate(target, own, "ar", "t1 t2 t3", max_new_tokens=12).token_ids
+    first = generate(target, own, "fixed", "t1 t2 t3", max_new_tokens=12, gamma=3)
     assert len(own_caches) == 1 and not other_caches
-    second = generate(pair, other, "pacer", "t1 t2 t3", max_new_tokens=12)
+    second = generate(target, other, "pacer", "t1 t2 t3", max_new_tokens=12)
     assert len(own_caches) == 1 and len(other_caches) == 1
     assert first.token_ids == second.token_ids == reference
-    assert attributes(pair) == before
+    assert attributes(target) == before
 
 
 def test_two_sessions_over_one_pair_keep_their_drafters():
-    pair, own = tiny_pair()
+    target, own = tiny_pair()
     _, other = tiny_pair(draft_seed=5, draft_noise=0.6)
     own_caches, other_caches = counting(own), counting(other)
-    before = attributes(pair)
+    before = attributes(target)
     settings = {"max_new_tokens": 8, "temperature": 0.8, "seed": 2}
-    sessions = [RunSession(pair, own, "t1 t2", settings), RunSession(pair, other, "t1 t2", settings)]
+    sessions = [RunSession(target, own, "t1 t2", settings), RunSession(target, other, "t1 t2", settings)]
     while not all(session.finished for session in sessions):
         for session in sessions:
             session.advance()
@@ -53,4 +53,4 @@ def test_two_sessions_over_one_pair_keep_their_drafters():
     assert [session.drafter for session in sessions] == [own, other]
     assert all(session.runs[method].request.drafter is session.drafter
                for session in sessions for method in drafted)
-    assert attributes(pair) == before
+    assert attributes(target) == before

@@ -38,28 +38,28 @@ PACER_CONFIGS = [(1, 4, 0.0, "submit"), (3, 16, 0.0, "submit"), (1, 16, 0.3, "su
 @pytest.mark.slow   # ~20 s idle; the fast tier keeps greedy identity in test_cuda_tier, test_feature_head, test_pacer_phrases_and_cost
 @pytest.mark.parametrize("noise", [0.1, 0.4, None])
 def test_greedy_fixed_and_pacer_equal_ar_on_tiny_pairs(noise):
-    pair, drafter = tiny_pair(scale=6.0, draft_noise=noise, eos_token_id=63)
+    target, drafter = tiny_pair(scale=6.0, draft_noise=noise, eos_token_id=63)
     # PACER: every pair of (block, max length, threshold, on_fail) values appears (8 configurations instead of the
     # 24 of the full product), except threshold 0 with discard: at threshold 0 no block fails, on_fail never acts
     decoders = [FixedSpeculative(g) for g in (1, 2, 4, 8)] + [
         Pacer(block, max_len, threshold, ConfidencePreVerifier(), on_fail)
         for block, max_len, threshold, on_fail in PACER_CONFIGS]
     for prompt in PROMPTS:
-        reference = run_ids(Autoregressive(), pair, drafter, prompt, max_new_tokens=40)
+        reference = run_ids(Autoregressive(), target, drafter, prompt, max_new_tokens=40)
         for decoder in decoders:
-            assert run_ids(decoder, pair, drafter, prompt, max_new_tokens=40) == reference, (decoder.info(), prompt)
+            assert run_ids(decoder, target, drafter, prompt, max_new_tokens=40) == reference, (decoder.info(), prompt)
 
 
 def test_greedy_stops_at_eos_like_ar():
-    pair, drafter = tiny_pair(vocab_size=8, scale=4.0, eos_token_id=0)
+    target, drafter = tiny_pair(vocab_size=8, scale=4.0, eos_token_id=0)
     for prompt in ([1], [2, 3], [4, 5, 6]):
-        reference = run_ids(Autoregressive(), pair, drafter, prompt, max_new_tokens=40)
-        assert run_ids(FixedSpeculative(4), pair, drafter, prompt, max_new_tokens=40) == reference
-        assert run_ids(Pacer(2, 8, 0.2), pair, drafter, prompt, max_new_tokens=40) == reference
+        reference = run_ids(Autoregressive(), target, drafter, prompt, max_new_tokens=40)
+        assert run_ids(FixedSpeculative(4), target, drafter, prompt, max_new_tokens=40) == reference
+        assert run_ids(Pacer(2, 8, 0.2), target, drafter, prompt, max_new_tokens=40) == reference
 
 
 def test_greedy_equals_transformers_assisted_generation():
-    pair, drafter = tiny_pair(scale=6.0, draft_noise=0.3)
+    target, drafter = tiny_pair(scale=6.0, draft_noise=0.3)
     assistant = drafter.model
     for prompt in PROMPTS[:3]:
         input_ids = torch.tensor([prompt])
@@ -67,9 +67,9 @@ def test_greedy_equals_transformers_assisted_generation():
         assistant.generation_config.num_assistant_tokens = 4
         assistant.generation_config.num_assistant_tokens_schedule = "constant"
         assistant.generation_config.assistant_confidence_threshold = 0.0
-        assisted = pair.target.generate(input_ids, assistant_model=assistant, do_sample=False,
+        assisted = target.model.generate(input_ids, assistant_model=assistant, do_sample=False,
                                         max_new_tokens=24, min_new_tokens=24, pad_token_id=0)
-        ours = run_ids(FixedSpeculative(4), pair, drafter, prompt, max_new_tokens=24)
+        ours = run_ids(FixedSpeculative(4), target, drafter, prompt, max_new_tokens=24)
         assert ours == assisted[0, len(prompt):].tolist()
 
 
@@ -85,8 +85,8 @@ def six_token_pair():
 
 @pytest.fixture(scope="module")
 def six_token_truth(six_token_pair):
-    pair, _ = six_token_pair
-    return target_sequence_distribution(pair.target, PROMPT, N_TOKENS, temperature=1.0)
+    target, _ = six_token_pair
+    return target_sequence_distribution(target.model, PROMPT, N_TOKENS, temperature=1.0)
 
 
 FILTERED = {"temperature": 0.8, "top_k": 4}      # fixed SD's test also checks that the filters reach the decoder
@@ -94,28 +94,28 @@ FILTERED = {"temperature": 0.8, "top_k": 4}      # fixed SD's test also checks t
 
 @pytest.fixture(scope="module")
 def filtered_truth(six_token_pair):
-    pair, _ = six_token_pair
-    return target_sequence_distribution(pair.target, PROMPT, N_TOKENS, **FILTERED)
+    target, _ = six_token_pair
+    return target_sequence_distribution(target.model, PROMPT, N_TOKENS, **FILTERED)
 
 
 @pytest.mark.statistical
 def test_ar_sampling_matches_target_distribution(six_token_pair, six_token_truth):
-    pair, drafter = six_token_pair
-    counts = sample_counts(Autoregressive(), pair, drafter, PROMPT, N_TOKENS, RUNS, temperature=1.0)
+    target, drafter = six_token_pair
+    counts = sample_counts(Autoregressive(), target, drafter, PROMPT, N_TOKENS, RUNS, temperature=1.0)
     assert chi_square_p_value(counts, six_token_truth) > SIGNIFICANCE
 
 
 @pytest.mark.statistical
 def test_fixed_sampling_with_top_k_matches_filtered_target(six_token_pair, filtered_truth):
-    pair, drafter = six_token_pair
-    counts = sample_counts(FixedSpeculative(2), pair, drafter, PROMPT, N_TOKENS, RUNS, **FILTERED)
+    target, drafter = six_token_pair
+    counts = sample_counts(FixedSpeculative(2), target, drafter, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, filtered_truth) > SIGNIFICANCE
 
 
 @pytest.mark.statistical
 def test_pacer_sampling_matches_target_distribution(six_token_pair, six_token_truth):
-    pair, drafter = six_token_pair
-    counts = sample_counts(Pacer(1, 2, 0.5, ConfidencePreVerifier(), "submit"), pair, drafter, PROMPT, N_TOKENS,
+    target, drafter = six_token_pair
+    counts = sample_counts(Pacer(1, 2, 0.5, ConfidencePreVerifier(), "submit"), target, drafter, PROMPT, N_TOKENS,
                            RUNS, temperature=1.0)
     assert chi_square_p_value(counts, six_token_truth) > SIGNIFICANCE
 
@@ -131,12 +131,12 @@ def test_pacer_sampling_with_a_trained_sampling_layer_matches_target_distributio
     layer, sampling_layer = PreVerifierLayer(0, scalar_count=8), PreVerifierLayer(0, scalar_count=8)
     trained = TrainedPreVerifier(layer, layer.shape() | {"threshold_greedy": 0.54}, sampling_layer)
     decoder = Pacer(1, 3, 0.54, trained, "submit")
-    pair, drafter = six_token_pair
+    target, drafter = six_token_pair
     stops = Counter(event.stop_reason for seed in range(40) for event in
-                    list(decoder.run(pair, drafter, PROMPT, validate_settings(max_new_tokens=N_TOKENS,
+                    list(decoder.run(target, drafter, PROMPT, validate_settings(max_new_tokens=N_TOKENS,
                                                                               temperature=1.0, seed=seed)))[:-1])
     assert stops["preverifier"] >= 10 and stops["budget"] >= 10
-    counts = sample_counts(decoder, pair, drafter, PROMPT, N_TOKENS, RUNS, temperature=1.0)
+    counts = sample_counts(decoder, target, drafter, PROMPT, N_TOKENS, RUNS, temperature=1.0)
     assert chi_square_p_value(counts, six_token_truth) > SIGNIFICANCE
 
 
@@ -144,7 +144,7 @@ def test_pacer_sampling_with_a_trained_sampling_layer_matches_target_distributio
 def test_broken_acceptance_rule_is_caught(six_token_pair, filtered_truth, monkeypatch):
     """The chi-square tests have power at RUNS: accepting every drafted token gives the draft's distribution,
     and the fixed-SD test's settings must reject it."""
-    monkeypatch.setattr(sampling, "acceptance_probs", lambda target, draft: torch.ones_like(target))
-    pair, drafter = six_token_pair
-    counts = sample_counts(FixedSpeculative(2), pair, drafter, PROMPT, N_TOKENS, RUNS, **FILTERED)
+    monkeypatch.setattr(sampling, "acceptance_probs", lambda target_probs, draft_probs: torch.ones_like(target_probs))
+    target, drafter = six_token_pair
+    counts = sample_counts(FixedSpeculative(2), target, drafter, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, filtered_truth) < SIGNIFICANCE

@@ -24,39 +24,39 @@ PROMPTS = [[1, 2, 3], [5, 9], [7, 7, 7, 7, 9], [11, 40, 2, 63, 8, 0], list(range
 
 
 @torch.no_grad()
-def sampled_sequences(pair, count: int, length: int, seed: int) -> list[list[int]]:
+def sampled_sequences(target, count: int, length: int, seed: int) -> list[list[int]]:
     generator = torch.Generator().manual_seed(seed)
     sequences = []
     for _ in range(count):
-        ids = [int(torch.randint(0, pair.vocab_size, (1,), generator=generator))]
+        ids = [int(torch.randint(0, target.vocab_size, (1,), generator=generator))]
         for _ in range(length - 1):
-            probs = torch.softmax(pair.target(input_ids=torch.tensor([ids])).logits[0, -1] / 1.5, -1)
+            probs = torch.softmax(target.model(input_ids=torch.tensor([ids])).logits[0, -1] / 1.5, -1)
             ids.append(int(torch.multinomial(probs, 1, generator=generator)))
         sequences.append(ids)
     return sequences
 
 
 @torch.no_grad()
-def teacher_batch(pair, sequences) -> dict:
+def teacher_batch(target, sequences) -> dict:
     ids = torch.tensor(sequences)
     captured = {}
-    hook = pair.target.get_output_embeddings().register_forward_pre_hook(
+    hook = target.model.get_output_embeddings().register_forward_pre_hook(
         lambda module, args: captured.__setitem__("features", args[0]))
-    pair.target(input_ids=ids)
+    target.model(input_ids=ids)
     hook.remove()
     return {"ids": ids, "features": captured["features"].float(), "valid": torch.ones_like(ids, dtype=torch.bool)}
 
 
-def fit_head(pair, kept_ids=None, steps: int = 150, seed: int = 0):
+def fit_head(target, kept_ids=None, steps: int = 150, seed: int = 0):
     """A head trained for a few seconds on the tiny target's own samples, with the project's objective."""
-    drafter = random_head_drafter(pair.target, pair.vocab_size, kept_ids, seed=seed, scale=0.5)
+    drafter = random_head_drafter(target.model, target.vocab_size, kept_ids, seed=seed, scale=0.5)
     head = drafter.head.train()
-    batch = teacher_batch(pair, sampled_sequences(pair, 24, 24, seed))
+    batch = teacher_batch(target, sampled_sequences(target, 24, 24, seed))
     output_rows = drafter.output_rows.float()
     optimizer = torch.optim.Adam(head.parameters(), lr=3e-3)
     history = []
     for _ in range(steps):
-        loss, stats = head_losses(head, batch, pair.target.get_input_embeddings(), output_rows, 0.1)
+        loss, stats = head_losses(head, batch, target.model.get_input_embeddings(), output_rows, 0.1)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -67,9 +67,9 @@ def fit_head(pair, kept_ids=None, steps: int = 150, seed: int = 0):
 
 @pytest.fixture(scope="module")
 def head_pair():
-    pair, _ = tiny_pair(scale=6.0, eos_token_id=63)
-    drafter, history = fit_head(pair)
-    return pair, drafter, history
+    target, _ = tiny_pair(scale=6.0, eos_token_id=63)
+    drafter, history = fit_head(target)
+    return target, drafter, history
 
 
 def test_training_objective_teaches_the_head(head_pair):
@@ -86,7 +86,7 @@ def test_second_pass_mask_sees_real_prefix_and_itself():
 
 
 def test_greedy_speculative_decoders_equal_ar_with_a_head(head_pair):
-    pair, drafter, _ = head_pair
+    target, drafter, _ = head_pair
     # at threshold 0 no block fails, so on_fail never acts: (0.0, "discard") would repeat (0.0, "submit")
     decoders = [FixedSpeculative(g) for g in (1, 3, 6)] + [
         Pacer(block, max_len, threshold, ConfidencePreVerifier(), on_fail)
@@ -94,9 +94,9 @@ def test_greedy_speculative_decoders_equal_ar_with_a_head(head_pair):
         if threshold > 0 or on_fail == "submit"]
     accepted = 0
     for prompt in PROMPTS:
-        reference = run_result(Autoregressive(), pair, drafter, prompt, max_new_tokens=30).token_ids
+        reference = run_result(Autoregressive(), target, drafter, prompt, max_new_tokens=30).token_ids
         for decoder in decoders + [OracleLength(reference, 8)]:
-            result = run_result(decoder, pair, drafter, prompt, max_new_tokens=30)
+            result = run_result(decoder, target, drafter, prompt, max_new_tokens=30)
             assert result.token_ids == reference, (decoder.info(), prompt)
             accepted += result.metrics.accepted_tokens
     assert accepted > 100   # the head drafts tokens the target accepts, so both paths are exercised
@@ -104,41 +104,41 @@ def test_greedy_speculative_decoders_equal_ar_with_a_head(head_pair):
 
 @pytest.mark.slow   # trains a second head; the fast tier checks a reduced-vocabulary head in test_cuda_tier
 def test_greedy_identity_with_a_reduced_vocabulary_head():
-    pair, _ = tiny_pair(scale=6.0, eos_token_id=63)
-    drafter, _ = fit_head(pair, kept_ids=list(range(0, 64, 2)) + [63])
+    target, _ = tiny_pair(scale=6.0, eos_token_id=63)
+    drafter, _ = fit_head(target, kept_ids=list(range(0, 64, 2)) + [63])
     for prompt in PROMPTS:
-        reference = run_result(Autoregressive(), pair, drafter, prompt, max_new_tokens=30).token_ids
+        reference = run_result(Autoregressive(), target, drafter, prompt, max_new_tokens=30).token_ids
         for decoder in (FixedSpeculative(4), Pacer(1, 6, 0.3)):
-            assert run_result(decoder, pair, drafter, prompt, max_new_tokens=30).token_ids == reference
+            assert run_result(decoder, target, drafter, prompt, max_new_tokens=30).token_ids == reference
 
 
 def test_head_cache_depends_only_on_the_committed_sequence(head_pair):
     """Drafting, verifying and rolling back leaves the head exactly where a fresh run over the committed
     sequence would be: stale entries built from predicted states are rebuilt from the real ones."""
-    pair, drafter, _ = head_pair
+    target, drafter, _ = head_pair
     sequence = [4, 8, 15, 16, 23]
-    target, head = new_caches(pair, drafter)
-    target.forward(sequence[:-1])
+    target_cache, head = new_caches(target, drafter)
+    target_cache.forward(sequence[:-1])
     head.feed_sequence(sequence)
     drafted = []
     for _ in range(3):
         drafted.append(int(head.feed_sequence(sequence + drafted)[-1].argmax()))
-    target.feed_sequence(sequence, drafted)
+    target_cache.feed_sequence(sequence, drafted)
     committed = sequence + drafted[:1] + [42]          # one accepted, then a corrected token
-    target.crop(len(committed) - 1)
+    target_cache.crop(len(committed) - 1)
     head.crop(min(head.length, len(committed) - 1))
     logits_after = head.feed_sequence(committed)[-1]
-    fresh_target, fresh_head = new_caches(pair, drafter)
+    fresh_target, fresh_head = new_caches(target, drafter)
     fresh_target.forward(committed[:-1])
     fresh_logits = fresh_head.feed_sequence(committed)[-1]
     assert torch.allclose(logits_after, fresh_logits, atol=1e-5)
 
 
 def test_reduced_head_gives_zero_probability_off_its_ids():
-    pair, _ = tiny_pair()
-    drafter = random_head_drafter(pair.target, pair.vocab_size, kept_ids=[1, 5, 9], seed=2)
-    target, head = new_caches(pair, drafter)
-    target.forward([3, 4])
+    target, _ = tiny_pair()
+    drafter = random_head_drafter(target.model, target.vocab_size, kept_ids=[1, 5, 9], seed=2)
+    target_cache, head = new_caches(target, drafter)
+    target_cache.forward([3, 4])
     probs = torch.softmax(head.feed_sequence([3, 4, 6])[-1], -1)
     assert set(torch.nonzero(probs).flatten().tolist()) == {1, 5, 9}
 
@@ -155,28 +155,28 @@ def test_sampling_with_a_reduced_vocabulary_head_matches_the_target(five_token_p
     judge, whose math (q with zeros included) tests/test_sampling.py checks exactly; PACER's own wiring has
     its chi-square test in tests/test_exactness.py. 1000 runs: the power reasoning there applies (same pair
     shape, 125 outcomes)."""
-    pair, _ = five_token_pair
-    drafter = random_head_drafter(pair.target, pair.vocab_size, [0, 2, 3], seed=5, scale=2.0)
-    truth = target_sequence_distribution(pair.target, [1, 2], 3, temperature=1.0)
-    counts = Counter(tuple(run_result(FixedSpeculative(2), pair, drafter, [1, 2], max_new_tokens=3, seed=seed,
+    target, _ = five_token_pair
+    drafter = random_head_drafter(target.model, target.vocab_size, [0, 2, 3], seed=5, scale=2.0)
+    truth = target_sequence_distribution(target.model, [1, 2], 3, temperature=1.0)
+    counts = Counter(tuple(run_result(FixedSpeculative(2), target, drafter, [1, 2], max_new_tokens=3, seed=seed,
                                       temperature=1.0).token_ids) for seed in range(1000))
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
 def test_smc_runs_on_a_head_and_resampling_copies_its_rows(head_pair):
-    pair, drafter, _ = head_pair
-    result = run_result(SMC(4, 3, ess_threshold=1.0), pair, drafter, [1, 2, 3], max_new_tokens=20, temperature=1.0,
+    target, drafter, _ = head_pair
+    result = run_result(SMC(4, 3, ess_threshold=1.0), target, drafter, [1, 2, 3], max_new_tokens=20, temperature=1.0,
                         seed=3)
     assert 0 < len(result.token_ids) <= 20
     assert result.info["resamples"] > 0
-    target, head = new_caches(pair, drafter)
+    target_cache, head = new_caches(target, drafter)
     rows = torch.tensor([[4, 8, 15], [16, 23, 42]])
-    target.forward(rows[:, :-1])
+    target_cache.forward(rows[:, :-1])
     head.forward(rows)
-    target.reorder(torch.tensor([1, 1]))
+    target_cache.reorder(torch.tensor([1, 1]))
     head.reorder(torch.tensor([1, 1]))
     copied = head.forward(torch.tensor([[7], [7]]))[:, -1]
-    fresh_target, fresh_head = new_caches(pair, drafter)
+    fresh_target, fresh_head = new_caches(target, drafter)
     fresh_target.forward(rows[1:, :-1])
     fresh_head.forward(rows[1:])
     expected = fresh_head.forward(torch.tensor([[7]]))[0, -1]
@@ -185,9 +185,9 @@ def test_smc_runs_on_a_head_and_resampling_copies_its_rows(head_pair):
 
 def test_oracle_lengths_of_a_head_match_a_long_fixed_draft(head_pair):
     from pacer_core.analysis import attach_oracle
-    pair, drafter, _ = head_pair
-    *_, result = FixedSpeculative(8).run(pair, drafter, [1, 2, 3], validate_settings(max_new_tokens=40))
-    lengths = attach_oracle(pair, drafter, [1, 2, 3], result, max_len=8)
+    target, drafter, _ = head_pair
+    *_, result = FixedSpeculative(8).run(target, drafter, [1, 2, 3], validate_settings(max_new_tokens=40))
+    lengths = attach_oracle(target, drafter, [1, 2, 3], result, max_len=8)
     full_drafts = [event for event in result.events if event.n_drafted == 8]
     assert full_drafts and any(event.n_accepted > 0 for event in full_drafts)
     assert len(lengths) == len(result.events)
@@ -197,13 +197,13 @@ def test_oracle_lengths_of_a_head_match_a_long_fixed_draft(head_pair):
 
 def test_smc_proposal_of_a_reduced_head_keeps_mass_on_every_id():
     from pacer_core.drafters.feature_head import OFF_VOCABULARY_MASS
-    pair, _ = tiny_pair()
-    drafter = random_head_drafter(pair.target, pair.vocab_size, kept_ids=[1, 5, 9], seed=2)
-    target, head = new_caches(pair, drafter, full_support=True)
-    target.forward([3, 4])
+    target, _ = tiny_pair()
+    drafter = random_head_drafter(target.model, target.vocab_size, kept_ids=[1, 5, 9], seed=2)
+    target_cache, head = new_caches(target, drafter, full_support=True)
+    target_cache.forward([3, 4])
     probs = torch.softmax(head.feed_sequence([3, 4, 6])[-1], -1)
     assert bool((probs > 0).all())
-    off = probs[[i for i in range(pair.vocab_size) if i not in (1, 5, 9)]].sum()
+    off = probs[[i for i in range(target.vocab_size) if i not in (1, 5, 9)]].sum()
     assert abs(float(off) - OFF_VOCABULARY_MASS) < 1e-5
 
 

@@ -45,15 +45,15 @@ def gguf_of(model, tokenizer, folder, name="draft.gguf", **options) -> str:
 @pytest.fixture(scope="module")
 def pair_with_gguf(tmp_path_factory):
     """A tiny pair (target, a noisy copy as its draft) and what it loaded: that draft, also written as a GGUF file."""
-    pair, drafter = tiny_pair(scale=6.0, eos_token_id=63)
+    target, drafter = tiny_pair(scale=6.0, eos_token_id=63)
     folder = tmp_path_factory.mktemp("gguf")
-    return pair, LoadedDrafters.around(drafter, gguf_file=gguf_of(drafter.model, pair.tokenizer, folder))
+    return target, LoadedDrafters.around(drafter, gguf_file=gguf_of(drafter.model, target.tokenizer, folder))
 
 
 def test_the_cache_computes_what_the_written_model_computes_through_crops_and_reorders(tmp_path):
-    pair, _ = tiny_pair(draft_noise=None)
-    drafter = GGUFDrafter.load(gguf_of(pair.target, pair.tokenizer, tmp_path), pair.tokenizer, 64, "tiny")
-    gguf_cache, model_cache = drafter.new_cache(), CachedModel(pair.target, 64)
+    target, _ = tiny_pair(draft_noise=None)
+    drafter = GGUFDrafter.load(gguf_of(target.model, target.tokenizer, tmp_path), target.tokenizer, 64, "tiny")
+    gguf_cache, model_cache = drafter.new_cache(), CachedModel(target.model, 64)
     prompt = [3, 9, 27, 17, 51, 25]
     assert torch.allclose(gguf_cache.forward(prompt), model_cache.forward(prompt), atol=1e-3)
     for cache in (gguf_cache, model_cache):
@@ -70,8 +70,8 @@ def test_the_cache_computes_what_the_written_model_computes_through_crops_and_re
 
 
 def test_crop_and_reorder_equal_a_fresh_context_fed_the_same_tokens(tmp_path):
-    pair, draft = tiny_pair()
-    drafter = GGUFDrafter.load(gguf_of(draft.model, pair.tokenizer, tmp_path), pair.tokenizer, 64, "tiny")
+    target, draft = tiny_pair()
+    drafter = GGUFDrafter.load(gguf_of(draft.model, target.tokenizer, tmp_path), target.tokenizer, 64, "tiny")
     used = drafter.new_cache()
     used.forward([4, 8, 15, 16, 23, 42])
     used.crop(3)
@@ -86,9 +86,9 @@ def test_crop_and_reorder_equal_a_fresh_context_fed_the_same_tokens(tmp_path):
 def test_a_long_feed_grows_the_context_and_keeps_every_row(tmp_path, monkeypatch):
     from pacer_core.llama import model
     monkeypatch.setattr(model, "START_CELLS", 256)      # the smallest context llama.cpp takes here
-    pair, _ = tiny_pair(draft_noise=None)
-    drafter = GGUFDrafter.load(gguf_of(pair.target, pair.tokenizer, tmp_path), pair.tokenizer, 64, "tiny")
-    cache, reference = drafter.new_cache(), CachedModel(pair.target, 64)
+    target, _ = tiny_pair(draft_noise=None)
+    drafter = GGUFDrafter.load(gguf_of(target.model, target.tokenizer, tmp_path), target.tokenizer, 64, "tiny")
+    cache, reference = drafter.new_cache(), CachedModel(target.model, 64)
     prompt = [index % 60 for index in range(250)]
     cache.forward(prompt), reference.forward(prompt)
     cache.reorder(torch.tensor([0, 0])), reference.reorder(torch.tensor([0, 0]))
@@ -98,11 +98,11 @@ def test_a_long_feed_grows_the_context_and_keeps_every_row(tmp_path, monkeypatch
 
 
 def test_greedy_fixed_and_pacer_with_a_gguf_drafter_return_ars_tokens(pair_with_gguf):
-    pair, loaded = pair_with_gguf
-    drafter = load_drafter(pair, loaded, "gguf")
+    target, drafters = pair_with_gguf
+    drafter = load_drafter(target, drafters, "gguf")
     assert drafter_key(drafter) == "gguf"
     with_layer = [Pacer(1, 8, None, shipped_layer(), "submit"), Pacer(2, 12, None, shipped_layer(0.9), "discard")]
-    assert greedy_rejections(pair, drafter, also=with_layer) > 0   # the draft is sometimes wrong
+    assert greedy_rejections(target, drafter, also=with_layer) > 0   # the draft is sometimes wrong
 
 
 PROMPT, N_TOKENS, RUNS = [1, 2], 3, 1000
@@ -112,9 +112,9 @@ FILTERED = {"temperature": 0.8, "top_k": 4}
 @pytest.fixture(scope="module")
 def five_token_pair_with_gguf(tmp_path_factory):
     """(a five-token tiny pair, its draft written in float16 as a GGUF file and loaded as a gguf drafter)."""
-    pair, draft = tiny_pair(vocab_size=5, scale=6.0, target_layers=1, hidden=32, draft_noise=0.5)
+    target, draft = tiny_pair(vocab_size=5, scale=6.0, target_layers=1, hidden=32, draft_noise=0.5)
     folder = tmp_path_factory.mktemp("gguf5")
-    return pair, GGUFDrafter.load(gguf_of(draft.model, pair.tokenizer, folder, float16=True), pair.tokenizer, 5, "t5")
+    return target, GGUFDrafter.load(gguf_of(draft.model, target.tokenizer, folder, float16=True), target.tokenizer, 5, "t5")
 
 
 @pytest.mark.statistical
@@ -122,26 +122,26 @@ def five_token_pair_with_gguf(tmp_path_factory):
                                      Pacer(1, 2, 0.9, shipped_layer(0.9), "submit")],
                          ids=["fixed", "pacer", "pacer-trained-layer"])
 def test_sampling_with_a_gguf_drafter_matches_the_target(five_token_pair_with_gguf, decoder):
-    pair, drafter = five_token_pair_with_gguf
-    assert p_value_against_target(decoder, pair, drafter, PROMPT, N_TOKENS, RUNS, **FILTERED) > SIGNIFICANCE
+    target, drafter = five_token_pair_with_gguf
+    assert p_value_against_target(decoder, target, drafter, PROMPT, N_TOKENS, RUNS, **FILTERED) > SIGNIFICANCE
 
 
 def test_smc_sd_runs_with_a_gguf_drafter_and_its_proposal_has_full_support(pair_with_gguf):
-    pair, loaded = pair_with_gguf
-    drafter = load_drafter(pair, loaded, "gguf")
+    target, drafters = pair_with_gguf
+    drafter = load_drafter(target, drafters, "gguf")
     cache = drafter.new_cache(None, full_support=True)
     probs = torch.softmax(cache.forward([1, 2, 3], keep=1)[0, -1], dim=-1)
     assert (probs > 0).all()
-    *events, result = SMC().run(pair, drafter, [1, 2, 3], validate_settings(
+    *events, result = SMC().run(target, drafter, [1, 2, 3], validate_settings(
         max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
 
 def test_contexts_are_reused_across_runs(pair_with_gguf):
-    pair, loaded = pair_with_gguf
-    drafter = load_drafter(pair, loaded, "gguf")
+    target, drafters = pair_with_gguf
+    drafter = load_drafter(target, drafters, "gguf")
     for _ in range(3):
-        run_result(FixedSpeculative(3), pair, drafter, [1, 2, 3], max_new_tokens=8)
+        run_result(FixedSpeculative(3), target, drafter, [1, 2, 3], max_new_tokens=8)
     assert drafter.pool.created == 1
 
 
@@ -155,43 +155,43 @@ def test_gguf_names_and_vocabulary_check():
 
 
 def test_a_missing_file_is_a_clear_error(tmp_path):
-    pair, drafter = tiny_pair()
-    loaded = LoadedDrafters.around(drafter, gguf_file=str(tmp_path / "nowhere.gguf"))
+    target, drafter = tiny_pair()
+    drafters = LoadedDrafters.around(drafter, gguf_file=str(tmp_path / "nowhere.gguf"))
     with pytest.raises(ValueError, match="nowhere.gguf' does not exist"):
-        load_drafter(pair, loaded, "gguf")
+        load_drafter(target, drafters, "gguf")
 
 
 def test_a_file_that_is_not_gguf_is_a_clear_error(tmp_path):
-    pair, drafter = tiny_pair()
+    target, drafter = tiny_pair()
     (tmp_path / "weights.gguf").write_bytes(b"PK\x03\x04 not a gguf file")
-    loaded = LoadedDrafters.around(drafter, gguf_file=str(tmp_path / "weights.gguf"))
+    drafters = LoadedDrafters.around(drafter, gguf_file=str(tmp_path / "weights.gguf"))
     with pytest.raises(ValueError, match="is not a GGUF file"):
-        load_drafter(pair, loaded, "gguf")
+        load_drafter(target, drafters, "gguf")
 
 
 def test_a_gguf_with_another_tokenizer_is_a_clear_error_naming_both(tmp_path):
-    pair, drafter = tiny_pair()
+    target, drafter = tiny_pair()
     other_tokens = [f"u{index}" for index in range(64)]
-    other_file = gguf_of(drafter.model, pair.tokenizer, tmp_path, tokens=other_tokens)
-    loaded = LoadedDrafters.around(drafter, gguf_file=other_file)
+    other_file = gguf_of(drafter.model, target.tokenizer, tmp_path, tokens=other_tokens)
+    drafters = LoadedDrafters.around(drafter, gguf_file=other_file)
     with pytest.raises(ValueError, match=r"does not share the tokenizer of the target 'tiny-target'.*'u0'.*'t0'"):
-        load_drafter(pair, loaded, "gguf")
+        load_drafter(target, drafters, "gguf")
 
 
 def test_without_a_file_the_kind_says_how_to_give_one():
-    pair, drafter = tiny_pair()
-    assert "--draft-gguf" in gguf_unavailable(pair, LoadedDrafters.around(drafter))
+    target, drafter = tiny_pair()
+    assert "--draft-gguf" in gguf_unavailable(target, LoadedDrafters.around(drafter))
 
 
 @pytest.mark.embedded
-def test_the_embedded_gguf_drafts_ars_tokens_on_the_embedded_target(embedded_pair, embedded_drafters):
-    drafter = load_drafter(embedded_pair, embedded_drafters, "gguf")
+def test_the_embedded_gguf_drafts_ars_tokens_on_the_embedded_target(embedded_target, embedded_drafters):
+    drafter = load_drafter(embedded_target, embedded_drafters, "gguf")
     assert drafter.describe()["file"].endswith(".gguf")
     drafted = accepted = 0
     for prompt in ("Name three primary colours.", "Write a haiku about rain."):
-        prompt_ids = embedded_pair.encode_prompt(prompt)
-        reference = run_result(Autoregressive(), embedded_pair, drafter, prompt_ids, max_new_tokens=24).token_ids
-        result = run_result(FixedSpeculative(5), embedded_pair, drafter, prompt_ids, max_new_tokens=24)
+        prompt_ids = embedded_target.encode_prompt(prompt)
+        reference = run_result(Autoregressive(), embedded_target, drafter, prompt_ids, max_new_tokens=24).token_ids
+        result = run_result(FixedSpeculative(5), embedded_target, drafter, prompt_ids, max_new_tokens=24)
         assert result.token_ids == reference
         drafted += result.metrics.drafted_tokens
         accepted += result.metrics.accepted_tokens
@@ -199,43 +199,43 @@ def test_the_embedded_gguf_drafts_ars_tokens_on_the_embedded_target(embedded_pai
 
 
 @pytest.mark.embedded
-def test_the_pages_shared_scoring_pass_gives_each_outputs_own_logits(embedded_pair, embedded_drafters):
+def test_the_pages_shared_scoring_pass_gives_each_outputs_own_logits(embedded_target, embedded_drafters):
     """``output_logits`` (one target pass over the prompt, the drafter adopting its cells) against scoring each
     output alone, on the embedded target with its gguf drafter."""
-    pair, drafter = embedded_pair, load_drafter(embedded_pair, embedded_drafters, "gguf")
-    prompt_ids = pair.encode_prompt("Name three primary colours.")
-    outputs = {"a": run_result(Autoregressive(), pair, drafter, prompt_ids, max_new_tokens=12).token_ids,
-               "b": run_result(Autoregressive(), pair, drafter, prompt_ids, max_new_tokens=12, temperature=1.0,
+    target, drafter = embedded_target, load_drafter(embedded_target, embedded_drafters, "gguf")
+    prompt_ids = target.encode_prompt("Name three primary colours.")
+    outputs = {"a": run_result(Autoregressive(), target, drafter, prompt_ids, max_new_tokens=12).token_ids,
+               "b": run_result(Autoregressive(), target, drafter, prompt_ids, max_new_tokens=12, temperature=1.0,
                                seed=1).token_ids}
-    target_logits, draft_logits = output_logits(pair, drafter, prompt_ids, outputs, {"a": False, "b": True})
+    target_logits, draft_logits = output_logits(target, drafter, prompt_ids, outputs, {"a": False, "b": True})
     for key, output_ids in outputs.items():
-        alone = target_teacher_forced_logits(pair, drafter, prompt_ids, output_ids)
+        alone = target_teacher_forced_logits(target, drafter, prompt_ids, output_ids)
         assert target_logits[key].shape == alone.shape and torch.allclose(target_logits[key], alone, atol=1e-3)
-        drafted = draft_teacher_forced_logits(pair, drafter, prompt_ids, output_ids, full_support=key == "b")
+        drafted = draft_teacher_forced_logits(target, drafter, prompt_ids, output_ids, full_support=key == "b")
         assert torch.allclose(draft_logits[key], drafted, atol=1e-3)
 
 
 @pytest.mark.embedded
-def test_pacer_runs_the_shipped_layer_on_the_embedded_default_and_returns_ars_tokens(embedded_pair, embedded_drafters):
+def test_pacer_runs_the_shipped_layer_on_the_embedded_default_and_returns_ars_tokens(embedded_target, embedded_drafters):
     """The page's default pair: PACER's pre-verifier is the trained layer (with its layer for sampled tokens), it
     stops drafting on its own, greedy output is AR's, and a run that chooses the confidence rule gets the rule."""
     from pacer_core import generate
     from pacer_core.preverifier import default_preverifier
 
-    pair, drafter = embedded_pair, load_drafter(embedded_pair, embedded_drafters, "gguf")
-    trained = default_preverifier(pair, drafter)
+    target, drafter = embedded_target, load_drafter(embedded_target, embedded_drafters, "gguf")
+    trained = default_preverifier(target, drafter)
     assert trained.kind == "trained" and trained.sampling_layer is not None and trained.layer.hidden_size == 0
     for prompt in ("Name three primary colours.", "Write a Python function that reverses a string."):
-        reference = generate(pair, drafter, "ar", prompt, max_new_tokens=32).token_ids
-        result = generate(pair, drafter, "pacer", prompt, max_new_tokens=32, max_draft_len=8)
+        reference = generate(target, drafter, "ar", prompt, max_new_tokens=32).token_ids
+        result = generate(target, drafter, "pacer", prompt, max_new_tokens=32, max_draft_len=8)
         assert result.token_ids == reference
         assert result.info["preverifier"] == "trained" and "trained pre-verification layer" in result.info["stopped_by"]
-    sampled = generate(pair, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=32, temperature=0.7,
+    sampled = generate(target, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=32, temperature=0.7,
                        stop_rule="auto")
     assert "the trained layer's acceptance estimates" in sampled.info["stopped_by"]
-    threshold = generate(pair, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16, temperature=0.7)
+    threshold = generate(target, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16, temperature=0.7)
     assert "trained pre-verification layer at threshold 0.70" in threshold.info["stopped_by"]
-    rule = generate(pair, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16,
+    rule = generate(target, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16,
                     preverifier_choice="confidence")
     assert rule.info["preverifier"] == "heuristic" and rule.settings["threshold"] == 0.05   # the drafter's measured
 
@@ -243,7 +243,7 @@ def test_pacer_runs_the_shipped_layer_on_the_embedded_default_and_returns_ars_to
 @pytest.mark.pure
 def test_the_embedded_default_drafter_is_gguf_on_a_cpu_with_llama_cpp(monkeypatch):
     from pacer_core.llama import availability
-    from pacer_core.models import default_embedded_drafter
+    from pacer_core.drafters.construction import default_embedded_drafter
     assert default_embedded_drafter("embedded", torch.device("cpu")) == "gguf"
     assert default_embedded_drafter(None, torch.device("cpu")) == "gguf"
     assert default_embedded_drafter("small", torch.device("cpu")) == "small"
@@ -253,10 +253,10 @@ def test_the_embedded_default_drafter_is_gguf_on_a_cpu_with_llama_cpp(monkeypatc
 
 
 @pytest.mark.embedded
-def test_the_page_offers_gguf_first_on_the_embedded_default(embedded_pair, embedded_drafters):
+def test_the_page_offers_gguf_first_on_the_embedded_default(embedded_target, embedded_drafters):
     from pacer_core.ui.drafter_menu import DrafterMenu
-    gguf_drafter = load_drafter(embedded_pair, embedded_drafters, "gguf")
-    menu = DrafterMenu(embedded_pair, dataclasses.replace(embedded_drafters, default=gguf_drafter))
+    gguf_drafter = load_drafter(embedded_target, embedded_drafters, "gguf")
+    menu = DrafterMenu(embedded_target, dataclasses.replace(embedded_drafters, default=gguf_drafter))
     assert menu.default_key == "gguf" and "gguf" in menu.keys and "small" in menu.keys
     line = next(option.description for option in menu.options() if option.key == "gguf")
     assert line.startswith("gguf · the target's own GGUF file run by llama.cpp · 94 MB")

@@ -16,7 +16,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models as tokenizer_models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from pacer_core.models import GPU_DEFAULT_PAIRS, gpu_default_pair
+from pacer_core.default_target import GPU_DEFAULT_PAIRS, gpu_default_pair
 from pacer_core.testing.app_runner import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,9 +71,9 @@ def put_in_hub_cache(hub_cache: Path, repo_id: str, layers: int) -> None:
 def hub_home(tmp_path_factory) -> Path:
     """$HF_HOME holding both default pairs (tiny, random weights)."""
     home = tmp_path_factory.mktemp("hf-home")
-    for pair in GPU_DEFAULT_PAIRS:
-        put_in_hub_cache(home / "hub", pair.target, layers=2)
-        put_in_hub_cache(home / "hub", pair.draft, layers=1)
+    for hub_pair in GPU_DEFAULT_PAIRS:
+        put_in_hub_cache(home / "hub", hub_pair.target, layers=2)
+        put_in_hub_cache(home / "hub", hub_pair.draft, layers=1)
     return home
 
 

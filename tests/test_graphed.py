@@ -51,10 +51,10 @@ class FakeCapturer:
 
 def graphed_pair(capturer=None, capacity=64, **pair_options):
     """A tiny pair whose target and draft model have graphed engines (small capacity: quick on the CPU)."""
-    pair, drafter = tiny_pair(**pair_options)
-    for model in (pair.target, drafter.model):
+    target, drafter = tiny_pair(**pair_options)
+    for model in (target.model, drafter.model):
         install_engine(model, GraphedEngine(model, capacity=capacity, capturer=capturer))
-    return pair, drafter
+    return target, drafter
 
 
 @pytest.fixture
@@ -127,11 +127,11 @@ def test_a_failed_capture_falls_back_to_eager_and_says_why():
 
 @pytest.mark.parametrize("capturer", [None, "fake"])
 def test_graphed_cache_returns_the_dynamic_cache_logits_call_by_call(capturer):
-    pair, _ = tiny_pair(scale=3.0)
-    engine = install_engine(pair.target, GraphedEngine(pair.target, capacity=32,
+    target, _ = tiny_pair(scale=3.0)
+    engine = install_engine(target.model, GraphedEngine(target.model, capacity=32,
                                                        capturer=FakeCapturer() if capturer else None))
-    reference, static = CachedModel(pair.target, pair.vocab_size, keep_features=True), \
-        GraphedCache(engine, pair.vocab_size, keep_features=True)
+    reference, static = CachedModel(target.model, target.vocab_size, keep_features=True), \
+        GraphedCache(engine, target.vocab_size, keep_features=True)
 
     def same(*call, **options):
         expected, got = reference.forward(*call, **options), static.forward(*call, **options)
@@ -163,16 +163,16 @@ def test_graphed_cache_returns_the_dynamic_cache_logits_call_by_call(capturer):
 @pytest.mark.parametrize("capturer", [None, "fake"])
 def test_greedy_fixed_pacer_and_ar_on_the_graphed_engine_return_the_dynamic_tokens(capturer, graphs_asked,
                                                                                   monkeypatch):
-    pair, drafter = graphed_pair(FakeCapturer() if capturer else None, scale=6.0, draft_noise=0.3, eos_token_id=63)
+    target, drafter = graphed_pair(FakeCapturer() if capturer else None, scale=6.0, draft_noise=0.3, eos_token_id=63)
     decoders = [Autoregressive(), FixedSpeculative(1), FixedSpeculative(4),
                 Pacer(2, 8, 0.3, ConfidencePreVerifier(), "submit"), Pacer(1, 4, 0.99, ConfidencePreVerifier(), "discard")]
     for prompt in PROMPTS:
-        reference = without_graphs(monkeypatch, run_ids, Autoregressive(), pair, drafter, prompt, max_new_tokens=30)
+        reference = without_graphs(monkeypatch, run_ids, Autoregressive(), target, drafter, prompt, max_new_tokens=30)
         for decoder in decoders:
-            assert run_ids(decoder, pair, drafter, prompt, max_new_tokens=30) == reference, (decoder.info(), prompt)
-    target_engine = graphed.engine_for(pair.target)
+            assert run_ids(decoder, target, drafter, prompt, max_new_tokens=30) == reference, (decoder.info(), prompt)
+    target_engine = graphed.engine_for(target.model)
     assert len(target_engine.slots) == 1          # every run reused the first run's slot (and its graphs)
-    line = graphed.capture_line(pair.target, drafter.model)
+    line = graphed.capture_line(target.model, drafter.model)
     if capturer:
         replays = sum(slot.pool.replays for slot in target_engine.slots)
         assert target_engine.captures >= 3 and replays > target_engine.captures
@@ -185,32 +185,32 @@ def test_a_model_whose_capture_fails_decodes_eagerly_and_the_line_says_why(graph
     def failing(step):
         raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
 
-    pair, drafter = graphed_pair(failing, scale=6.0)
-    reference = without_graphs(monkeypatch, run_ids, Autoregressive(), pair, drafter, PROMPTS[0], max_new_tokens=20)
-    assert run_ids(FixedSpeculative(4), pair, drafter, PROMPTS[0], max_new_tokens=20) == reference
-    line = graphed.capture_line(pair.target, drafter.model)
+    target, drafter = graphed_pair(failing, scale=6.0)
+    reference = without_graphs(monkeypatch, run_ids, Autoregressive(), target, drafter, PROMPTS[0], max_new_tokens=20)
+    assert run_ids(FixedSpeculative(4), target, drafter, PROMPTS[0], max_new_tokens=20) == reference
+    line = graphed.capture_line(target.model, drafter.model)
     assert line.startswith("graphed engine: eager after a failed capture") and "not permitted" in line
 
 
 def test_the_feature_head_drafts_the_same_greedy_tokens_over_a_graphed_target(graphs_asked, monkeypatch):
-    pair, draft = graphed_pair(FakeCapturer(), scale=6.0)
-    head = random_head_drafter(pair.target, pair.vocab_size, scale=3.0)
+    target, draft = graphed_pair(FakeCapturer(), scale=6.0)
+    head = random_head_drafter(target.model, target.vocab_size, scale=3.0)
     for prompt in PROMPTS:
-        reference = without_graphs(monkeypatch, run_ids, Autoregressive(), pair, head, prompt, max_new_tokens=24)
+        reference = without_graphs(monkeypatch, run_ids, Autoregressive(), target, head, prompt, max_new_tokens=24)
         for decoder in (FixedSpeculative(3), Pacer(1, 6, 0.3, ConfidencePreVerifier(), "submit")):
-            assert run_ids(decoder, pair, head, prompt, max_new_tokens=24) == reference, (decoder.info(), prompt)
+            assert run_ids(decoder, target, head, prompt, max_new_tokens=24) == reference, (decoder.info(), prompt)
 
 
 def test_the_hook_builds_graphed_caches_only_when_asked(monkeypatch):
-    pair, drafter = graphed_pair()
+    target, drafter = graphed_pair()
     settings = validate_settings(max_new_tokens=4)
     monkeypatch.delenv(graphed.GRAPHED_ENV, raising=False)
-    state = make_state(pair, drafter, [1, 2], settings, with_draft=True)
+    state = make_state(target, drafter, [1, 2], settings, with_draft=True)
     assert type(state.target) is CachedModel and type(state.draft) is CachedModel
     monkeypatch.setenv(graphed.GRAPHED_ENV, "1")
-    state = make_state(pair, drafter, [1, 2], settings, with_draft=True)
+    state = make_state(target, drafter, [1, 2], settings, with_draft=True)
     assert isinstance(state.target, GraphedCache) and isinstance(state.draft, GraphedCache)
-    assert isinstance(make_state(pair, drafter, [1, 2], settings, with_draft=False).target, GraphedCache)
+    assert isinstance(make_state(target, drafter, [1, 2], settings, with_draft=False).target, GraphedCache)
 
 
 @pytest.mark.pure
@@ -229,43 +229,43 @@ def test_models_the_engine_cannot_run_exactly_are_named_with_the_reason():
 
 
 def test_runs_alive_together_lease_different_slots_and_a_dropped_run_gives_its_slot_back():
-    pair, _ = graphed_pair()
-    engine = graphed.engine_for(pair.target)
-    first, second = GraphedCache(engine, pair.vocab_size), GraphedCache(engine, pair.vocab_size)
+    target, _ = graphed_pair()
+    engine = graphed.engine_for(target.model)
+    first, second = GraphedCache(engine, target.vocab_size), GraphedCache(engine, target.vocab_size)
     assert first.slot is not second.slot and len(engine.slots) == 2
     kept = second.slot
     del second
     gc.collect()
-    assert GraphedCache(engine, pair.vocab_size).slot is kept and len(engine.slots) == 2
+    assert GraphedCache(engine, target.vocab_size).slot is kept and len(engine.slots) == 2
 
 
 def test_a_run_longer_than_the_capacity_grows_its_slot_and_keeps_the_tokens(graphs_asked, monkeypatch):
-    pair, drafter = graphed_pair(FakeCapturer(), capacity=16, scale=6.0)
+    target, drafter = graphed_pair(FakeCapturer(), capacity=16, scale=6.0)
     prompt = list(range(10))
-    reference = without_graphs(monkeypatch, run_ids, Autoregressive(), pair, drafter, prompt, max_new_tokens=40)
-    assert run_ids(FixedSpeculative(4), pair, drafter, prompt, max_new_tokens=40) == reference
-    engine = graphed.engine_for(pair.target)
+    reference = without_graphs(monkeypatch, run_ids, Autoregressive(), target, drafter, prompt, max_new_tokens=40)
+    assert run_ids(FixedSpeculative(4), target, drafter, prompt, max_new_tokens=40) == reference
+    engine = graphed.engine_for(target.model)
     assert engine.slots[0].capacity >= 50 and any("grew" in note for note in engine.notes)
 
 
 def test_a_run_crossing_a_span_captures_the_next_span_and_keeps_the_tokens(graphs_asked, monkeypatch):
     capturer = FakeCapturer()
-    pair, drafter = graphed_pair(capturer, capacity=512, scale=6.0)
+    target, drafter = graphed_pair(capturer, capacity=512, scale=6.0)
     prompt = [index % 64 for index in range(250)]
-    reference = without_graphs(monkeypatch, run_ids, Autoregressive(), pair, drafter, prompt, max_new_tokens=20)
+    reference = without_graphs(monkeypatch, run_ids, Autoregressive(), target, drafter, prompt, max_new_tokens=20)
     for decoder in (Autoregressive(), FixedSpeculative(3)):
-        assert run_ids(decoder, pair, drafter, prompt, max_new_tokens=20) == reference, decoder.info()
-    spans = {shape.span for slot in graphed.engine_for(pair.target).slots for shape in slot.pool.replays_by_key}
+        assert run_ids(decoder, target, drafter, prompt, max_new_tokens=20) == reference, decoder.info()
+    spans = {shape.span for slot in graphed.engine_for(target.model).slots for shape in slot.pool.replays_by_key}
     assert spans == {256, 512}
 
 
 def test_smc_runs_on_the_graphed_engine_like_on_the_dynamic_cache(graphs_asked, monkeypatch):
-    pair, drafter = graphed_pair(FakeCapturer(), scale=2.0)
+    target, drafter = graphed_pair(FakeCapturer(), scale=2.0)
     for seed in (0, 1):
         settings = dict(max_new_tokens=20, temperature=1.0, n_particles=4, draft_len=3, seed=seed, ess_threshold=1.0)
-        *_, expected = without_graphs(monkeypatch, lambda: list(SMC().run(pair, drafter, [1, 2, 3],
+        *_, expected = without_graphs(monkeypatch, lambda: list(SMC().run(target, drafter, [1, 2, 3],
                                                                           validate_settings(**settings))))
-        *events, got = SMC().run(pair, drafter, [1, 2, 3], validate_settings(**settings))
+        *events, got = SMC().run(target, drafter, [1, 2, 3], validate_settings(**settings))
         assert got.token_ids == expected.token_ids and len(got.token_ids) == 20
         assert any(event.resampled for event in events)
 
@@ -279,25 +279,25 @@ def six_token_graphed_pair():
 def test_sampled_fixed_sd_on_the_graphed_engine_matches_the_target_distribution(six_token_graphed_pair,
                                                                                   monkeypatch):
     monkeypatch.setenv(graphed.GRAPHED_ENV, "1")
-    pair, drafter = six_token_graphed_pair
-    truth = target_sequence_distribution(pair.target, [1, 2], 3, temperature=0.8, top_k=4)
-    counts = sample_counts(FixedSpeculative(2), pair, drafter, [1, 2], 3, 1000, temperature=0.8, top_k=4)
+    target, drafter = six_token_graphed_pair
+    truth = target_sequence_distribution(target.model, [1, 2], 3, temperature=0.8, top_k=4)
+    counts = sample_counts(FixedSpeculative(2), target, drafter, [1, 2], 3, 1000, temperature=0.8, top_k=4)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
-    assert graphed.engine_for(pair.target).captures > 0
+    assert graphed.engine_for(target.model).captures > 0
 
 
 @pytest.mark.embedded
-def test_the_embedded_target_on_the_graphed_engine_gives_the_dynamic_tokens(embedded_pair, embedded_drafters,
+def test_the_embedded_target_on_the_graphed_engine_gives_the_dynamic_tokens(embedded_target, embedded_drafters,
                                                                             monkeypatch):
     """The real SmolLM2 target (30 layers, grouped-query attention) with the feature head, which keeps the target on
     torch: greedy AR, fixed SD and PACER return the dynamic cache's tokens on the static one."""
     from pacer_core.drafters import load_drafter
 
-    head = load_drafter(embedded_pair, embedded_drafters, "head")
-    prompt = embedded_pair.tokenizer("The capital of France is")["input_ids"]
+    head = load_drafter(embedded_target, embedded_drafters, "head")
+    prompt = embedded_target.tokenizer("The capital of France is")["input_ids"]
     monkeypatch.delenv(graphed.GRAPHED_ENV, raising=False)
-    reference = run_ids(Autoregressive(), embedded_pair, head, prompt, max_new_tokens=24)
+    reference = run_ids(Autoregressive(), embedded_target, head, prompt, max_new_tokens=24)
     monkeypatch.setenv(graphed.GRAPHED_ENV, "1")
     for decoder in (Autoregressive(), FixedSpeculative(4), Pacer(2, 8, 0.3)):
-        assert run_ids(decoder, embedded_pair, head, prompt, max_new_tokens=24) == reference, decoder.info()
-    assert graphed.engine_for(embedded_pair.target).slots        # the static path ran
+        assert run_ids(decoder, embedded_target, head, prompt, max_new_tokens=24) == reference, decoder.info()
+    assert graphed.engine_for(embedded_target.model).slots        # the static path ran

@@ -27,10 +27,10 @@ def test_expected_speedup_is_leviathans_formula(payoff):
 
 def test_twins_compute_the_same_logits(payoff):
     torch.manual_seed(0)
-    pair, drafter = payoff.build_pair(True, True, torch.device("cpu"), torch.float32)
-    tokens = torch.randint(pair.vocab_size, (1, 12))
+    target, drafter = payoff.build_pair(True, True, torch.device("cpu"), torch.float32)
+    tokens = torch.randint(target.vocab_size, (1, 12))
     with torch.no_grad():
-        target_logits = pair.target(input_ids=tokens).logits
+        target_logits = target.model(input_ids=tokens).logits
         draft_logits = drafter.model(input_ids=tokens).logits
     assert torch.allclose(target_logits, draft_logits, rtol=1e-4, atol=1e-3)
     assert torch.equal(target_logits.argmax(-1), draft_logits.argmax(-1))

@@ -92,12 +92,12 @@ def test_greedy_pacer_on_the_cost_rule_equals_ar_and_says_what_stopped_each_draf
     """``auto`` prices with this run's timings (on tiny models a draft call costs about a target pass, so the costs
     stop most drafts); the stored prior (a drafted token 0.15 of a pass) drafts on over confident tokens and leaves
     the stop to the risky one."""
-    pair, drafter = tiny_pair(scale=6.0, draft_noise=0.1, eos_token_id=63)
+    target, drafter = tiny_pair(scale=6.0, draft_noise=0.1, eos_token_id=63)
     reasons = Counter()
     for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20))):
-        reference = run_ids(Autoregressive(), pair, drafter, prompt, max_new_tokens=40)
+        reference = run_ids(Autoregressive(), target, drafter, prompt, max_new_tokens=40)
         *events, result = Pacer(1, 32, None, RiskySecondToken()).run(
-            pair, drafter, prompt, validate_settings(max_new_tokens=40, stop_rule="auto", cost_source=cost_source,
+            target, drafter, prompt, validate_settings(max_new_tokens=40, stop_rule="auto", cost_source=cost_source,
                                              phrase_len=0))
         assert result.token_ids == reference
         costs = "this run's measured costs" if cost_source == "auto" else "the drafter's stored costs"
@@ -125,11 +125,11 @@ def test_fixed_dyn_parses_as_fixed_sd_on_the_schedule():
 
 
 def test_greedy_fixed_dyn_equals_ar_and_moves_its_length():
-    pair, drafter = tiny_pair(scale=3.0, draft_noise=0.3, eos_token_id=63)
+    target, drafter = tiny_pair(scale=3.0, draft_noise=0.3, eos_token_id=63)
     lengths = set()
     for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20))):
-        reference = run_ids(Autoregressive(), pair, drafter, prompt, max_new_tokens=40)
-        *events, result = FixedSpeculative(2, "dynamic").run(pair, drafter, prompt,
+        reference = run_ids(Autoregressive(), target, drafter, prompt, max_new_tokens=40)
+        *events, result = FixedSpeculative(2, "dynamic").run(target, drafter, prompt,
                                                              validate_settings(max_new_tokens=40))
         assert result.token_ids == reference
         assert result.info["gamma_schedule"].startswith("dynamic")
@@ -155,38 +155,38 @@ def six_token_pair():
 
 @pytest.fixture(scope="module")
 def truth(six_token_pair):
-    pair, _ = six_token_pair
-    return target_sequence_distribution(pair.target, PROMPT, N_TOKENS, temperature=1.0)
+    target, _ = six_token_pair
+    return target_sequence_distribution(target.model, PROMPT, N_TOKENS, temperature=1.0)
 
 
 @pytest.mark.statistical
 def test_sampled_pacer_on_its_runs_costs_matches_the_target(six_token_pair, truth):
     """The cost rule priced with the run's own timings stops where the drafted tokens and the run's past say, so the
     output keeps the target's law; with an unrelated draft its stops vary from step to step."""
-    pair, drafter = six_token_pair
+    target, drafter = six_token_pair
     decoder = Pacer(1, 3, None, ConfidencePreVerifier())
     settings = {"temperature": 1.0, "stop_rule": "cost", "cost_source": "run"}
     stops = Counter(event.stop_reason for seed in range(40) for event in
-                    list(decoder.run(pair, drafter, PROMPT, validate_settings(max_new_tokens=N_TOKENS, seed=seed,
+                    list(decoder.run(target, drafter, PROMPT, validate_settings(max_new_tokens=N_TOKENS, seed=seed,
                                                                               **settings)))[:-1])
     assert stops["cost"] + stops["preverifier"] >= 10 and stops["budget"] + stops["max_len"] >= 10, stops
-    counts = sample_counts(decoder, pair, drafter, PROMPT, N_TOKENS, RUNS, **settings)
+    counts = sample_counts(decoder, target, drafter, PROMPT, N_TOKENS, RUNS, **settings)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
 @pytest.mark.statistical
 def test_sampled_fixed_dyn_matches_the_target(six_token_pair, truth):
-    pair, drafter = six_token_pair
-    counts = sample_counts(FixedSpeculative(1, "dynamic"), pair, drafter, PROMPT, N_TOKENS, RUNS, temperature=1.0)
+    target, drafter = six_token_pair
+    counts = sample_counts(FixedSpeculative(1, "dynamic"), target, drafter, PROMPT, N_TOKENS, RUNS, temperature=1.0)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
 def test_the_draft_length_chart_says_what_stopped_each_pacer_draft_beside_the_oracle():
     from pacer_core.ui.plots import draft_length_figure
 
-    pair, drafter = tiny_pair(scale=6.0, draft_noise=0.1, eos_token_id=63)
+    target, drafter = tiny_pair(scale=6.0, draft_noise=0.1, eos_token_id=63)
     *events, _ = Pacer(1, 32, None, RiskySecondToken()).run(
-        pair, drafter, [1, 2, 3], validate_settings(max_new_tokens=40, cost_source="stored", phrase_len=0))
+        target, drafter, [1, 2, 3], validate_settings(max_new_tokens=40, cost_source="stored", phrase_len=0))
     figure = draft_length_figure([], events, oracle=[3] * len(events))
     pacer_drafted = next(trace for trace in figure.data if trace.name == "PACER (drafted)")
     hovers = [hover for hover, event in zip(pacer_drafted.hovertext, events) if event.stop_reason == "preverifier"]

@@ -36,7 +36,7 @@ CHILD = textwrap.dedent("""
             raise SystemExit(f"the hook failed to block {blocked}")
 
     import pacer_core
-    from pacer_core import generate, load_pair, stream
+    from pacer_core import generate, load_target, stream
     import pacer_core.analysis, pacer_core.bench, pacer_core.decoders.smc, pacer_core.drafters.feature_head
     import pacer_core.training.preverifier
 

@@ -9,13 +9,13 @@ from pacer_core.testing.tiny import tiny_pair
 
 def pair_from_folder(folder):
     """(the tiny pair reading ``folder``'s measured_defaults.json, its drafter)."""
-    pair, drafter = tiny_pair()
-    return replace(pair, measured_file=str(folder / "measured_defaults.json")), drafter
+    target, drafter = tiny_pair()
+    return replace(target, measured_file=str(folder / "measured_defaults.json")), drafter
 
 
 def gamma_in(folder):
-    pair, drafter = pair_from_folder(folder)
-    return measured_gamma(pair, drafter)
+    target, drafter = pair_from_folder(folder)
+    return measured_gamma(target, drafter)
 
 
 def test_measured_gamma_reads_the_draft_folder_for_this_device(tmp_path):
@@ -35,20 +35,20 @@ def test_measured_gamma_is_none_without_a_measurement_for_this_device(tmp_path):
 
 def test_measured_gamma_is_only_for_the_independent_draft_it_was_measured_with(tmp_path):
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 3}}))
-    pair, _ = pair_from_folder(tmp_path)
-    assert measured_gamma(pair, random_head_drafter(pair.target, pair.vocab_size)) is None
+    target, _ = pair_from_folder(tmp_path)
+    assert measured_gamma(target, random_head_drafter(target.model, target.vocab_size)) is None
 
 
 def test_each_drafter_has_its_own_measured_length_cost_and_agreement(tmp_path):
     from pacer_core.drafters import load_drafter, measured_drafter
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 2}, "drafters": {
         "self-int8": {"gamma": {"cpu": 5}, "cost": {"cpu": 0.6}, "agreement": 0.96}}}))
-    pair, drafter = pair_from_folder(tmp_path)
-    loaded = LoadedDrafters.around(drafter)
-    assert measured_gamma(pair, drafter) == 2 and measured_drafter(pair, drafter, "small") == {"gamma": {"cpu": 2}}
-    assert measured_gamma(pair, load_drafter(pair, loaded, "self-int8")) == 5
-    assert measured_gamma(pair, load_drafter(pair, loaded, "self-int4")) is None
-    assert measured_drafter(pair, drafter, "self-int8")["agreement"] == 0.96
+    target, drafter = pair_from_folder(tmp_path)
+    drafters = LoadedDrafters.around(drafter)
+    assert measured_gamma(target, drafter) == 2 and measured_drafter(target, drafter, "small") == {"gamma": {"cpu": 2}}
+    assert measured_gamma(target, load_drafter(target, drafters, "self-int8")) == 5
+    assert measured_gamma(target, load_drafter(target, drafters, "self-int4")) is None
+    assert measured_drafter(target, drafter, "self-int8")["agreement"] == 0.96
 
 
 def test_a_drafters_measured_pacer_settings_start_its_bench_rows_and_its_page(tmp_path):
@@ -63,18 +63,18 @@ def test_a_drafters_measured_pacer_settings_start_its_bench_rows_and_its_page(tm
 
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"drafters": {
         "self-int8": {"gamma": {"cpu": 4}, "settings": {"pacer": {"block_size": 1, "phrase_len": 0}}}}}))
-    pair, drafter = pair_from_folder(tmp_path)
-    loaded = LoadedDrafters.around(drafter)
+    target, drafter = pair_from_folder(tmp_path)
+    drafters = LoadedDrafters.around(drafter)
     prompt = [EncodedPrompt((1, 2, 3))]
 
     def ran(method):
         spec = parse_method(method)
-        drafting = load_drafter(pair, loaded, spec.drafter) if spec.drafter else drafter
-        return row_requests(pair, drafting, spec, {"max_new_tokens": 8}, prompt, Limits(), None)[0].settings
+        drafting = load_drafter(target, drafters, spec.drafter) if spec.drafter else drafter
+        return row_requests(target, drafting, spec, {"max_new_tokens": 8}, prompt, Limits(), None)[0].settings
     assert (ran("pacer@self-int8").block_size, ran("pacer@self-int8").phrase_len) == (1, 0)
     assert ran("pacer+phrase_len=4@self-int8").phrase_len == 4
     assert ran("pacer").phrase_len == 8
-    context = AppContext(pair, drafter, drafters=DrafterMenu(pair, loaded))
+    context = AppContext(target, drafter, drafters=DrafterMenu(target, drafters))
     shown = drafter_choice_view(context, "self-int8", None)
     assert (shown["gamma"], shown["block_size"], shown["phrase_len"]) == (4, 1, 0)
     assert drafter_choice_view(context, "small", None)["phrase_len"] == 8
@@ -90,11 +90,11 @@ def test_the_pages_drafter_starts_follow_the_measured_pacer_and_smc_settings(tmp
         "self-int8": {"gamma": {"cpu": 10}, "settings": {
             "pacer": {"block_size": 4, "max_draft_len": 32, "threshold": 0.05, "phrase_len": 0},
             "smc": {"n_particles": 2, "draft_len": 4}}}}}))
-    pair, drafter = pair_from_folder(tmp_path)
-    small = drafter_starts(pair, drafter, ConfidencePreVerifier(), "small")
+    target, drafter = pair_from_folder(tmp_path)
+    small = drafter_starts(target, drafter, ConfidencePreVerifier(), "small")
     assert small["gamma"] == 2 and small["own_threshold"] and small["threshold"] == 0.3
-    self_int8 = load_drafter(pair, LoadedDrafters.around(drafter), "self-int8")
-    starts = drafter_starts(pair, self_int8, ConfidencePreVerifier(), "self-int8")
+    self_int8 = load_drafter(target, LoadedDrafters.around(drafter), "self-int8")
+    starts = drafter_starts(target, self_int8, ConfidencePreVerifier(), "self-int8")
     assert (starts["gamma"], starts["block_size"], starts["max_draft_len"], starts["phrase_len"]) == (10, 4, 32, 0)
     assert starts["threshold"] == 0.05 and not starts["own_threshold"]
     assert (starts["n_particles"], starts["draft_len"]) == (2, 4)
@@ -114,9 +114,9 @@ def test_figures_measured_beside_the_torch_target_apply_only_where_the_target_ve
     assert measured_settings(on_torch, self_int8, "self-int8", "pacer") == {"block_size": 1}
     assert measured_settings(on_torch, self_int8, "self-int8", "smc") == {"n_particles": 2}
     assert "cpu_torch_target" not in measured_drafter(on_torch, self_int8, "self-int8")
-    on_llama = replace(on_torch, target_engine=object())   # the target verifies on llama.cpp: the entry's own figures
+    on_llama = replace(on_torch, engine=object())   # the target verifies on llama.cpp: the entry's own figures
     assert measured_gamma(on_llama, self_int8) == 1 and measured_drafter(on_llama, self_int8, "self-int8")["agreement"] == 0.96
     assert measured_settings(on_llama, self_int8, "self-int8", "pacer") == {"stop_rule": "cost"}
-    head = random_head_drafter(on_torch.target, on_torch.vocab_size)   # reads hidden states: keeps the torch target
+    head = random_head_drafter(on_torch.model, on_torch.vocab_size)   # reads hidden states: keeps the torch target
     assert measured_drafter(on_llama, head, "head")["gamma"] == {"cpu": 5}
     assert measured_drafter(on_llama, head, "self-int8")["gamma"] == {"cpu": 1}

@@ -35,9 +35,9 @@ def tiny_gguf_pair(tmp_path_factory):
     from test_gguf_drafter import gguf_of
     from pacer_core.testing.tiny import tiny_pair
 
-    pair, drafter = tiny_pair(scale=40)
-    target_file = gguf_of(pair.target, pair.tokenizer, tmp_path_factory.mktemp("gguf"))
-    return pair, LoadedDrafters.around(drafter, gguf_file=target_file)
+    target, drafter = tiny_pair(scale=40)
+    target_file = gguf_of(target.model, target.tokenizer, tmp_path_factory.mktemp("gguf"))
+    return target, LoadedDrafters.around(drafter, gguf_file=target_file)
 
 
 @pytest.mark.pure
@@ -50,9 +50,9 @@ def test_a_crash_is_named_with_its_signal_and_the_rebuild_command(number, named,
 
 
 def test_the_build_here_passes_its_proof_once_then_from_the_cache(tiny_gguf_pair):
-    pair, loaded = tiny_gguf_pair
-    path = loaded.gguf_file
-    assert gguf_unavailable(pair, loaded) is None
+    target, drafters = tiny_gguf_pair
+    path = drafters.gguf_file
+    assert gguf_unavailable(target, drafters) is None
     verdict = proof.prove(path)
     assert verdict.ok and not verdict.cached                      # proven by the call above, kept in memory
     proof._VERDICTS.clear()
@@ -63,15 +63,15 @@ def test_the_build_here_passes_its_proof_once_then_from_the_cache(tiny_gguf_pair
 
 @pytest.mark.parametrize("hook, named", [("SIGSEGV", "SIGSEGV"), ("SIGILL", "SIGILL")])
 def test_a_build_that_dies_is_left_out_and_the_library_says_why(tiny_gguf_pair, monkeypatch, hook, named):
-    pair, loaded = tiny_gguf_pair
+    target, drafters = tiny_gguf_pair
     monkeypatch.setenv(proof.CRASH_HOOK, hook)
-    reason = gguf_unavailable(pair, loaded)
+    reason = gguf_unavailable(target, drafters)
     assert reason and f"llama.cpp died with {named}" in reason and proof.REBUILD_COMMAND in reason
     with pytest.raises(ValueError, match=named):
-        load_drafter(pair, loaded, "gguf")
-    assert proof.read_cached(proof.proof_key(proof.Path(loaded.gguf_file))).ok is False
+        load_drafter(target, drafters, "gguf")
+    assert proof.read_cached(proof.proof_key(proof.Path(drafters.gguf_file))).ok is False
     monkeypatch.delenv(proof.CRASH_HOOK)             # the hook is part of the key: the real build still passes
-    assert gguf_unavailable(pair, loaded) is None
+    assert gguf_unavailable(target, drafters) is None
 
 
 def test_a_proof_that_hangs_is_stopped_left_out_and_not_cached(tiny_gguf_pair, monkeypatch):
@@ -96,7 +96,7 @@ def test_the_bench_says_the_same_reason_for_at_gguf(tiny_gguf_pair, monkeypatch)
 
 def test_the_default_drafter_moves_on_when_the_embedded_build_dies(monkeypatch):
     from pacer_core import embedded
-    from pacer_core.models import default_embedded_drafter
+    from pacer_core.drafters.construction import default_embedded_drafter
 
     try:
         embedded.find_gguf_file()
@@ -112,8 +112,8 @@ def test_the_default_drafter_moves_on_when_the_embedded_build_dies(monkeypatch):
 def test_the_command_line_prints_one_verdict_line(tiny_gguf_pair, monkeypatch):
     from pacer_core.testing.app_runner import ROOT
 
-    _, loaded = tiny_gguf_pair
-    command = [sys.executable, "-m", "pacer_core.llama.proof", "--again", loaded.gguf_file]
+    _, drafters = tiny_gguf_pair
+    command = [sys.executable, "-m", "pacer_core.llama.proof", "--again", drafters.gguf_file]
     passed = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert passed.returncode == 0 and passed.stdout.strip().startswith("gguf drafter proven"), passed
     monkeypatch.setenv(proof.CRASH_HOOK, "SIGSEGV")

@@ -50,56 +50,56 @@ def tiny_pair_in(folder: Path):
 
     measured_file = folder / "measured_defaults.json"
     shutil.copy(ROOT / "assets" / "draft-smollm2" / "measured_defaults.json", measured_file)
-    pair, drafter = tiny_pair(scale=2.0, draft_noise=0.2)
-    return dataclasses.replace(pair, measured_file=str(measured_file)), drafter
+    target, drafter = tiny_pair(scale=2.0, draft_noise=0.2)
+    return dataclasses.replace(target, measured_file=str(measured_file)), drafter
 
 
-def tiny_drafter(pair, small, key: str, folder: Path):
+def tiny_drafter(target, small, key: str, folder: Path):
     """The drafter ``key`` for a tiny pair whose small drafter is ``small`` (gguf: its draft written to a file)."""
     from pacer_core.drafters.feature_head import random_head_drafter
     from pacer_core.testing.gguf_file import write_llama_gguf
 
     if key == "head":
-        return random_head_drafter(pair.target, pair.vocab_size)
+        return random_head_drafter(target.model, target.vocab_size)
     gguf_file = ""
     if key == "gguf":
-        gguf_file = str(write_llama_gguf(small.model, pair.tokenizer, folder / "draft.gguf"))
-    return load_drafter(pair, LoadedDrafters.around(small, gguf_file=gguf_file), key)
+        gguf_file = str(write_llama_gguf(small.model, target.tokenizer, folder / "draft.gguf"))
+    return load_drafter(target, LoadedDrafters.around(small, gguf_file=gguf_file), key)
 
 
-def page_run(pair, drafter, prompt_ids: list[int], seed: int):
+def page_run(target, drafter, prompt_ids: list[int], seed: int):
     """PACER as the page starts it for ``drafter`` (its Settings accordion untouched), seeded."""
-    preverifier = default_preverifier(pair, drafter)
-    settings = validate_settings(**(starting_settings(pair, drafter, preverifier) | {"seed": seed}))
-    *events, result = make_decoder("pacer", preverifier).run(pair, drafter, prompt_ids, settings)
+    preverifier = default_preverifier(target, drafter)
+    settings = validate_settings(**(starting_settings(target, drafter, preverifier) | {"seed": seed}))
+    *events, result = make_decoder("pacer", preverifier).run(target, drafter, prompt_ids, settings)
     return events, result
 
 
-def other_runs(pair, drafter, prompt_ids: list[int]) -> None:
+def other_runs(target, drafter, prompt_ids: list[int]) -> None:
     """Runs that a process may have made before: other methods, seeds, temperatures and stopping rules."""
     for method, extra in (("fixed", {"gamma": 6}), ("pacer", {"stop_rule": "cost", "block_size": 1}),
                           ("pacer", {"stop_rule": "cost", "temperature": 0.0}), ("smc", {"n_particles": 2})):
         settings = validate_settings(max_new_tokens=24, temperature=extra.pop("temperature", 0.9), seed=5, **extra)
-        for _ in make_decoder(method, default_preverifier(pair, drafter)).run(pair, drafter, prompt_ids, settings):
+        for _ in make_decoder(method, default_preverifier(target, drafter)).run(target, drafter, prompt_ids, settings):
             pass
 
 
-def drafter_tokens(pair, prompt_ids: list[int], drafters: dict) -> dict:
+def drafter_tokens(target, prompt_ids: list[int], drafters_by_key: dict) -> dict:
     """Every drafter's tokens for every seed, as the page would run them."""
-    return {key: {str(seed): page_run(pair, drafter, prompt_ids, seed)[1].token_ids for seed in SEEDS}
-            for key, drafter in drafters.items()}
+    return {key: {str(seed): page_run(target, drafter, prompt_ids, seed)[1].token_ids for seed in SEEDS}
+            for key, drafter in drafters_by_key.items()}
 
 
-def tiny_drafters(pair, small, folder: Path) -> dict:
-    return {key: tiny_drafter(pair, small, key, folder) for key in DRAFTERS if key != "gguf" or has_llama_cpp()}
+def tiny_drafters(target, small, folder: Path) -> dict:
+    return {key: tiny_drafter(target, small, key, folder) for key in DRAFTERS if key != "gguf" or has_llama_cpp()}
 
 
 def embedded_setup():
-    from pacer_core import load_pair
+    from pacer_core import load_target
 
-    pair, loaded = load_pair("embedded", "small", device="cpu", dtype="float32")
-    drafters = {key: load_drafter(pair, loaded, key) for key in DRAFTERS if key != "gguf" or has_llama_cpp()}
-    return pair, list(pair.encode_prompt(EMBEDDED_PROMPT)), drafters
+    target, drafters = load_target("embedded", "small", device="cpu", dtype="float32")
+    drafters_by_key = {key: load_drafter(target, drafters, key) for key in DRAFTERS if key != "gguf" or has_llama_cpp()}
+    return target, list(target.encode_prompt(EMBEDDED_PROMPT)), drafters_by_key
 
 
 def tokens_in_another_process(kind: str, folder: Path) -> dict:
@@ -111,35 +111,35 @@ def tokens_in_another_process(kind: str, folder: Path) -> dict:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     folder = tmp_path_factory.mktemp("draft")
-    pair, small = tiny_pair_in(folder)
-    return pair, folder, tiny_drafters(pair, small, folder)
+    target, small = tiny_pair_in(folder)
+    return target, folder, tiny_drafters(target, small, folder)
 
 
 def test_the_gguf_page_settings_take_the_cost_rule_at_the_pages_temperature(tiny):
     """The test below must exercise the cost rule: the page starts gguf at stop_rule auto and T = 0.7."""
-    pair, _, drafters = tiny
-    if "gguf" not in drafters:
+    target, _, drafters_by_key = tiny
+    if "gguf" not in drafters_by_key:
         pytest.skip("llama-cpp-python is not installed")
-    gguf = drafters["gguf"]
-    preverifier = default_preverifier(pair, gguf)
-    starts = starting_settings(pair, gguf, preverifier)
+    gguf = drafters_by_key["gguf"]
+    preverifier = default_preverifier(target, gguf)
+    starts = starting_settings(target, gguf, preverifier)
     assert starts["stop_rule"] == "auto" and starts["temperature"] > 0      # auto: the cost rule when sampling
     settings = validate_settings(**(starts | {"seed": SEEDS[0], "max_draft_len": 32}))
-    *events, _ = make_decoder("pacer", preverifier).run(pair, gguf, TINY_PROMPT, settings)
+    *events, _ = make_decoder("pacer", preverifier).run(target, gguf, TINY_PROMPT, settings)
     assert any(event.stop_reason == "cost" for event in events)   # past the page's short cap, the rule itself stops
 
 
 def test_a_seeded_page_run_repeats_after_other_runs_in_one_process(tiny):
-    pair, _, drafters = tiny
-    before = drafter_tokens(pair, TINY_PROMPT, drafters)
-    for drafter in drafters.values():
-        other_runs(pair, drafter, TINY_PROMPT)
-    assert drafter_tokens(pair, TINY_PROMPT, drafters) == before
+    target, _, drafters_by_key = tiny
+    before = drafter_tokens(target, TINY_PROMPT, drafters_by_key)
+    for drafter in drafters_by_key.values():
+        other_runs(target, drafter, TINY_PROMPT)
+    assert drafter_tokens(target, TINY_PROMPT, drafters_by_key) == before
 
 
 def test_a_seeded_page_run_repeats_in_another_process(tiny):
-    pair, folder, drafters = tiny
-    assert tokens_in_another_process("tiny", folder) == drafter_tokens(pair, TINY_PROMPT, drafters)
+    target, folder, drafters_by_key = tiny
+    assert tokens_in_another_process("tiny", folder) == drafter_tokens(target, TINY_PROMPT, drafters_by_key)
 
 
 @pytest.mark.embedded
@@ -147,21 +147,21 @@ def test_the_real_drafters_repeat_after_other_runs_and_in_another_process(tmp_pa
     import torch
 
     torch.set_num_threads(2)                     # as the other process runs (the fixture restores it)
-    pair, prompt_ids, drafters = embedded_setup()
-    before = drafter_tokens(pair, prompt_ids, drafters)
-    for drafter in drafters.values():
-        other_runs(pair, drafter, prompt_ids)
-    assert drafter_tokens(pair, prompt_ids, drafters) == before
+    target, prompt_ids, drafters_by_key = embedded_setup()
+    before = drafter_tokens(target, prompt_ids, drafters_by_key)
+    for drafter in drafters_by_key.values():
+        other_runs(target, drafter, prompt_ids)
+    assert drafter_tokens(target, prompt_ids, drafters_by_key) == before
     assert tokens_in_another_process("embedded", tmp_path) == before
 
 
 def main(kind: str, folder: str) -> None:
     if kind == "tiny":
-        pair, small = tiny_pair_in(Path(folder))
-        print(json.dumps(drafter_tokens(pair, TINY_PROMPT, tiny_drafters(pair, small, Path(folder)))))
+        target, small = tiny_pair_in(Path(folder))
+        print(json.dumps(drafter_tokens(target, TINY_PROMPT, tiny_drafters(target, small, Path(folder)))))
     else:
-        pair, prompt_ids, drafters = embedded_setup()
-        print(json.dumps(drafter_tokens(pair, prompt_ids, drafters)))
+        target, prompt_ids, drafters_by_key = embedded_setup()
+        print(json.dumps(drafter_tokens(target, prompt_ids, drafters_by_key)))
 
 
 if __name__ == "__main__":

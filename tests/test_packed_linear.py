@@ -9,7 +9,7 @@ from torch import nn
 
 from pacer_core import Autoregressive, FixedSpeculative, Pacer
 from pacer_core.drafters import IndependentDrafter
-from pacer_core.models import ModelPair, linear_kernels, pair_from_models
+from pacer_core.models import Target, linear_kernels, target_from_models
 from pacer_core.packed_linear import PackedLinear, pack_linear_layers, packing_available, packing_wanted
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
@@ -19,12 +19,12 @@ from pacer_core.testing.tiny import TinyTokenizer, tiny_llama, tiny_pair
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN linear packing")
 
 
-def packed_copy_of(pair: ModelPair, drafter) -> tuple[ModelPair, IndependentDrafter]:
+def packed_copy_of(target: Target, drafter) -> tuple[Target, IndependentDrafter]:
     """(a copy of the pair, a copy of its independent drafter), both models' linear layers packed."""
-    target, draft = copy.deepcopy(pair.target), copy.deepcopy(drafter.model)
-    pack_linear_layers(target)
+    target_model, draft = copy.deepcopy(target.model), copy.deepcopy(drafter.model)
+    pack_linear_layers(target_model)
     pack_linear_layers(draft)
-    return pair_from_models(target, draft, TinyTokenizer(pair.vocab_size), "packed-target", "packed-draft",
+    return target_from_models(target_model, draft, TinyTokenizer(target.vocab_size), "packed-target", "packed-draft",
                             use_chat_template=False)
 
 
@@ -84,28 +84,28 @@ def test_packing_is_for_float32_on_the_cpu_and_can_be_switched_off(monkeypatch):
 
 
 def test_packed_target_scores_like_the_unpacked_one():
-    pair, drafter = tiny_pair(scale=6.0, draft_noise=0.3)
-    packed, _ = packed_copy_of(pair, drafter)
+    target, drafter = tiny_pair(scale=6.0, draft_noise=0.3)
+    packed, _ = packed_copy_of(target, drafter)
     ids = torch.tensor([[1, 2, 3, 4, 5, 6]])
     with torch.inference_mode():
-        torch.testing.assert_close(packed.target(ids).logits, pair.target(ids).logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(packed.model(ids).logits, target.model(ids).logits, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("noise", [0.1, None])
 def test_greedy_sd_on_a_packed_pair_returns_ars_tokens(noise):
-    pair, drafter = packed_copy_of(*tiny_pair(scale=6.0, draft_noise=noise, eos_token_id=63))
+    target, drafter = packed_copy_of(*tiny_pair(scale=6.0, draft_noise=noise, eos_token_id=63))
     for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20))):
-        reference = run_ids(Autoregressive(), pair, drafter, prompt, max_new_tokens=32)
+        reference = run_ids(Autoregressive(), target, drafter, prompt, max_new_tokens=32)
         for decoder in (FixedSpeculative(4), Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit"),
                         Pacer(3, 16, 0.0, ConfidencePreVerifier(), "submit")):
-            assert run_ids(decoder, pair, drafter, prompt, max_new_tokens=32) == reference, (decoder.info(), prompt)
+            assert run_ids(decoder, target, drafter, prompt, max_new_tokens=32) == reference, (decoder.info(), prompt)
 
 
 @pytest.mark.statistical
 def test_fixed_sd_on_a_packed_pair_samples_the_targets_distribution():
-    pair, drafter = packed_copy_of(*tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=16))
-    truth = target_sequence_distribution(pair.target, [1, 2], 3, temperature=1.0)
-    counts = Counter(tuple(run_ids(FixedSpeculative(2), pair, drafter, [1, 2], max_new_tokens=3, seed=seed,
+    target, drafter = packed_copy_of(*tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=16))
+    truth = target_sequence_distribution(target.model, [1, 2], 3, temperature=1.0)
+    counts = Counter(tuple(run_ids(FixedSpeculative(2), target, drafter, [1, 2], max_new_tokens=3, seed=seed,
                                    temperature=1.0))
                      for seed in range(1000))
     assert chi_square_p_value(counts, truth) > 1e-3

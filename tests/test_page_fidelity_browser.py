@@ -29,21 +29,21 @@ SHORT_TOKENS, SHORT_BOUND = 16, 1.15
 @pytest.fixture(scope="module")
 def default_load():
     """(the pair app.py serves, what was loaded beside it), loaded the way app.py loads them."""
-    from pacer_core.models import pair_from_env
+    from pacer_core.default_target import target_from_env
 
-    return pair_from_env()
+    return target_from_env()
 
 
 def test_page_speedups_are_the_decoders_own(page, default_load, tmp_path):
-    pair, loaded = default_load
+    target, drafters = default_load
     prompt = page_fidelity.examples([0])[0]["prompt"]
     warm = page_fidelity.page_round(page, page_fidelity.WARM_UP_PROMPT, tmp_path)   # first-call costs, both sides
-    page_fidelity.alone_round(pair, loaded.default, warm["trace"])
+    page_fidelity.alone_round(target, drafters.default, warm["trace"])
     on_page = page_fidelity.page_round(page, prompt, tmp_path)
     assert "timed alone" in on_page["status"]
     trace = on_page["trace"]
-    alone = page_fidelity.alone_round(pair, loaded.default, trace)
-    again = page_fidelity.alone_round(pair, loaded.default, trace)
+    alone = page_fidelity.alone_round(target, drafters.default, trace)
+    again = page_fidelity.alone_round(target, drafters.default, trace)
     for method, row in alone.items():                           # the faster of two: a busy moment is not the decoder
         row["seconds"] = min(row["seconds"], again[method]["seconds"])
     compared = page_fidelity.compare(page_fidelity.page_methods(trace), alone)
@@ -61,12 +61,12 @@ def fastest(rounds: list[dict]) -> dict:
 
 
 def test_a_short_runs_page_seconds_are_the_decoders_own(page, default_load, tmp_path):
-    pair, loaded = default_load
+    target, drafters = default_load
     prompt = page_fidelity.examples([0])[0]["prompt"]
     warm = page_fidelity.page_round(page, page_fidelity.WARM_UP_PROMPT, tmp_path)    # the page loaded, as the
-    page_fidelity.alone_round(pair, loaded.default, warm["trace"])                    # benchmark warms up
+    page_fidelity.alone_round(target, drafters.default, warm["trace"])                    # benchmark warms up
     traces = [page_fidelity.page_round(page, prompt, tmp_path, SHORT_TOKENS)["trace"] for _ in range(3)]
-    alone = [page_fidelity.alone_round(pair, loaded.default, traces[-1]) for _ in range(3)]
+    alone = [page_fidelity.alone_round(target, drafters.default, traces[-1]) for _ in range(3)]
     compared = page_fidelity.compare(fastest([page_fidelity.page_methods(trace) for trace in traces]), fastest(alone))
     assert set(compared) == {"ar", "fixed", "pacer", "smc"}
     for method, row in compared.items():

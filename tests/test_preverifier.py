@@ -34,35 +34,35 @@ def test_layer_scores_a_block():
 
 
 def test_save_load_roundtrip_and_automatic_loading(tmp_path, monkeypatch):
-    pair, drafter = tiny_pair(scale=6.0)
+    target, drafter = tiny_pair(scale=6.0)
     trained = random_trained(drafter.model.config.hidden_size, threshold=0.42)
-    directory = tmp_path / pair_slug(pair.target_id, drafter.name)
+    directory = tmp_path / pair_slug(target.name, drafter.name)
     save(directory, trained.layer, trained.config)
     loaded = load(directory)
     hidden, scalars = torch.randn(4, 32), torch.rand(4, 5)
     assert torch.allclose(loaded.layer(hidden, scalars), trained.layer(hidden, scalars))
     monkeypatch.setattr(preverifier_model, "search_dirs", lambda: [tmp_path])
-    chosen = default_preverifier(pair, drafter)
+    chosen = default_preverifier(target, drafter)
     assert chosen.kind == "trained" and chosen.threshold_for(0.0) == 0.42
-    result = generate(pair, drafter, "pacer", "t1 t2", max_new_tokens=8)
+    result = generate(target, drafter, "pacer", "t1 t2", max_new_tokens=8)
     assert result.info["preverifier"] == "trained"
 
 
 def test_without_a_trained_layer_pacer_says_heuristic(tmp_path, monkeypatch):
     monkeypatch.setattr(preverifier_model, "search_dirs", lambda: [tmp_path])
-    pair, drafter = tiny_pair(scale=6.0)
-    assert isinstance(default_preverifier(pair, drafter), ConfidencePreVerifier)
-    assert generate(pair, drafter, "pacer", "t1 t2", max_new_tokens=8).info["preverifier"] == "heuristic"
+    target, drafter = tiny_pair(scale=6.0)
+    assert isinstance(default_preverifier(target, drafter), ConfidencePreVerifier)
+    assert generate(target, drafter, "pacer", "t1 t2", max_new_tokens=8).info["preverifier"] == "heuristic"
 
 
 def test_greedy_pacer_with_trained_layer_equals_ar():
-    pair, drafter = tiny_pair(scale=6.0, draft_noise=0.2)
+    target, drafter = tiny_pair(scale=6.0, draft_noise=0.2)
     for seed, threshold in ((0, 0.1), (1, 0.5), (2, 0.9)):
         trained = random_trained(drafter.model.config.hidden_size, seed, threshold)
         for prompt in ([1, 2, 3], [9, 8], list(range(12))):
             settings = validate_settings(max_new_tokens=30)
-            *_, reference = Autoregressive().run(pair, drafter, prompt, settings)
-            *_, ours = Pacer(2, 10, None, trained).run(pair, drafter, prompt, settings)
+            *_, reference = Autoregressive().run(target, drafter, prompt, settings)
+            *_, ours = Pacer(2, 10, None, trained).run(target, drafter, prompt, settings)
             assert ours.token_ids == reference.token_ids
 
 
@@ -76,12 +76,12 @@ def test_roc_auc_and_reliability_helpers():
 
 
 def test_shipped_block_size_applies_unless_chosen():
-    pair, drafter = tiny_pair(scale=6.0)
+    target, drafter = tiny_pair(scale=6.0)
     trained = random_trained(drafter.model.config.hidden_size)
     trained.config["block_size"] = 1
-    result = generate(pair, drafter, "pacer", "t1 t2", preverifier=trained, max_new_tokens=12)
+    result = generate(target, drafter, "pacer", "t1 t2", preverifier=trained, max_new_tokens=12)
     assert result.settings["block_size"] == 1
-    chosen = generate(pair, drafter, "pacer", "t1 t2", preverifier=trained, max_new_tokens=12, block_size=3)
+    chosen = generate(target, drafter, "pacer", "t1 t2", preverifier=trained, max_new_tokens=12, block_size=3)
     assert chosen.settings["block_size"] == 3 and chosen.token_ids == result.token_ids  # greedy: both exact
 
 
@@ -124,9 +124,9 @@ class RecordingContexts(ConfidencePreVerifier):
 
 
 def test_pacer_gives_the_preverifier_this_generations_history():
-    pair, drafter = tiny_pair(scale=6.0, draft_noise=0.4)
+    target, drafter = tiny_pair(scale=6.0, draft_noise=0.4)
     recorder = RecordingContexts()
-    *events, result = Pacer(1, 6, 0.05, recorder).run(pair, drafter, [1, 2, 3], validate_settings(max_new_tokens=40))
+    *events, result = Pacer(1, 6, 0.05, recorder).run(target, drafter, [1, 2, 3], validate_settings(max_new_tokens=40))
     firsts = [context for position, context in recorder.seen if position == 0]
     assert len(firsts) == len(events)
     verified = accepted = 0
@@ -140,13 +140,13 @@ def test_pacer_gives_the_preverifier_this_generations_history():
 
 
 def test_greedy_pacer_with_history_layer_equals_ar():
-    pair, drafter = tiny_pair(scale=6.0, draft_noise=0.2)
+    target, drafter = tiny_pair(scale=6.0, draft_noise=0.2)
     for seed, threshold in ((0, 0.2), (1, 0.6)):
         trained = history_trained(drafter.model.config.hidden_size, seed, threshold)
         for prompt in ([1, 2, 3], list(range(12))):
             settings = validate_settings(max_new_tokens=30)
-            *_, reference = Autoregressive().run(pair, drafter, prompt, settings)
-            *_, ours = Pacer(1, 10, None, trained).run(pair, drafter, prompt, settings)
+            *_, reference = Autoregressive().run(target, drafter, prompt, settings)
+            *_, ours = Pacer(1, 10, None, trained).run(target, drafter, prompt, settings)
             assert ours.token_ids == reference.token_ids
 
 
@@ -212,13 +212,13 @@ def test_a_scalar_layer_scores_sampled_tokens_with_its_sampling_layer_and_surviv
 
 
 def test_greedy_pacer_with_a_scalar_layer_equals_ar():
-    pair, drafter = tiny_pair(scale=6.0, draft_noise=0.3)
+    target, drafter = tiny_pair(scale=6.0, draft_noise=0.3)
     for seed, threshold in ((0, 0.2), (1, 0.5), (2, 0.8)):
         trained = scalar_trained(seed, threshold)
         for prompt in ([1, 2, 3], list(range(12))):
             settings = validate_settings(max_new_tokens=30)
-            *_, reference = Autoregressive().run(pair, drafter, prompt, settings)
-            *events, ours = Pacer(1, 8, None, trained).run(pair, drafter, prompt, settings)
+            *_, reference = Autoregressive().run(target, drafter, prompt, settings)
+            *events, ours = Pacer(1, 8, None, trained).run(target, drafter, prompt, settings)
             assert ours.token_ids == reference.token_ids
             assert ours.info["stopped_by"].startswith("the trained pre-verification layer")
 
@@ -252,10 +252,10 @@ def test_fit_trains_a_sampling_layer_on_acceptance_probabilities(tmp_path):
 def test_a_run_that_chooses_the_confidence_rule_gets_it_though_a_layer_exists():
     from pacer_core.request import build_request
 
-    pair, drafter = tiny_pair(scale=6.0)
+    target, drafter = tiny_pair(scale=6.0)
     trained = scalar_trained()
-    assert build_request(pair, drafter, "pacer", "t1 t2", {}, preverifier=trained).preverifier is trained
-    chosen = build_request(pair, drafter, "pacer", "t1 t2", {"preverifier_choice": "confidence"}, preverifier=trained)
+    assert build_request(target, drafter, "pacer", "t1 t2", {}, preverifier=trained).preverifier is trained
+    chosen = build_request(target, drafter, "pacer", "t1 t2", {"preverifier_choice": "confidence"}, preverifier=trained)
     assert isinstance(chosen.preverifier, ConfidencePreVerifier)
     assert chosen.settings.threshold == ConfidencePreVerifier().default_threshold
 

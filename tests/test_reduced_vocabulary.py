@@ -19,8 +19,8 @@ from pacer_core.testing.tiny import tiny_pair
 from pacer_core.training.vocabulary import coverage, rank_ids
 
 
-def reduced(pair, drafter, kept_ids) -> IndependentDrafter:
-    return IndependentDrafter(drafter.model, pair.vocab_size, "reduced", torch.tensor(kept_ids))
+def reduced(target, drafter, kept_ids) -> IndependentDrafter:
+    return IndependentDrafter(drafter.model, target.vocab_size, "reduced", torch.tensor(kept_ids))
 
 
 @pytest.mark.pure
@@ -36,11 +36,11 @@ def test_ids_off_the_kept_set_get_no_mass_or_the_fixed_share():
 
 
 def test_the_reduced_cache_scores_the_kept_ids_as_the_full_draft_does():
-    pair, full_drafter = tiny_pair(scale=6.0, draft_noise=0.3)
+    target, full_drafter = tiny_pair(scale=6.0, draft_noise=0.3)
     kept = torch.arange(0, 64, 2)
-    drafter = reduced(pair, full_drafter, kept.tolist())
-    target_cache = CachedModel(pair.target, pair.vocab_size)
-    reduced_cache, full_cache = drafter.new_cache(target_cache), CachedModel(full_drafter.model, pair.vocab_size)
+    drafter = reduced(target, full_drafter, kept.tolist())
+    target_cache = CachedModel(target.model, target.vocab_size)
+    reduced_cache, full_cache = drafter.new_cache(target_cache), CachedModel(full_drafter.model, target.vocab_size)
     for tokens in ([1, 2, 3, 4], [5], [6, 7]):
         reduced_logits, full_logits = reduced_cache.forward(tokens), full_cache.forward(tokens)
         torch.testing.assert_close(reduced_logits[..., kept], full_logits[..., kept], rtol=1e-5, atol=1e-5)
@@ -54,32 +54,32 @@ def test_the_reduced_cache_scores_the_kept_ids_as_the_full_draft_does():
 
 @pytest.mark.parametrize("kept", [list(range(0, 64, 2)), list(range(48))])
 def test_greedy_sd_with_a_reduced_vocabulary_returns_ars_tokens(kept):
-    pair, full_drafter = tiny_pair(scale=6.0, draft_noise=0.1, eos_token_id=63)
-    drafter = reduced(pair, full_drafter, kept)
+    target, full_drafter = tiny_pair(scale=6.0, draft_noise=0.1, eos_token_id=63)
+    drafter = reduced(target, full_drafter, kept)
     for prompt in ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20))):
-        reference = run_ids(Autoregressive(), pair, drafter, prompt, max_new_tokens=32)
+        reference = run_ids(Autoregressive(), target, drafter, prompt, max_new_tokens=32)
         for decoder in (FixedSpeculative(4), Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit")):
-            assert run_ids(decoder, pair, drafter, prompt, max_new_tokens=32) == reference, (decoder.info(), prompt)
+            assert run_ids(decoder, target, drafter, prompt, max_new_tokens=32) == reference, (decoder.info(), prompt)
 
 
 @pytest.mark.statistical
 def test_fixed_sd_with_a_reduced_vocabulary_samples_the_targets_distribution():
     """Two of five ids are never drafted: the residual must bring them back at the target's rate."""
-    pair, full_drafter = tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=16)
-    truth = target_sequence_distribution(pair.target, [1, 2], 3, temperature=1.0)
-    drafter = reduced(pair, full_drafter, [0, 3, 4])
-    counts = Counter(tuple(run_ids(FixedSpeculative(2), pair, drafter, [1, 2], max_new_tokens=3, seed=seed,
+    target, full_drafter = tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=16)
+    truth = target_sequence_distribution(target.model, [1, 2], 3, temperature=1.0)
+    drafter = reduced(target, full_drafter, [0, 3, 4])
+    counts = Counter(tuple(run_ids(FixedSpeculative(2), target, drafter, [1, 2], max_new_tokens=3, seed=seed,
                                    temperature=1.0)) for seed in range(1000))
     assert chi_square_p_value(counts, truth) > 1e-3
 
 
 def test_smc_sd_proposes_from_every_id_with_a_reduced_vocabulary():
-    pair, full_drafter = tiny_pair(scale=6.0, draft_noise=0.3)
-    drafter = reduced(pair, full_drafter, list(range(0, 64, 2)))
-    _, draft_cache = new_caches(pair, drafter, full_support=True)
+    target, full_drafter = tiny_pair(scale=6.0, draft_noise=0.3)
+    drafter = reduced(target, full_drafter, list(range(0, 64, 2)))
+    _, draft_cache = new_caches(target, drafter, full_support=True)
     probs = draft_cache.forward([1, 2, 3])[0, -1].softmax(-1)
     assert float(probs.min()) > 0
-    *_, result = SMC(4, 3).run(pair, drafter, [1, 2, 3], validate_settings(
+    *_, result = SMC(4, 3).run(target, drafter, [1, 2, 3], validate_settings(
         max_new_tokens=12, temperature=1.0, seed=0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12
 
@@ -97,30 +97,30 @@ def test_ids_are_ranked_by_how_often_the_target_wrote_them():
 def test_drafter_names_and_a_clear_message_without_a_frequency_file(tmp_path):
     assert valid_drafter_name("small-8192") and valid_drafter_name("small")
     assert not valid_drafter_name("small-0") and not valid_drafter_name("small-x")
-    pair, full_drafter = tiny_pair()
-    loaded = LoadedDrafters.around(full_drafter)
+    target, full_drafter = tiny_pair()
+    drafters = LoadedDrafters.around(full_drafter)
     with pytest.raises(ValueError, match="frequent_ids.json"):
-        load_drafter(pair, loaded, "small-16")
+        load_drafter(target, drafters, "small-16")
     save_frequent_ids(tmp_path, torch.tensor([3, 1, 4]), "test")
     assert load_frequent_ids(tmp_path).tolist() == [3, 1, 4]
     full_drafter.model.config._name_or_path = str(tmp_path)
-    drafter = load_drafter(pair, loaded, "small-2")
+    drafter = load_drafter(target, drafters, "small-2")
     assert drafter.kept_ids.tolist() == [3, 1] and drafter.describe()["kept_ids"] == 2
 
 
 @pytest.mark.pure
 def test_the_draft_vocabulary_setting_follows_the_folders_recommendation(tmp_path):
-    from pacer_core.models import ModelLoadError, small_drafter_of
+    from pacer_core.drafters.construction import ModelLoadError, small_drafter_of
 
-    pair, full_drafter = tiny_pair()
+    target, full_drafter = tiny_pair()
     full_drafter.model.config._name_or_path = str(tmp_path)
-    loaded = LoadedDrafters.around(full_drafter)
-    assert small_drafter_of(pair, loaded, None).kept_ids is None          # no frequency file: every id
+    drafters = LoadedDrafters.around(full_drafter)
+    assert small_drafter_of(target, drafters, None).kept_ids is None          # no frequency file: every id
     with pytest.raises(ModelLoadError, match="frequent_ids.json"):
-        small_drafter_of(pair, loaded, "16")
+        small_drafter_of(target, drafters, "16")
     save_frequent_ids(tmp_path, torch.arange(63, -1, -1), "test", default_kept=32)
-    assert small_drafter_of(pair, loaded, None).kept_ids.tolist() == list(range(63, 31, -1))
-    assert small_drafter_of(pair, loaded, "8").kept_ids.numel() == 8
-    assert small_drafter_of(pair, loaded, "all").kept_ids is None
+    assert small_drafter_of(target, drafters, None).kept_ids.tolist() == list(range(63, 31, -1))
+    assert small_drafter_of(target, drafters, "8").kept_ids.numel() == 8
+    assert small_drafter_of(target, drafters, "all").kept_ids is None
     with pytest.raises(ModelLoadError, match="Unknown draft vocabulary"):
-        small_drafter_of(pair, loaded, "lots")
+        small_drafter_of(target, drafters, "lots")

@@ -35,11 +35,11 @@ class CountingPair:
     """A tiny pair (with its drafter) whose target counts its forward passes and sleeps ``delay`` seconds in each."""
 
     def __init__(self):
-        self.pair, self.drafter = tiny_pair()
+        self.target, self.drafter = tiny_pair()
         self.delay = 0.0
         self.calls = 0
         self.lock = threading.Lock()
-        self.pair.target.register_forward_pre_hook(self._hook)
+        self.target.model.register_forward_pre_hook(self._hook)
 
     def _hook(self, module, args):
         with self.lock:
@@ -69,7 +69,7 @@ def start_app(counting: CountingPair, concurrency: int):
     from pacer_core.drafters import LoadedDrafters
     from pacer_core.ui.layout import build_ui, serve
 
-    demo = build_ui(counting.pair, LoadedDrafters.around(counting.drafter))
+    demo = build_ui(counting.target, LoadedDrafters.around(counting.drafter))
     port = free_port()
     serve(demo, host="127.0.0.1", port=port, concurrency=concurrency, prevent_thread_lock=True, quiet=True)
     return demo, f"http://127.0.0.1:{port}/"
@@ -174,7 +174,7 @@ def test_four_clients_at_once_each_get_their_own_exact_result(wide_app, monkeypa
         methods = ("fixed", "pacer") if temperature == 0 else ("fixed", "pacer", "smc")
         assert set(trace["results"]) == set(methods)
         for method in methods:
-            alone = generate(counting.pair, counting.drafter, method, prompt, **trace["settings"])
+            alone = generate(counting.target, counting.drafter, method, prompt, **trace["settings"])
             served = trace["results"][method]
             assert served["token_ids"] == alone.token_ids, (prompt, method)
             assert served["text"] == alone.text
@@ -286,11 +286,11 @@ def test_a_decoder_failing_mid_run_shows_one_line_and_the_app_keeps_serving(wide
     counting, url = wide_app
     original = Pacer.propose
 
-    def out_of_memory(self, pair, state, settings, budget):
+    def out_of_memory(self, target, state, settings, budget):
         if state.new_tokens >= 3:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\n"
                                "If reserved but unallocated memory is large try setting max_split_size_mb")
-        return original(self, pair, state, settings, budget)
+        return original(self, target, state, settings, budget)
 
     monkeypatch.setattr(Pacer, "propose", out_of_memory)
     run = Api(client_for(url), "/run")

@@ -23,8 +23,8 @@ RECORDED = recorded_runs(load_workshop())
 
 @pytest.fixture(scope="module")
 def context():
-    pair, drafter = tiny_pair()
-    return AppContext(pair, drafter)
+    target, drafter = tiny_pair()
+    return AppContext(target, drafter)
 
 
 def inputs(temperature: float, tokens: int = 10) -> PageInputs:
@@ -129,10 +129,10 @@ def test_the_recordings_show_what_the_guide_says():
 
 def long_trace(tokens: int = 512) -> bytes:
     """A sampling run of ``tokens`` new tokens of the tiny pair (its context widened), AR measured, exported."""
-    pair, drafter = tiny_pair()
-    for model in (pair.target, drafter.model):
+    target, drafter = tiny_pair()
+    for model in (target.model, drafter.model):
         model.config.max_position_embeddings = 4 * tokens
-    *_, final = handlers.run(AppContext(pair, drafter), inputs(0.8, tokens=tokens))
+    *_, final = handlers.run(AppContext(target, drafter), inputs(0.8, tokens=tokens))
     with open(final.downloads[0], "rb") as file:
         return file.read()
 
@@ -161,6 +161,6 @@ def test_the_live_page_has_the_replay_tab_and_replay_only_has_no_live_demo():
     from pacer_core.ui.layout import build_ui
     from pacer_core.ui.replay_tab import build_replay_ui
 
-    pair, drafter = tiny_pair()
-    assert {"live", "replay"} <= tab_ids(build_ui(pair, LoadedDrafters.around(drafter)))
+    target, drafter = tiny_pair()
+    assert {"live", "replay"} <= tab_ids(build_ui(target, LoadedDrafters.around(drafter)))
     assert tab_ids(build_replay_ui()) == {"replay", "explain"}

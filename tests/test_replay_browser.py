@@ -108,8 +108,8 @@ def test_a_truncated_trace_gets_a_message_and_the_page_keeps_working(page, tmp_p
 
 def test_markup_in_a_trace_runs_nothing(page, tmp_path):
     inputs = PageInputs("t1 t2", {"max_new_tokens": 6, "temperature": 0.8, "seed": 3}, measure_ar=True)
-    pair, drafter = tiny_pair()
-    *_, final = handlers.run(AppContext(pair, drafter), inputs)
+    target, drafter = tiny_pair()
+    *_, final = handlers.run(AppContext(target, drafter), inputs)
     path = tmp_path / "hostile.json"
     path.write_text(hostile(json.loads(Path(final.downloads[0]).read_text(encoding="utf-8"))), encoding="utf-8")
     dialogs = []

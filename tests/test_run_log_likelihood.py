@@ -22,10 +22,10 @@ DECODERS = [Autoregressive(), FixedSpeculative(3), Pacer(1, 6, 0.3, ConfidencePr
 
 @pytest.mark.parametrize("decoder", DECODERS, ids=lambda decoder: decoder.name)
 def test_each_emitted_tokens_log_probability_is_the_teacher_forced_one(decoder):
-    pair, drafter = tiny_pair(scale=3.0, draft_noise=0.4, eos_token_id=63)
+    target, drafter = tiny_pair(scale=3.0, draft_noise=0.4, eos_token_id=63)
     for seed, prompt in enumerate(([1, 2, 3], list(range(12)))):
-        result = run_result(decoder, pair, drafter, prompt, max_new_tokens=20, temperature=0.8, seed=seed)
-        logits = target_teacher_forced_logits(pair, drafter, prompt, result.token_ids)
+        result = run_result(decoder, target, drafter, prompt, max_new_tokens=20, temperature=0.8, seed=seed)
+        logits = target_teacher_forced_logits(target, drafter, prompt, result.token_ids)
         expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(result.token_ids)[:, None])[:, 0]
         assert len(result.target_log_probs) == len(result.token_ids)
         assert result.target_log_probs == pytest.approx(expected.tolist(), abs=1e-4)
@@ -43,13 +43,13 @@ def test_the_page_scores_only_the_outputs_whose_figures_need_the_distribution(mo
     scored = []
     original = session_module.output_logits
 
-    def recording(pair, drafter, prompt_ids, outputs, drafted=None, known_target_logits=None):
+    def recording(target, drafter, prompt_ids, outputs, drafted=None, known_target_logits=None):
         scored.append(set(outputs) - set(known_target_logits or {}))
-        return original(pair, drafter, prompt_ids, outputs, drafted, known_target_logits)
+        return original(target, drafter, prompt_ids, outputs, drafted, known_target_logits)
 
     monkeypatch.setattr(session_module, "output_logits", recording)
-    pair, drafter = tiny_pair()
-    session = session_module.RunSession(pair, drafter, "t1 t2", {"max_new_tokens": 6, "temperature": 0.8},
+    target, drafter = tiny_pair()
+    session = session_module.RunSession(target, drafter, "t1 t2", {"max_new_tokens": 6, "temperature": 0.8},
                                         measure_ar=True)
     while not session.finished:
         session.advance()
@@ -62,8 +62,8 @@ def test_the_page_scores_only_the_outputs_whose_figures_need_the_distribution(mo
     assert all(result.target_rows is None for result in session.results().values())   # freed once scored
 
 
-def kept_rows_run(decoder, pair, drafter, prompt, **settings):
-    *_, result = decoder.run(pair, drafter, prompt, validate_settings(**settings), keep_target_rows=True)
+def kept_rows_run(decoder, target, drafter, prompt, **settings):
+    *_, result = decoder.run(target, drafter, prompt, validate_settings(**settings), keep_target_rows=True)
     return result
 
 
@@ -75,19 +75,19 @@ def test_the_kept_rows_are_the_teacher_forced_logits(decoder):
     """Row i of ``Result.target_rows`` is the target's logits predicting token i given the true prefix: for SMC-SD
     the output particle's own rows, traced back through every resampling (ESS threshold 0.9 resamples most
     cycles) and ending at an EOS when the particle has one."""
-    pair, drafter = tiny_pair(scale=3.0, draft_noise=0.4, eos_token_id=63)
+    target, drafter = tiny_pair(scale=3.0, draft_noise=0.4, eos_token_id=63)
     for seed, prompt in enumerate(([1, 2, 3], list(range(12)), [5, 9])):
-        result = kept_rows_run(decoder, pair, drafter, prompt, max_new_tokens=17, temperature=0.8, seed=seed)
-        expected = target_teacher_forced_logits(pair, drafter, prompt, result.token_ids)
+        result = kept_rows_run(decoder, target, drafter, prompt, max_new_tokens=17, temperature=0.8, seed=seed)
+        expected = target_teacher_forced_logits(target, drafter, prompt, result.token_ids)
         assert result.target_rows.shape == expected.shape
         assert torch.allclose(result.target_rows.float(), expected, atol=1e-4)
 
 
 def test_no_rows_unless_asked_and_never_serialised():
-    pair, drafter = tiny_pair(scale=3.0)
-    plain = run_result(SMC(4, 3, 0.5), pair, drafter, [1, 2, 3], max_new_tokens=10, temperature=0.8)
+    target, drafter = tiny_pair(scale=3.0)
+    plain = run_result(SMC(4, 3, 0.5), target, drafter, [1, 2, 3], max_new_tokens=10, temperature=0.8)
     assert plain.target_rows is None
-    kept = kept_rows_run(Pacer(1, 6, 0.3, ConfidencePreVerifier(), "submit"), pair, drafter, [1, 2, 3],
+    kept = kept_rows_run(Pacer(1, 6, 0.3, ConfidencePreVerifier(), "submit"), target, drafter, [1, 2, 3],
                          max_new_tokens=10, temperature=0.8)
     assert kept.target_rows is not None
     assert "target_rows" not in kept.to_dict() and json.loads(kept.to_json())["token_ids"] == kept.token_ids

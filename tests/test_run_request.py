@@ -46,57 +46,57 @@ def ui_defaults(preverifier) -> dict:
     return values | ({"block_size": block_size} if block_size else {}) | {"threshold": None}
 
 
-def bench_settings(pair, drafter, preverifier, argv: list[str], method="pacer") -> DecodeSettings:
+def bench_settings(target, drafter, preverifier, argv: list[str], method="pacer") -> DecodeSettings:
     args = build_parser().parse_args(argv)
     limits = Limits.from_env()
-    prompts = [encode_prompt(pair, PROMPT, None, limits)]
-    requests = row_requests(pair, drafter, parse_method(method), cli_settings(args), prompts, limits, preverifier)
+    prompts = [encode_prompt(target, PROMPT, None, limits)]
+    requests = row_requests(target, drafter, parse_method(method), cli_settings(args), prompts, limits, preverifier)
     return requests[0].settings
 
 
-def ui_settings(pair, drafter, preverifier, method="pacer", **chosen) -> DecodeSettings:
-    context = AppContext(pair, drafter, preverifier, getattr(preverifier, "kind", "heuristic"))
+def ui_settings(target, drafter, preverifier, method="pacer", **chosen) -> DecodeSettings:
+    context = AppContext(target, drafter, preverifier, getattr(preverifier, "kind", "heuristic"))
     inputs = PageInputs(PROMPT, ui_defaults(preverifier) | chosen, chat=False, measure_ar=False)
     return handlers.new_session(context, inputs).runs[method].request.settings
 
 
 @pytest.mark.parametrize("preverifier, block_size, threshold", [(ShippedPreVerifier(), 1, 0.7),
                                                                 (ConfidencePreVerifier(), 3, 0.3)])
-def test_bench_generate_and_ui_resolve_pacer_identically(pair, drafter, preverifier, block_size, threshold):
+def test_bench_generate_and_ui_resolve_pacer_identically(target, drafter, preverifier, block_size, threshold):
     chosen = {"max_new_tokens": 12, "temperature": 0.0, "seed": 5}
-    bench = bench_settings(pair, drafter, preverifier,
+    bench = bench_settings(target, drafter, preverifier,
                            ["--max-new-tokens", "12", "--temperature", "0", "--seed", "5"])
-    library = DecodeSettings(**generate(pair, drafter, "pacer", PROMPT, preverifier=preverifier, **chosen).settings)
-    ui = ui_settings(pair, drafter, preverifier, **chosen)
+    library = DecodeSettings(**generate(target, drafter, "pacer", PROMPT, preverifier=preverifier, **chosen).settings)
+    ui = ui_settings(target, drafter, preverifier, **chosen)
     assert bench == library == ui
     assert (bench.block_size, bench.threshold) == (block_size, threshold)
 
 
-def test_chosen_values_win_over_the_pre_verifiers_defaults_everywhere(pair, drafter):
+def test_chosen_values_win_over_the_pre_verifiers_defaults_everywhere(target, drafter):
     preverifier = ShippedPreVerifier()
     chosen = {"max_new_tokens": 10, "temperature": 0.8, "seed": 1, "block_size": 2, "threshold": 0.4}
-    bench = bench_settings(pair, drafter, preverifier, ["--max-new-tokens", "10", "--temperature", "0.8", "--seed", "1",
+    bench = bench_settings(target, drafter, preverifier, ["--max-new-tokens", "10", "--temperature", "0.8", "--seed", "1",
                                                "--setting", "block_size=2", "--setting", "threshold=0.4"])
-    library = DecodeSettings(**generate(pair, drafter, "pacer", PROMPT, preverifier=preverifier, **chosen).settings)
-    assert bench == library == ui_settings(pair, drafter, preverifier, **chosen)
+    library = DecodeSettings(**generate(target, drafter, "pacer", PROMPT, preverifier=preverifier, **chosen).settings)
+    assert bench == library == ui_settings(target, drafter, preverifier, **chosen)
     assert (bench.block_size, bench.threshold) == (2, 0.4)
-    assert bench_settings(pair, drafter, preverifier, ["--temperature", "0.8"], method="pacer:2:8:0.4").threshold == 0.4
+    assert bench_settings(target, drafter, preverifier, ["--temperature", "0.8"], method="pacer:2:8:0.4").threshold == 0.4
 
 
 @pytest.mark.parametrize("method, bench_method", [("fixed", "fixed:4"), ("smc", "smc:4:4")])
-def test_other_methods_resolve_identically(pair, drafter, method, bench_method):
+def test_other_methods_resolve_identically(target, drafter, method, bench_method):
     chosen = {"max_new_tokens": 8, "temperature": 0.9, "seed": 2}
-    bench = bench_settings(pair, drafter, None, ["--max-new-tokens", "8", "--temperature", "0.9", "--seed", "2"],
+    bench = bench_settings(target, drafter, None, ["--max-new-tokens", "8", "--temperature", "0.9", "--seed", "2"],
                            bench_method)
-    library = DecodeSettings(**generate(pair, drafter, method, PROMPT, **chosen).settings)
-    assert bench == library == ui_settings(pair, drafter, None, method, **chosen)
+    library = DecodeSettings(**generate(target, drafter, method, PROMPT, **chosen).settings)
+    assert bench == library == ui_settings(target, drafter, None, method, **chosen)
 
 
-def test_request_is_frozen_and_knows_what_was_chosen(pair, drafter):
-    request = build_request(pair, drafter, "pacer", PROMPT, {"gamma": 3, "threshold": None},
+def test_request_is_frozen_and_knows_what_was_chosen(target, drafter):
+    request = build_request(target, drafter, "pacer", PROMPT, {"gamma": 3, "threshold": None},
                             preverifier=ShippedPreVerifier())
     assert request.explicit == {"gamma"} and "block_size" in request.defaulted
-    assert request.prompt_ids == tuple(pair.encode_prompt(PROMPT)) and request.prompt_note is None
+    assert request.prompt_ids == tuple(target.encode_prompt(PROMPT)) and request.prompt_note is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         request.method = "ar"
 
@@ -112,34 +112,34 @@ def test_table_defines_the_settings_dataclass():
 
 @pytest.mark.parametrize("bad", [{"gamma": 0}, {"block_size": 17}, {"max_draft_len": 65}, {"draft_len": 33},
                                  {"temperature": 1e-40}])
-def test_bad_values_are_one_clear_message_at_every_front_door(pair, drafter, bad, capsys):
+def test_bad_values_are_one_clear_message_at_every_front_door(target, drafter, bad, capsys):
     with pytest.raises(SettingsError) as library_error:
-        generate(pair, drafter, "fixed", PROMPT, **bad)
+        generate(target, drafter, "fixed", PROMPT, **bad)
     message = str(library_error.value)
     assert message and "Traceback" not in message
     (name, value), = bad.items()
     assert main(["--methods", "ar", "--setting", f"{name}={value}", "--prompts", "missing.jsonl"]) == 2
     error = capsys.readouterr().err
     assert error.strip() == f"error: {message}"
-    updates = list(handlers.run(AppContext(pair, drafter), PageInputs(PROMPT, {"max_new_tokens": 4} | bad)))
+    updates = list(handlers.run(AppContext(target, drafter), PageInputs(PROMPT, {"max_new_tokens": 4} | bad)))
     assert len(updates) == 1 and updates[0].warning == message
 
 
-def test_limits_given_to_the_context_reach_validation(pair, drafter):
-    context = AppContext(pair, drafter, limits=Limits(max_new_tokens=8, max_particles=2))
+def test_limits_given_to_the_context_reach_validation(target, drafter):
+    context = AppContext(target, drafter, limits=Limits(max_new_tokens=8, max_particles=2))
     update, = handlers.run(context, PageInputs(PROMPT, {"max_new_tokens": 9}))
     assert "between 1 and 8" in update.warning
     update, = handlers.run(context, PageInputs(PROMPT, {"n_particles": 3, "temperature": 0.7}))
     assert "Particles" in update.warning
 
 
-def test_build_ui_limits_reach_validation_and_its_sliders_follow_the_table(pair, drafter):
+def test_build_ui_limits_reach_validation_and_its_sliders_follow_the_table(target, drafter):
     gr = pytest.importorskip("gradio")
     from pacer_core.drafters import LoadedDrafters
     from pacer_core.ui.layout import build_ui
 
     limits = Limits(max_new_tokens=8, max_particles=3)
-    demo = build_ui(pair, LoadedDrafters.around(drafter), limits=limits)
+    demo = build_ui(target, LoadedDrafters.around(drafter), limits=limits)
     sliders = {block.label: block for block in demo.blocks.values() if isinstance(block, gr.Slider)
                and not str(block.elem_id or "").startswith("atlas-")}     # the Live demo's, not the Atlas tab's
     for field in FIELDS:

@@ -60,9 +60,9 @@ def test_one_tiny_run_through_the_handler(scaling):
     from pacer_core.testing.tiny import tiny_pair
     from pacer_core.ui.handlers import AppContext
 
-    pair, drafter = tiny_pair(eos_token_id=3)
-    pair = scaling.without_stops(pair)
-    context = AppContext(pair, drafter)
+    target, drafter = tiny_pair(eos_token_id=3)
+    target = scaling.without_stops(target)
+    context = AppContext(target, drafter)
     result = scaling.run_prompt(context, {"id": "tiny", "prompt": "t1 t2 t3"}, 70, {3})
     for name in scaling.METHODS:
         row = result["methods"][name]

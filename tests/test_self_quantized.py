@@ -59,11 +59,11 @@ def test_a_missing_kernel_is_named(monkeypatch):
 
 @pytest.mark.parametrize("bits", [4, 8])
 def test_the_lean_step_matches_the_quantized_module_tree_through_crops_and_reorders(bits):
-    pair, _ = tiny_pair(draft_noise=None)
-    target = pair.target
-    assert lean_supported(target)
-    lean = SelfQuantizedDrafter.from_target(target, 64, f"self-int{bits}")
-    tree = quantized_copy(target, bits)
+    target, _ = tiny_pair(draft_noise=None)
+    target_model = target.model
+    assert lean_supported(target_model)
+    lean = SelfQuantizedDrafter.from_target(target_model, 64, f"self-int{bits}")
+    tree = quantized_copy(target_model, bits)
     lean_cache, tree_cache = LeanCache(lean.model, 64), CachedModel(tree, 64)
     prompt = torch.tensor([[3, 9, 27, 17, 51, 25]]).repeat(3, 1)
     assert torch.allclose(lean_cache.forward(prompt), tree_cache.forward(prompt), atol=1e-4)
@@ -80,19 +80,19 @@ def test_the_lean_step_matches_the_quantized_module_tree_through_crops_and_reord
 
 
 def test_the_copy_shares_everything_but_the_linear_weights():
-    pair, _ = tiny_pair(draft_noise=None)
-    target = pair.target
-    copy = quantized_copy(target, 8)
-    assert copy.model.embed_tokens.weight is target.model.embed_tokens.weight
-    assert copy.model.norm.weight is target.model.norm.weight
+    target, _ = tiny_pair(draft_noise=None)
+    target_model = target.model
+    copy = quantized_copy(target_model, 8)
+    assert copy.model.embed_tokens.weight is target_model.model.embed_tokens.weight
+    assert copy.model.norm.weight is target_model.model.norm.weight
     assert not any(isinstance(module, torch.nn.Linear) for module in copy.modules())
 
 
 @pytest.mark.parametrize("name", ["self-int4", "self-int8"])
 def test_greedy_fixed_and_pacer_with_the_targets_own_weights_return_ars_tokens(name):
-    pair, _ = tiny_pair(scale=6.0, eos_token_id=63)
-    drafter = SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, name)
-    greedy_rejections(pair, drafter)
+    target, _ = tiny_pair(scale=6.0, eos_token_id=63)
+    drafter = SelfQuantizedDrafter.from_target(target.model, target.vocab_size, name)
+    greedy_rejections(target, drafter)
 
 
 PROMPT, N_TOKENS, RUNS = [1, 2], 3, 1000
@@ -101,22 +101,22 @@ FILTERED = {"temperature": 0.8, "top_k": 4}
 
 @pytest.fixture(scope="module")
 def five_token_pair_drafting_itself():
-    pair, _ = tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=32)
-    return pair, SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, "self-int4")
+    target, _ = tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=32)
+    return target, SelfQuantizedDrafter.from_target(target.model, target.vocab_size, "self-int4")
 
 
 @pytest.mark.statistical
 @pytest.mark.parametrize("decoder", [FixedSpeculative(2), Pacer(1, 2, 0.5, ConfidencePreVerifier(), "submit")],
                          ids=["fixed", "pacer"])
 def test_sampling_with_the_targets_own_weights_matches_the_target(five_token_pair_drafting_itself, decoder):
-    pair, drafter = five_token_pair_drafting_itself
-    assert p_value_against_target(decoder, pair, drafter, PROMPT, N_TOKENS, RUNS, **FILTERED) > SIGNIFICANCE
+    target, drafter = five_token_pair_drafting_itself
+    assert p_value_against_target(decoder, target, drafter, PROMPT, N_TOKENS, RUNS, **FILTERED) > SIGNIFICANCE
 
 
 def test_smc_sd_runs_with_the_targets_own_weights():
-    pair, _ = tiny_pair(scale=2.0)
-    drafter = SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, "self-int4")
-    *events, result = SMC().run(pair, drafter, [1, 2, 3], validate_settings(
+    target, _ = tiny_pair(scale=2.0)
+    drafter = SelfQuantizedDrafter.from_target(target.model, target.vocab_size, "self-int4")
+    *events, result = SMC().run(target, drafter, [1, 2, 3], validate_settings(
         max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
@@ -128,28 +128,28 @@ def test_self_drafter_names():
 
 
 def test_self_drafters_load_by_name_and_a_missing_kernel_is_a_clear_error(monkeypatch):
-    pair, drafter = tiny_pair()
-    loaded = LoadedDrafters.around(drafter)
-    assert load_drafter(pair, loaded, "self-int8").name == "self-int8"
+    target, drafter = tiny_pair()
+    drafters = LoadedDrafters.around(drafter)
+    assert load_drafter(target, drafters, "self-int8").name == "self-int8"
 
     def missing(*args):
         raise RuntimeError("no kernel")
     monkeypatch.setattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu", missing)
     with pytest.raises(ValueError, match="int4 weight-only drafting needs the kernel"):
-        load_drafter(pair, loaded, "self-int4")
+        load_drafter(target, drafters, "self-int4")
 
 
 def test_a_pair_switches_to_its_own_weights_by_name():
-    from pacer_core.models import ModelLoadError, drafter_by_name
-    pair, drafter = tiny_pair()
-    loaded = LoadedDrafters.around(drafter)
-    own_weights = drafter_by_name(pair, loaded, "self-int4")
+    from pacer_core.drafters.construction import ModelLoadError, drafter_by_name
+    target, drafter = tiny_pair()
+    drafters = LoadedDrafters.around(drafter)
+    own_weights = drafter_by_name(target, drafters, "self-int4")
     assert own_weights.kind == "self-quantized" and own_weights.name == "self-int4"
-    assert loaded.default.kind == "independent"                   # what was loaded is unchanged
+    assert drafters.default.kind == "independent"                   # what was loaded is unchanged
     other_pair, other_drafter = tiny_pair()
     other_loaded = LoadedDrafters.around(other_drafter)
     other = load_drafter(other_pair, other_loaded, "self-int8")
-    assert other.model.embed is other_pair.target.get_input_embeddings()   # built on the pair's own target
+    assert other.model.embed is other_pair.model.get_input_embeddings()   # built on the pair's own target
     assert other_loaded.default.kind == "independent"
     with pytest.raises(ModelLoadError, match="Unknown drafter"):
-        drafter_by_name(pair, loaded, "self-int2")
+        drafter_by_name(target, drafters, "self-int2")

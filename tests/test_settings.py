@@ -53,21 +53,21 @@ def test_too_long_prompt_is_refused_and_over_token_limit_is_truncated_with_a_not
     with pytest.raises(SettingsError, match="too long"):
         validate_prompt("x" * 30_000)
     monkeypatch.setenv("PACER_MAX_PROMPT_TOKENS", "10")
-    pair, drafter = tiny_pair(scale=4.0)
-    result = generate(pair, drafter, "ar", " ".join(f"t{i}" for i in range(30)), max_new_tokens=3)
+    target, drafter = tiny_pair(scale=4.0)
+    result = generate(target, drafter, "ar", " ".join(f"t{i}" for i in range(30)), max_new_tokens=3)
     assert "only its last 10 were kept" in result.info["prompt_note"]
 
 
 def test_smc_needs_a_temperature():
     with pytest.raises(SettingsError, match="temperature above 0"):
-        pair, drafter = tiny_pair()
-        generate(pair, drafter, "smc", "t1", temperature=0)
+        target, drafter = tiny_pair()
+        generate(target, drafter, "smc", "t1", temperature=0)
 
 
 def test_unknown_method_is_refused():
     with pytest.raises(SettingsError, match="Unknown method"):
-        pair, drafter = tiny_pair()
-        generate(pair, drafter, "beam", "t1")
+        target, drafter = tiny_pair()
+        generate(target, drafter, "beam", "t1")
 
 
 values = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),
@@ -97,16 +97,16 @@ def test_tiny_temperatures_are_refused_on_every_method(method, temperature):
     from pacer_core import generate
     from pacer_core.testing.tiny import tiny_pair
     with pytest.raises(SettingsError, match="at least 0.05"):
-        pair, drafter = tiny_pair()
-        generate(pair, drafter, method, "t1 t2", max_new_tokens=4, temperature=temperature)
+        target, drafter = tiny_pair()
+        generate(target, drafter, method, "t1 t2", max_new_tokens=4, temperature=temperature)
 
 
 @pytest.mark.parametrize("method", ["ar", "fixed", "pacer", "smc"])
 def test_the_smallest_temperature_runs_on_every_method(method):
     from pacer_core import generate
     from pacer_core.testing.tiny import tiny_pair
-    pair, drafter = tiny_pair(scale=50.0)
-    result = generate(pair, drafter, method, "t1 t2", max_new_tokens=6, temperature=0.05,
+    target, drafter = tiny_pair(scale=50.0)
+    result = generate(target, drafter, method, "t1 t2", max_new_tokens=6, temperature=0.05,
                       draft_temperature=0.05 if method == "smc" else None)
     assert len(result.token_ids) == 6
 

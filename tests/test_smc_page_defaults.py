@@ -21,20 +21,20 @@ SMC_EXAMPLE = "SMC-SD particles: a translation"
 DEFAULT_EXAMPLE = next(iter(EXAMPLES))
 
 
-def page_smc_run(pair, loaded, key: str, prompt: str):
+def page_smc_run(target, drafters, key: str, prompt: str):
     """SMC-SD as a Run on the page does it with drafter ``key`` and every other control at its start."""
-    drafter = load_drafter(pair, loaded, key)
-    starts = drafter_starts(pair, drafter, default_preverifier(pair, drafter), key)
+    drafter = load_drafter(target, drafters, key)
+    starts = drafter_starts(target, drafter, default_preverifier(target, drafter), key)
     page = {name: FIELD_BY_NAME[name].app_value or FIELD_BY_NAME[name].default
             for name in ("temperature", "max_new_tokens", "seed", "ess_threshold")}
-    return generate(pair, drafter, "smc", prompt, n_particles=starts["n_particles"], draft_len=starts["draft_len"],
+    return generate(target, drafter, "smc", prompt, n_particles=starts["n_particles"], draft_len=starts["draft_len"],
                     **page)
 
 
 @pytest.mark.parametrize("key", ["gguf", "small"])
-def test_the_smc_example_resamples_at_the_page_defaults(embedded_pair, embedded_drafters, key):
+def test_the_smc_example_resamples_at_the_page_defaults(embedded_target, embedded_drafters, key):
     try:
-        result = page_smc_run(embedded_pair, embedded_drafters, key, EXAMPLES[SMC_EXAMPLE])
+        result = page_smc_run(embedded_target, embedded_drafters, key, EXAMPLES[SMC_EXAMPLE])
     except ValueError as unavailable:                          # gguf without a llama.cpp build says why
         pytest.skip(str(unavailable))
     cycles = result.events
@@ -44,8 +44,8 @@ def test_the_smc_example_resamples_at_the_page_defaults(embedded_pair, embedded_
     assert all(cycle.resampled == (cycle.ess < cycle.resample_line) for cycle in cycles)
 
 
-def test_the_default_examples_smc_summary_names_resampling_and_dead_particles(embedded_pair, embedded_drafters):
-    result = page_smc_run(embedded_pair, embedded_drafters, "small", EXAMPLES[DEFAULT_EXAMPLE])
+def test_the_default_examples_smc_summary_names_resampling_and_dead_particles(embedded_target, embedded_drafters):
+    result = page_smc_run(embedded_target, embedded_drafters, "small", EXAMPLES[DEFAULT_EXAMPLE])
     text = summarize_run(result, result.events)
     assert f"resampled in {sum(c.resampled for c in result.events)} of {len(result.events)} cycles" in text
     assert "below 1% of the weight" in text

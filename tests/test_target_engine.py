@@ -67,15 +67,15 @@ def engine_for(model, tokenizer, folder, vocab=64) -> LlamaTarget:
 def llama_load(tmp_path_factory):
     """(a tiny pair whose target runs on llama.cpp (its F32 GGUF), what it loaded: a noisy copy as its draft (torch)
     and that draft's GGUF for the gguf drafter)."""
-    pair, drafter = tiny_pair(scale=6.0, eos_token_id=63)
+    target, drafter = tiny_pair(scale=6.0, eos_token_id=63)
     folder = tmp_path_factory.mktemp("engine")
-    pair = dataclasses.replace(pair, target_engine=engine_for(pair.target, pair.tokenizer, folder))
-    draft_file = str(write_llama_gguf(drafter.model, pair.tokenizer, folder / "draft.gguf"))
-    return pair, LoadedDrafters.around(drafter, gguf_file=draft_file)
+    target = dataclasses.replace(target, engine=engine_for(target.model, target.tokenizer, folder))
+    draft_file = str(write_llama_gguf(drafter.model, target.tokenizer, folder / "draft.gguf"))
+    return target, LoadedDrafters.around(drafter, gguf_file=draft_file)
 
 
 @pytest.fixture(scope="module")
-def pair_on_llama(llama_load):
+def target_on_llama(llama_load):
     """``llama_load``'s pair."""
     return llama_load[0]
 
@@ -103,28 +103,28 @@ def stepped_and_verified(cache_factory, prompt, continuation, verify_sizes):
 
 
 @pytest.fixture(params=["as loaded", "companion"])
-def engine_mode(request, pair_on_llama, monkeypatch):
+def engine_mode(request, target_on_llama, monkeypatch):
     """The engine as its library makes it (one-row invariant where setup.sh patched the library), and forced to
     the companion token a stock library needs: both must be row-invariant."""
-    engine = pair_on_llama.target_engine
+    engine = target_on_llama.engine
     if request.param == "companion":
         monkeypatch.setattr(engine, "one_row_invariant", False)
     return engine
 
 
-def test_the_engine_is_row_invariant_bit_for_bit_and_computes_the_models_logits(pair_on_llama, engine_mode):
+def test_the_engine_is_row_invariant_bit_for_bit_and_computes_the_models_logits(target_on_llama, engine_mode):
     engine, prompt = engine_mode, list(range(3, 60))                           # longer than one chunk
     continuation = [(7 * index) % 60 for index in range(40)]
     stepped, verified = stepped_and_verified(engine.new_cache, prompt, continuation, (2, 5, 9, 3, 13))
     assert torch.equal(stepped, verified)
-    reference = CachedModel(pair_on_llama.target, 64).forward(prompt + continuation)[0, len(prompt) - 1:]
+    reference = CachedModel(target_on_llama.model, 64).forward(prompt + continuation)[0, len(prompt) - 1:]
     assert torch.allclose(stepped, reference, atol=1e-4)
 
 
-def test_crops_and_growth_keep_the_engine_row_invariant(pair_on_llama, engine_mode, monkeypatch):
+def test_crops_and_growth_keep_the_engine_row_invariant(target_on_llama, engine_mode, monkeypatch):
     from pacer_core.llama import model
     monkeypatch.setattr(model, "START_CELLS", 256)
-    engine = LlamaTarget(pair_on_llama.target_engine.model, 64)
+    engine = LlamaTarget(target_on_llama.engine.model, 64)
     engine.one_row_invariant = engine_mode.one_row_invariant
     cache, prompt = engine.new_cache(), [index % 60 for index in range(250)]
     cache.forward(prompt)
@@ -138,30 +138,30 @@ def test_crops_and_growth_keep_the_engine_row_invariant(pair_on_llama, engine_mo
     assert torch.equal(grown, stepped)
 
 
-def test_plain_calls_are_row_invariant_exactly_when_the_engine_proved_it(pair_on_llama):
+def test_plain_calls_are_row_invariant_exactly_when_the_engine_proved_it(target_on_llama):
     """Plain llama.cpp calls (no chunks, no companion) give one-token steps the bits of a verify feed only on the
     library setup.sh builds (scripts/patch_llama_source.py); the engine's probe at load says which it has."""
-    owner = pair_on_llama.target_engine
+    owner = target_on_llama.engine
     stepped, verified = stepped_and_verified(lambda: GGUFCache(owner), list(range(3, 20)), list(range(20, 50)), (4,))
     assert torch.equal(stepped, verified) == owner.one_row_invariant
     assert torch.allclose(stepped, verified, atol=1e-3)
 
 
-def test_the_library_setup_builds_is_one_row_invariant(pair_on_llama):
+def test_the_library_setup_builds_is_one_row_invariant(target_on_llama):
     """setup.sh builds llama-cpp-python with scripts/patch_llama_source.py; a stock wheel would leave the engine
     on the slower companion path (PACER_STOCK_LLAMA=1 says that is expected, e.g. a prebuilt library)."""
     if os.environ.get("PACER_STOCK_LLAMA") == "1":
         pytest.skip("PACER_STOCK_LLAMA=1: a stock llama-cpp-python is expected here")
-    assert pair_on_llama.target_engine.one_row_invariant, (
+    assert target_on_llama.engine.one_row_invariant, (
         "llama-cpp-python is not the patched build: bash scripts/build_llama.sh --rebuild")
 
 
 @pytest.mark.parametrize("drafter_name", ["small", "gguf"])
-def test_greedy_fixed_and_pacer_on_the_engine_return_ars_tokens(pair_on_llama, drafters_on_llama, drafter_name):
-    pair = pair_on_llama
-    drafter = load_drafter(pair, drafters_on_llama, drafter_name)
-    assert isinstance(target_cache(pair, drafter), GGUFCache)
-    assert greedy_rejections(pair, drafter, ([1, 2, 3], [7, 7, 7, 7, 9], list(range(60)))) > 0
+def test_greedy_fixed_and_pacer_on_the_engine_return_ars_tokens(target_on_llama, drafters_on_llama, drafter_name):
+    target = target_on_llama
+    drafter = load_drafter(target, drafters_on_llama, drafter_name)
+    assert isinstance(target_cache(target, drafter), GGUFCache)
+    assert greedy_rejections(target, drafter, ([1, 2, 3], [7, 7, 7, 7, 9], list(range(60)))) > 0
 
 
 def engine_sequence_distribution(engine, prompt_ids, n_tokens, temperature, top_k=0, top_p=1.0) -> dict:
@@ -178,61 +178,61 @@ FILTERED = {"temperature": 0.8, "top_k": 4}
 @pytest.fixture(scope="module")
 def five_token_pair_on_llama(tmp_path_factory):
     """(a five-token tiny pair whose target runs on llama.cpp, its drafter: a noisy copy in torch)."""
-    pair, drafter = tiny_pair(vocab_size=5, scale=6.0, target_layers=1, hidden=32, draft_noise=0.5)
-    engine = engine_for(pair.target, pair.tokenizer, tmp_path_factory.mktemp("engine5"), vocab=5)
-    return dataclasses.replace(pair, target_engine=engine), drafter
+    target, drafter = tiny_pair(vocab_size=5, scale=6.0, target_layers=1, hidden=32, draft_noise=0.5)
+    engine = engine_for(target.model, target.tokenizer, tmp_path_factory.mktemp("engine5"), vocab=5)
+    return dataclasses.replace(target, engine=engine), drafter
 
 
 @pytest.mark.statistical
 @pytest.mark.parametrize("decoder", [Autoregressive(), FixedSpeculative(2),
                                      Pacer(1, 2, 0.5, ConfidencePreVerifier(), "submit")], ids=["ar", "fixed", "pacer"])
 def test_sampling_on_the_engine_matches_the_engines_distribution(five_token_pair_on_llama, decoder):
-    pair, drafter = five_token_pair_on_llama
-    truth = engine_sequence_distribution(pair.target_engine, PROMPT, N_TOKENS, **FILTERED)
-    counts = sample_counts(decoder, pair, drafter, PROMPT, N_TOKENS, RUNS, **FILTERED)
+    target, drafter = five_token_pair_on_llama
+    truth = engine_sequence_distribution(target.engine, PROMPT, N_TOKENS, **FILTERED)
+    counts = sample_counts(decoder, target, drafter, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
-def test_smc_sd_runs_on_the_engine(pair_on_llama, drafters_on_llama):
-    drafter = load_drafter(pair_on_llama, drafters_on_llama, "gguf")
-    *events, result = SMC().run(pair_on_llama, drafter, [1, 2, 3], validate_settings(
+def test_smc_sd_runs_on_the_engine(target_on_llama, drafters_on_llama):
+    drafter = load_drafter(target_on_llama, drafters_on_llama, "gguf")
+    *events, result = SMC().run(target_on_llama, drafter, [1, 2, 3], validate_settings(
         max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
 
-def test_a_drafter_that_reads_the_target_falls_back_to_torch_for_ar_and_verify(pair_on_llama, drafters_on_llama):
+def test_a_drafter_that_reads_the_target_falls_back_to_torch_for_ar_and_verify(target_on_llama, drafters_on_llama):
     head_like = SimpleNamespace(reads_target_features=True, name="head", describe=lambda: {})
     own = drafters_on_llama.default
-    assert active_engine(pair_on_llama, head_like) is None
-    assert isinstance(target_cache(pair_on_llama, head_like), CachedModel)
-    assert engine_label(pair_on_llama, head_like).startswith("torch (the drafter reads the target's hidden states")
-    assert engine_label(pair_on_llama, own).startswith("llama.cpp (target.gguf, ")
-    assert pair_on_llama.describe(own)["target_engine"].startswith("llama.cpp")
+    assert active_engine(target_on_llama, head_like) is None
+    assert isinstance(target_cache(target_on_llama, head_like), CachedModel)
+    assert engine_label(target_on_llama, head_like).startswith("torch (the drafter reads the target's hidden states")
+    assert engine_label(target_on_llama, own).startswith("llama.cpp (target.gguf, ")
+    assert target_on_llama.describe(own)["target_engine"].startswith("llama.cpp")
 
 
 def test_a_gguf_with_another_vocabulary_cannot_run_the_target(tmp_path):
-    pair, _ = tiny_pair()
-    path = write_llama_gguf(pair.target, pair.tokenizer, tmp_path / "other.gguf", tokens=[f"u{i}" for i in range(64)])
+    target, _ = tiny_pair()
+    path = write_llama_gguf(target.model, target.tokenizer, tmp_path / "other.gguf", tokens=[f"u{i}" for i in range(64)])
     with pytest.raises(RuntimeError, match="cannot run the target: 64 token ids have other strings"):
-        LlamaTarget.load(path, pair.tokenizer, 64)
+        LlamaTarget.load(path, target.tokenizer, 64)
 
 
 @pytest.mark.embedded
 def test_the_embedded_target_runs_on_llama_cpp_by_default_and_sd_keeps_ars_tokens():
-    from pacer_core import load_pair
-    pair, loaded = load_pair("embedded", "gguf", device="cpu")
-    drafter = loaded.default
-    assert pair.describe(drafter)["target_engine"].startswith("llama.cpp (smollm2-135m-instruct-f32.gguf")
-    prompt_ids = pair.encode_prompt("Explain how a refrigerator keeps food cold.")
-    stepped, verified = stepped_and_verified(pair.target_engine.new_cache, prompt_ids, list(range(300, 330)), (5, 9))
+    from pacer_core import load_target
+    target, drafters = load_target("embedded", "gguf", device="cpu")
+    drafter = drafters.default
+    assert target.describe(drafter)["target_engine"].startswith("llama.cpp (smollm2-135m-instruct-f32.gguf")
+    prompt_ids = target.encode_prompt("Explain how a refrigerator keeps food cold.")
+    stepped, verified = stepped_and_verified(target.engine.new_cache, prompt_ids, list(range(300, 330)), (5, 9))
     assert torch.equal(stepped, verified)
     for prompt in ("Name three primary colours.", "Write a haiku about rain."):
-        prompt_ids = pair.encode_prompt(prompt)
-        reference = run_result(Autoregressive(), pair, drafter, prompt_ids, max_new_tokens=32).token_ids
+        prompt_ids = target.encode_prompt(prompt)
+        reference = run_result(Autoregressive(), target, drafter, prompt_ids, max_new_tokens=32).token_ids
         for decoder in (FixedSpeculative(10), Pacer(4, 32, 0.05, ConfidencePreVerifier(), "submit")):
-            assert run_result(decoder, pair, drafter, prompt_ids, max_new_tokens=32).token_ids == reference
-    torch_pair, torch_loaded = load_pair("embedded", "gguf", device="cpu", target_engine="torch")
-    assert torch_pair.target_engine is None and torch_pair.describe(torch_loaded.default)["target_engine"] == "torch"
+            assert run_result(decoder, target, drafter, prompt_ids, max_new_tokens=32).token_ids == reference
+    torch_target, torch_drafters = load_target("embedded", "gguf", device="cpu", target_engine="torch")
+    assert torch_target.engine is None and torch_target.describe(torch_drafters.default)["target_engine"] == "torch"
 
 
 @pytest.fixture(scope="module")
@@ -240,57 +240,57 @@ def pair_adopting(tmp_path_factory):
     """A tiny pair on the llama.cpp engine whose gguf drafter is a file of the target itself (the embedded pair's
     case: the same attention layout), so its caches take the target's prompt instead of computing their own; with
     what it loaded (that file as its ``gguf_file``)."""
-    pair, drafter = tiny_pair(scale=6.0, eos_token_id=63, draft_noise=0.0)
+    target, drafter = tiny_pair(scale=6.0, eos_token_id=63, draft_noise=0.0)
     folder = tmp_path_factory.mktemp("adopting")
-    pair = dataclasses.replace(pair, target_engine=engine_for(pair.target, pair.tokenizer, folder))
-    target_file = str(write_llama_gguf(pair.target, pair.tokenizer, folder / "draft.gguf"))
-    return pair, LoadedDrafters.around(drafter, gguf_file=target_file)
+    target = dataclasses.replace(target, engine=engine_for(target.model, target.tokenizer, folder))
+    target_file = str(write_llama_gguf(target.model, target.tokenizer, folder / "draft.gguf"))
+    return target, LoadedDrafters.around(drafter, gguf_file=target_file)
 
 
 def test_a_gguf_draft_of_the_targets_layout_adopts_the_targets_prompt(pair_adopting, tmp_path):
-    (pair, loaded), prompt = pair_adopting, list(range(3, 60))
-    drafter = load_drafter(pair, loaded, "gguf")
-    target, draft = new_caches(pair, drafter)
+    (target, drafters), prompt = pair_adopting, list(range(3, 60))
+    drafter = load_drafter(target, drafters, "gguf")
+    target_cache, draft = new_caches(target, drafter)
     assert draft.adopts_target_prompt and draft.context is not None
-    target.forward(prompt[:-1], keep=1)
-    draft.adopt(target)
-    assert draft.length == len(prompt) - 1 and draft.row_tokens == target.row_tokens
+    target_cache.forward(prompt[:-1], keep=1)
+    draft.adopt(target_cache)
+    assert draft.length == len(prompt) - 1 and draft.row_tokens == target_cache.row_tokens
     adopted = draft.forward(prompt[-1:], keep=1)[0, -1]
     own = drafter.new_cache().forward(prompt, keep=1)[0, -1]        # beside no target: its own prefill
     assert torch.allclose(adopted, own, atol=1e-3)        # its own cells are float16, the adopted float32
     with pytest.raises(ValueError, match="empty cache of one row"):
-        draft.adopt(target)
-    assert not drafter.new_cache(CachedModel(pair.target, 64)).adopts_target_prompt   # a torch target
+        draft.adopt(target_cache)
+    assert not drafter.new_cache(CachedModel(target.model, 64)).adopts_target_prompt   # a torch target
     unrelated, unrelated_drafter = tiny_pair(draft_noise=None)          # a 1-layer draft: another layout
     path = write_llama_gguf(unrelated_drafter.model, unrelated.tokenizer, tmp_path / "one-layer.gguf")
     one_layer = GGUFDrafter.load(path, unrelated.tokenizer, 64, "one layer")
-    assert not one_layer.new_cache(target).adopts_target_prompt
+    assert not one_layer.new_cache(target_cache).adopts_target_prompt
 
 
 def test_adopting_drafts_keep_ars_tokens_and_smc_runs(pair_adopting):
-    pair, loaded = pair_adopting
+    target, drafters = pair_adopting
     decoders = [FixedSpeculative(gamma) for gamma in (1, 4)] + [Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit")]
-    drafter = load_drafter(pair, loaded, "gguf")
+    drafter = load_drafter(target, drafters, "gguf")
     for prompt in ([5], [1, 2, 3], list(range(60)) + list(range(40))):
-        reference = run_result(Autoregressive(), pair, drafter, prompt, max_new_tokens=30).token_ids
+        reference = run_result(Autoregressive(), target, drafter, prompt, max_new_tokens=30).token_ids
         for decoder in decoders:
-            result = run_result(decoder, pair, drafter, prompt, max_new_tokens=30)
+            result = run_result(decoder, target, drafter, prompt, max_new_tokens=30)
             assert result.token_ids == reference, (decoder.info(), prompt)
             assert result.metrics.accepted_tokens > 0
-    *events, result = SMC().run(pair, drafter, list(range(30)), validate_settings(
+    *events, result = SMC().run(target, drafter, list(range(30)), validate_settings(
         max_new_tokens=12, temperature=1.0, n_particles=4, draft_len=3))
     assert len(result.token_ids) == 12 and events
 
 
 @pytest.mark.statistical
 def test_sampling_with_an_adopting_draft_matches_the_engines_distribution(five_token_pair_on_llama, tmp_path):
-    pair, drafter = five_token_pair_on_llama
-    target_file = str(write_llama_gguf(pair.target, pair.tokenizer, tmp_path / "d.gguf"))
-    loaded = LoadedDrafters.around(drafter, gguf_file=target_file)
-    truth = engine_sequence_distribution(pair.target_engine, PROMPT, N_TOKENS, **FILTERED)
-    adopting = load_drafter(pair, loaded, "gguf")
-    assert new_caches(pair, adopting)[1].adopts_target_prompt
-    counts = sample_counts(FixedSpeculative(2), pair, adopting, PROMPT, N_TOKENS, RUNS, **FILTERED)
+    target, drafter = five_token_pair_on_llama
+    target_file = str(write_llama_gguf(target.model, target.tokenizer, tmp_path / "d.gguf"))
+    drafters = LoadedDrafters.around(drafter, gguf_file=target_file)
+    truth = engine_sequence_distribution(target.engine, PROMPT, N_TOKENS, **FILTERED)
+    adopting = load_drafter(target, drafters, "gguf")
+    assert new_caches(target, adopting)[1].adopts_target_prompt
+    counts = sample_counts(FixedSpeculative(2), target, adopting, PROMPT, N_TOKENS, RUNS, **FILTERED)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE
 
 
@@ -307,7 +307,7 @@ def test_a_runs_seconds_count_the_targets_prompt_fed_for_the_draft(pair_adopting
             time.sleep(0.5)
         return forward(cache, token_ids, *args, **kwargs)
     monkeypatch.setattr(LlamaTargetCache, "forward", slow_prefill)
-    pair, loaded = pair_adopting
-    drafter = load_drafter(pair, loaded, "gguf")
-    result = run_result(FixedSpeculative(3), pair, drafter, list(range(40)), max_new_tokens=4)
+    target, drafters = pair_adopting
+    drafter = load_drafter(target, drafters, "gguf")
+    result = run_result(FixedSpeculative(3), target, drafter, list(range(40)), max_new_tokens=4)
     assert result.metrics.seconds >= 0.5

@@ -24,8 +24,8 @@ HOSTILE = ("<script>alert(1)</script>", '<img src=x onerror="alert(1)">', "${ale
 def trace() -> dict:
     """A finished sampling run of the tiny pair with the AR baseline, as the page exports it."""
     inputs = PageInputs("t1 t2", {"max_new_tokens": 8, "temperature": 0.8, "seed": 3}, measure_ar=True)
-    pair, drafter = tiny_pair()
-    *_, final = handlers.run(AppContext(pair, drafter), inputs)
+    target, drafter = tiny_pair()
+    *_, final = handlers.run(AppContext(target, drafter), inputs)
     with open(final.downloads[0], encoding="utf-8") as file:
         return json.load(file)
 

@@ -110,8 +110,8 @@ def test_a_pages_method_decodes_inside_the_quiet_context_and_nothing_is_sent_mea
     from pacer_core.testing.tiny import tiny_pair
     from pacer_core.ui import handlers
 
-    pair, drafter = tiny_pair()
-    context = handlers.AppContext(pair, drafter)
+    target, drafter = tiny_pair()
+    context = handlers.AppContext(target, drafter)
     session = handlers.new_session(context, handlers.PageInputs("t1 t2", {"max_new_tokens": 6, "temperature": 0.8,
                                                                           "seed": 3}, measure_ar=True))
     inside, steps_inside = [], []

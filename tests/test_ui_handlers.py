@@ -14,8 +14,8 @@ from pacer_core.ui.handlers import AppContext, PageInputs, ViewUpdate
 
 @pytest.fixture(scope="module")
 def context():
-    pair, drafter = tiny_pair()
-    return AppContext(pair, drafter)
+    target, drafter = tiny_pair()
+    return AppContext(target, drafter)
 
 
 def inputs(prompt="t1 t2", measure_ar=False, **settings) -> PageInputs:
@@ -125,7 +125,7 @@ def test_column_notes_name_what_stops_pacer_and_discard_mode(context):
     note = handlers.column_note(context, session, "pacer")
     assert "Drafting stopped by" in note and "approximate" in note
     assert session.trace()["pacer_rule"] in note
-    assert handlers.column_note(AppContext(context.pair, context.drafter, preverifier_kind="trained"), session, "fixed") is None
+    assert handlers.column_note(AppContext(context.target, context.drafter, preverifier_kind="trained"), session, "fixed") is None
 
 
 def test_sessions_of_two_clicks_do_not_share_a_cancel_flag(context):

@@ -28,8 +28,8 @@ def assert_same_as_full_render(live: LiveColumns, method: str, events: list, not
                                       {"temperature": 0.9, "seed": 5, "ess_threshold": 1.0, "n_particles": 6},
                                       {"temperature": 1.0, "seed": 1, "draft_len": 1, "phrase_len": 2}])
 def test_columns_of_a_real_run_equal_the_full_render_after_every_step(settings):
-    pair, drafter = tiny_pair()
-    session = RunSession(pair, drafter, "t1 t2 t3", {"max_new_tokens": 60} | settings, chat=False)
+    target, drafter = tiny_pair()
+    session = RunSession(target, drafter, "t1 t2 t3", {"max_new_tokens": 60} | settings, chat=False)
     live = LiveColumns()
     while not session.finished:
         session.advance()
@@ -93,8 +93,8 @@ def test_a_streamed_update_carries_the_new_step_not_the_trace():
     column sends its counters, the new answer piece and the new step; the earlier steps are not re-sent."""
     from gradio.utils import diff
 
-    pair, drafter = tiny_pair()
-    session = RunSession(pair, drafter, "t1 t2 t3", {"max_new_tokens": 60, "temperature": 0.8, "seed": 1}, chat=False)   # 8 steps
+    target, drafter = tiny_pair()
+    session = RunSession(target, drafter, "t1 t2 t3", {"max_new_tokens": 60, "temperature": 0.8, "seed": 1}, chat=False)   # 8 steps
     live, previous, sizes = LiveColumns(), None, []
     while not session.finished:
         session.advance()

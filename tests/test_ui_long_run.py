@@ -13,7 +13,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from pacer_core.drafters import Drafter
-from pacer_core.models import ModelPair, pair_from_models
+from pacer_core.models import Target, target_from_models
 from pacer_core.testing.tiny import TinyTokenizer, noisy_copy
 from pacer_core.ui import COLUMN_METHODS, columns, handlers
 from pacer_core.ui.handlers import AppContext, PageInputs
@@ -23,21 +23,21 @@ pytestmark = pytest.mark.slow      # a few hundred steps of four decoders, inter
 NEW_TOKENS = 512
 
 
-def long_tiny_pair(vocab_size: int = 64, positions: int = 1024) -> tuple[ModelPair, Drafter]:
+def long_tiny_pair(vocab_size: int = 64, positions: int = 1024) -> tuple[Target, Drafter]:
     """tiny_pair's target and noisy-copy drafter with room for a prompt and 512 new tokens."""
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=positions,
                          eos_token_id=None, bos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
-    target = LlamaForCausalLM(config).eval()
-    return pair_from_models(target, noisy_copy(target, 0.3, 1), TinyTokenizer(vocab_size), "tiny-target",
+    target_model = LlamaForCausalLM(config).eval()
+    return target_from_models(target_model, noisy_copy(target_model, 0.3, 1), TinyTokenizer(vocab_size), "tiny-target",
                             "tiny-draft", use_chat_template=False)
 
 
 @pytest.fixture(scope="module")
 def finished_run():
-    pair, drafter = long_tiny_pair()
-    context = AppContext(pair, drafter)
+    target, drafter = long_tiny_pair()
+    context = AppContext(target, drafter)
     inputs = PageInputs("t1 t2 t3 t4 t5", {"max_new_tokens": NEW_TOKENS, "temperature": 0.8, "seed": 1},
                         chat=False, measure_ar=True)
     updates = list(handlers.run(context, inputs, frame_s=0.01))   # many replay frames: every lane is caught mid-race

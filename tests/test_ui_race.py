@@ -15,8 +15,8 @@ from pacer_core.ui.timing_turn import TimingTurn
 
 @pytest.fixture(scope="module")
 def context():
-    pair, drafter = tiny_pair()
-    return AppContext(pair, drafter)
+    target, drafter = tiny_pair()
+    return AppContext(target, drafter)
 
 
 def inputs(measure_ar=True, **settings) -> PageInputs:

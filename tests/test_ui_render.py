@@ -442,8 +442,8 @@ def test_the_shipped_smc_measurements_are_quoted_for_the_embedded_pair():
 
     run = measured.load_run(str(measured.MEASURED_RUNS[0]))
     assert run is not None, "benchmarks/results/smc-embedded-heldout40/results.json is missing"
-    pair = {"target": run["machine"]["target"], "draft": run["machine"]["draft"]}
-    note = measured.smc_error_note(pair, 4, 4, run["settings"]["temperature"])
+    described = {"target": run["machine"]["target"], "draft": run["machine"]["draft"]}
+    note = measured.smc_error_note(described, 4, 4, run["settings"]["temperature"])
     assert "lower than AR's (-2." in note and "for N=4, K=4" in note
 
 

@@ -53,14 +53,14 @@ def test_an_unknown_example_label_is_refused(tmp_path):
 # ---------------------------------------------------------------- replaying the exercises (embedded pair)
 
 @pytest.fixture(scope="module")
-def context(embedded_pair, embedded_drafters):
+def context(embedded_target, embedded_drafters):
     """The app's context as build_ui makes it: the pair, its pre-verifier and the drafter menu."""
     from pacer_core.preverifier import default_preverifier
 
     drafter = embedded_drafters.default
-    preverifier = default_preverifier(embedded_pair, drafter)
-    return AppContext(embedded_pair, drafter, preverifier, getattr(preverifier, "kind", "heuristic"),
-                      drafters=DrafterMenu(embedded_pair, embedded_drafters, preverifier))
+    preverifier = default_preverifier(embedded_target, drafter)
+    return AppContext(embedded_target, drafter, preverifier, getattr(preverifier, "kind", "heuristic"),
+                      drafters=DrafterMenu(embedded_target, embedded_drafters, preverifier))
 
 
 def page_inputs(context, run) -> PageInputs:
@@ -68,8 +68,8 @@ def page_inputs(context, run) -> PageInputs:
     chosen drafter moves it) with the run's changes, the pair's chat template, the AR baseline measured, and the
     chosen drafter."""
     chosen = handlers.drafter_context(context, run.drafter).drafter
-    settings = starting_settings(context.pair, chosen, context.preverifier, context.limits) | run.settings
-    return PageInputs(run.prompt, settings, chat=context.pair.use_chat_template, measure_ar=True,
+    settings = starting_settings(context.target, chosen, context.preverifier, context.limits) | run.settings
+    return PageInputs(run.prompt, settings, chat=context.target.use_chat_template, measure_ar=True,
                       drafter=run.drafter)
 
 
@@ -228,11 +228,11 @@ def with_marks(marks):
 
 
 @with_marks(browser_marks())
-def test_the_step_through_exercise_in_the_browser(app_url, chromium_browser, embedded_pair, embedded_drafters):
+def test_the_step_through_exercise_in_the_browser(app_url, chromium_browser, embedded_target, embedded_drafters):
     """The class's clicks: the example picked from the page's list by its label, the guide's settings, Step
     twice; the first click shows drafts only, the second the target's verdict."""
     (run,) = WORKSHOP.exercise("step-through").runs
-    start = starting_settings(embedded_pair, embedded_drafters.default)
+    start = starting_settings(embedded_target, embedded_drafters.default)
     changed = {name: value for name, value in run.settings.items() if start.get(name) != value}
     assert set(changed) <= {"max_new_tokens"}, f"this test sets only max new tokens, the guide changes {changed}"
     context = chromium_browser.new_context(viewport={"width": 1600, "height": 1000})

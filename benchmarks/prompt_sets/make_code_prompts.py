@@ -97,10 +97,10 @@ def main(argv=None) -> int:
     parser.add_argument("--calibration", action="store_true", help="the calibration set (see above)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    from pacer_core.models import load_pair
+    from pacer_core.models import load_target
 
-    pair, _ = load_pair("embedded", "small", target_engine="torch")
-    rows = code_prompts(lambda prompt: len(pair.encode_prompt(prompt)), args.calibration)
+    target, _ = load_target("embedded", "small", target_engine="torch")
+    rows = code_prompts(lambda prompt: len(target.encode_prompt(prompt)), args.calibration)
     args.out = args.out or str(ROOT / "assets/prompts" / ("code-calibration.jsonl" if args.calibration else "code.jsonl"))
     Path(args.out).write_text("".join(json.dumps(row) + "\n" for row in rows))
     for row in rows:

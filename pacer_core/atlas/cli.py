@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from ..drafters import load_drafter
-from ..models import ModelLoadError, load_pair
+from ..models import ModelLoadError, load_target
 from ..settings import Limits, SettingsError
 from .report import build_atlas, write_atlas
 from .runner import atlas_lane, load_atlas_prompts, run_prompts
@@ -43,19 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def named_drafter(pair, loaded, name: str):
+def named_drafter(target, drafters, name: str):
     """(the drafter ``name`` for the pair, built from what was loaded beside it; that drafter's PACER
     pre-verifier)."""
     from ..preverifier import default_preverifier
 
     try:
-        drafter = load_drafter(pair, loaded, name)
+        drafter = load_drafter(target, drafters, name)
     except ValueError as bad:
         raise SettingsError(str(bad)) from None
-    return drafter, default_preverifier(pair, drafter)
+    return drafter, default_preverifier(target, drafter)
 
 
-def run_atlas(pair, loaded, args, progress=None) -> dict:
+def run_atlas(target, drafters, args, progress=None) -> dict:
     """The atlas dictionary for parsed arguments on a loaded pair (``progress(done, total)`` after each prompt)."""
     prompts = load_atlas_prompts(args.prompts)[: args.limit or None]
     limits = Limits.from_env()
@@ -63,7 +63,7 @@ def run_atlas(pair, loaded, args, progress=None) -> dict:
     names = [args.drafter] + ([args.compare] if args.compare else [])
     if len(set(names)) < len(names):
         raise SettingsError("--compare needs a drafter other than --drafter.")
-    lanes = [atlas_lane(pair, *named_drafter(pair, loaded, name), name, args.method, raw, prompts, limits)
+    lanes = [atlas_lane(target, *named_drafter(target, drafters, name), name, args.method, raw, prompts, limits)
              for name in names]
     runs = []
     for run in run_prompts(prompts, lanes, args.ar):
@@ -81,8 +81,8 @@ def bar_progress(bar):
     return advance
 
 
-def main(argv=None, pair=None, loaded=None) -> int:
-    """The command; ``pair`` and ``loaded``: an already loaded pair and what was loaded beside it (tests), else the
+def main(argv=None, target=None, drafters=None) -> int:
+    """The command; ``target`` and ``drafters``: an already loaded target and what was loaded beside it (tests), else the
     ones --target/--draft name."""
     from tqdm import tqdm
 
@@ -90,10 +90,10 @@ def main(argv=None, pair=None, loaded=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        if pair is None:
-            pair, loaded = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
+        if target is None:
+            target, drafters = load_target(args.target, args.draft, device=args.device, dtype=args.dtype)
         with tqdm(desc="atlas", unit="prompt", file=sys.stderr) as bar:
-            atlas = run_atlas(pair, loaded, args, bar_progress(bar))
+            atlas = run_atlas(target, drafters, args, bar_progress(bar))
     except (SettingsError, ModelLoadError, FileNotFoundError) as problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ from ..settings import Limits, SettingsError
 from .counts import Judgment, drafted_and_accepted, judged_drafts
 
 if TYPE_CHECKING:
-    from ..models import ModelPair
+    from ..models import Target
 
 JUDGED_METHODS = ("fixed", "pacer")
 UNCATEGORISED = "uncategorised"
@@ -58,11 +58,11 @@ def load_atlas_prompts(path) -> list[AtlasPrompt]:
 class Lane:
     """One drafter's side of an atlas run."""
     drafter: str                    # its key
-    pair: ModelPair
+    target: Target
     requests: list[RunRequest]      # one per prompt, each drafting with it
 
 
-def atlas_lane(pair, drafter, preverifier, key: str, method: str, raw: dict, prompts: list[AtlasPrompt],
+def atlas_lane(target, drafter, preverifier, key: str, method: str, raw: dict, prompts: list[AtlasPrompt],
                limits: Limits) -> Lane:
     """The lane for ``method`` (fixed[:G], pacer[:B:L[:T]], with +NAME=VALUE settings) drafted by ``drafter``,
     named ``key``: its settings are the bench's for METHOD@KEY (the drafter's measured starting settings, then
@@ -72,8 +72,8 @@ def atlas_lane(pair, drafter, preverifier, key: str, method: str, raw: dict, pro
         raise SettingsError(f"The atlas counts the target's verdicts on drafted tokens: use fixed[:G] or "
                             f"pacer[:B:L[:T]] (got {method!r}; the drafter is a separate choice).")
     spec.drafter = key
-    encoded = [encode_prompt(pair, prompt.prompt, None, limits) for prompt in prompts]
-    return Lane(key, pair, row_requests(pair, drafter, spec, raw, encoded, limits, preverifier))
+    encoded = [encode_prompt(target, prompt.prompt, None, limits) for prompt in prompts]
+    return Lane(key, target, row_requests(target, drafter, spec, raw, encoded, limits, preverifier))
 
 
 @dataclass
@@ -102,9 +102,9 @@ def prompt_record(index: int, prompt: AtlasPrompt, events: list, result: Result,
                         metrics.alpha, result.finish_reason, list(result.token_ids), result.text)
 
 
-def decode(pair, request: RunRequest, cancel=None) -> tuple[list, Result]:
+def decode(target, request: RunRequest, cancel=None) -> tuple[list, Result]:
     """One run through the engine: (its step events, its Result)."""
-    *events, result = run_request(pair, request, cancel)
+    *events, result = run_request(target, request, cancel)
     return events, result
 
 
@@ -121,14 +121,14 @@ def run_prompt(index: int, prompt: AtlasPrompt, lanes: list[Lane], measure_ar: b
     """Decode one prompt in every lane; None when the run was stopped before it finished."""
     records = {}
     for lane in lanes:
-        events, result = decode(lane.pair, lane.requests[index], cancel)
+        events, result = decode(lane.target, lane.requests[index], cancel)
         if result.finish_reason == "cancelled":
             return None
-        records[lane.drafter] = prompt_record(index, prompt, events, result, lane.pair.eos_token_ids)
+        records[lane.drafter] = prompt_record(index, prompt, events, result, lane.target.eos_token_ids)
     run = PromptRun(index, records)
     if measure_ar:
         first = lanes[0]
-        _, result = decode(first.pair, replace(first.requests[index], method="ar", preverifier=None), cancel)
+        _, result = decode(first.target, replace(first.requests[index], method="ar", preverifier=None), cancel)
         if result.finish_reason == "cancelled":
             return None
         run.ar_seconds, run.ar_tokens = result.metrics.seconds, result.metrics.new_tokens

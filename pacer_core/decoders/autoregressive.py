@@ -12,17 +12,17 @@ from .base import CancelFlag, DecodeState, commit, finish, make_state, pick_next
 class Autoregressive:
     name = "ar"
 
-    def run(self, pair, drafter, prompt_ids: list[int], settings: DecodeSettings,
+    def run(self, target, drafter, prompt_ids: list[int], settings: DecodeSettings,
             cancel: CancelFlag | None = None, keep_target_rows: bool = False) -> Iterator:
         """The target alone, on the engine the runs drafting with ``drafter`` verify on (None: no drafter)."""
-        state = make_state(pair, drafter, prompt_ids, settings, with_draft=False, keep_target_rows=keep_target_rows)
+        state = make_state(target, drafter, prompt_ids, settings, with_draft=False, keep_target_rows=keep_target_rows)
         events = []
         if (yield from steps_until_done(lambda: state.finish_reason is not None,
-                                        lambda step: self.step(pair, state, settings, step), events, cancel)):
+                                        lambda step: self.step(target, state, settings, step), events, cancel)):
             state.finish_reason = "cancelled"
-        yield finish(self.name, pair, state, events, settings, {})
+        yield finish(self.name, target, state, events, settings, {})
 
-    def step(self, pair, state: DecodeState, settings: DecodeSettings, step: int) -> StepEvent:
+    def step(self, target, state: DecodeState, settings: DecodeSettings, step: int) -> StepEvent:
         """One target call: the next token, committed."""
         started = time.perf_counter()
         target_logits_row = state.target.feed_sequence(state.sequence, keep=1)[-1]
@@ -31,7 +31,7 @@ class Autoregressive:
         emitted = commit(state, [token_id], settings)
         state.record_log_probs(target_logits_row[None], emitted, settings)
         return StepEvent(method=self.name, step=step,
-                         tokens=[TokenRecord(token_id, pair.token_texts([token_id])[0], "target",
+                         tokens=[TokenRecord(token_id, target.token_texts([token_id])[0], "target",
                                              target_prob=shown_prob)],
-                         emitted_ids=emitted, emitted_text=pair.decode(emitted), n_drafted=0, n_accepted=0,
+                         emitted_ids=emitted, emitted_text=target.decode(emitted), n_drafted=0, n_accepted=0,
                          draft_seconds=0.0, verify_seconds=seconds, total_new_tokens=state.new_tokens)

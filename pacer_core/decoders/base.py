@@ -148,7 +148,7 @@ def new_generator(seed: int, device="cpu") -> torch.Generator:
     return generator
 
 
-def make_state(pair, drafter, prompt_ids: list[int], settings: DecodeSettings, with_draft: bool,
+def make_state(target, drafter, prompt_ids: list[int], settings: DecodeSettings, with_draft: bool,
                state_type: type[DecodeState] = DecodeState, keep_target_rows: bool = False) -> DecodeState:
     """Fresh caches for one run with ``drafter`` (AR, ``with_draft`` False, only runs its target on the engine runs
     with that drafter get, ``llama.engine.active_engine``; None: no drafter). A drafter that reads the target's
@@ -158,16 +158,16 @@ def make_state(pair, drafter, prompt_ids: list[int], settings: DecodeSettings, w
     verify passes then feed the rest). ``keep_target_rows``: the state keeps the rows that judge its tokens."""
     started = time.perf_counter()           # the run's clock starts before any prefill below
     if not with_draft:
-        target, draft = run_target_cache(pair, drafter), None
+        target_cache, draft = run_target_cache(target, drafter), None
     else:
-        target, draft = new_caches(pair, drafter)
+        target_cache, draft = new_caches(target, drafter)
         if len(prompt_ids) > 1 and getattr(draft, "adopts_target_prompt", False):
-            target.forward(list(prompt_ids[:-1]), keep=1)
-            draft.adopt(target)
+            target_cache.forward(list(prompt_ids[:-1]), keep=1)
+            draft.adopt(target_cache)
         elif len(prompt_ids) > 1 and drafter.reads_target_features:
-            target.forward(list(prompt_ids[:-1]))
-    return state_type(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target, draft=draft,
-                       generator=new_generator(settings.seed, target.device), eos_ids=pair.eos_token_ids,
+            target_cache.forward(list(prompt_ids[:-1]))
+    return state_type(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target_cache, draft=draft,
+                       generator=new_generator(settings.seed, target_cache.device), eos_ids=target.eos_token_ids,
                        drafter=drafter if with_draft else None, started=started,
                        target_rows=[] if keep_target_rows else None)
 
@@ -260,7 +260,7 @@ class SpeculativeDecoder:
     def __init__(self, **pinned):
         self.pinned = pinned_values(**pinned)
 
-    def propose(self, pair, state: DecodeState, settings: DecodeSettings, budget: int) -> Proposal:
+    def propose(self, target, state: DecodeState, settings: DecodeSettings, budget: int) -> Proposal:
         raise NotImplementedError
 
     def info(self, settings: DecodeSettings | None = None) -> dict:
@@ -270,22 +270,22 @@ class SpeculativeDecoder:
     def describe(self, settings: DecodeSettings) -> dict:
         return {}
 
-    def run(self, pair, drafter, prompt_ids: list[int], settings: DecodeSettings,
+    def run(self, target, drafter, prompt_ids: list[int], settings: DecodeSettings,
             cancel: CancelFlag | None = None, keep_target_rows: bool = False) -> Iterator:
         """Yield a StepEvent per target call, then the Result (with ``Result.target_rows`` when
         ``keep_target_rows``), drafting with ``drafter``."""
         settings = with_pinned(settings, self.pinned)
-        state = make_state(pair, drafter, prompt_ids, settings, with_draft=True, state_type=self.state_type,
+        state = make_state(target, drafter, prompt_ids, settings, with_draft=True, state_type=self.state_type,
                            keep_target_rows=keep_target_rows)
         events = []
         if (yield from steps_until_done(lambda: state.finish_reason is not None,
-                                        lambda step: self.step(pair, state, settings, step), events, cancel)):
+                                        lambda step: self.step(target, state, settings, step), events, cancel)):
             state.finish_reason = "cancelled"
-        yield finish(self.name, pair, state, events, settings, self.info(settings))
+        yield finish(self.name, target, state, events, settings, self.info(settings))
 
-    def step(self, pair, state: DecodeState, settings: DecodeSettings, step: int) -> StepEvent:
+    def step(self, target, state: DecodeState, settings: DecodeSettings, step: int) -> StepEvent:
         budget = settings.max_new_tokens - state.new_tokens
-        proposal = self.propose(pair, state, settings, budget)
+        proposal = self.propose(target, state, settings, budget)
         verified_ids = proposal.drafted_ids[: proposal.verified]
         started = time.perf_counter()
         target_logits = self.verify(state, verified_ids)
@@ -298,15 +298,15 @@ class SpeculativeDecoder:
         state.target.crop(old_length + verdict.n_accepted)
         state.draft.crop(min(state.draft.length, old_length + verdict.n_accepted))
         state.record_verdict(len(verified_ids), verdict.n_accepted)
-        return self.make_event(pair, state, step, proposal, verdict, emitted, verify_seconds)
+        return self.make_event(target, state, step, proposal, verdict, emitted, verify_seconds)
 
     def verify(self, state: DecodeState, verified_ids: list[int]) -> torch.Tensor:
         """ONE target forward over [uncached committed tokens, drafted tokens]; rows [G+1, V]."""
         rows = len(verified_ids) + 1
         return state.target.feed_sequence(state.sequence, verified_ids, keep=rows)[-rows:]
 
-    def make_event(self, pair, state, step, proposal, verdict, emitted, verify_seconds) -> StepEvent:
-        texts = pair.token_texts(proposal.drafted_ids + [verdict.next_token])
+    def make_event(self, target, state, step, proposal, verdict, emitted, verify_seconds) -> StepEvent:
+        texts = target.token_texts(proposal.drafted_ids + [verdict.next_token])
         tokens = []
         verified = proposal.verified
         for index, token_id in enumerate(proposal.drafted_ids):
@@ -322,12 +322,12 @@ class SpeculativeDecoder:
         tokens.append(TokenRecord(token_id=verdict.next_token, text=texts[-1], state=verdict.next_kind,
                                   target_prob=verdict.next_prob))
         return StepEvent(method=self.name, step=step, tokens=tokens, emitted_ids=emitted,
-                         emitted_text=pair.decode(emitted), n_drafted=verified, n_accepted=verdict.n_accepted,
+                         emitted_text=target.decode(emitted), n_drafted=verified, n_accepted=verdict.n_accepted,
                          draft_seconds=proposal.seconds, verify_seconds=verify_seconds,
                          total_new_tokens=state.new_tokens, **proposal.event_fields())
 
 
-def draft_one(pair, state: DecodeState, draft_sequence: list[int], settings: DecodeSettings,
+def draft_one(target, state: DecodeState, draft_sequence: list[int], settings: DecodeSettings,
               with_hidden: bool = False):
     """One draft forward over what the draft cache lacks of ``draft_sequence``; returns the chosen id,
     its sampling distribution [V], the raw logits row [V] and (optionally) the hidden row [H]. The logits
@@ -353,7 +353,7 @@ def shown_draft_prob(draft_probs: torch.Tensor, logits_row: torch.Tensor, token_
     return float(draft_probs[token_id])
 
 
-def finish(method: str, pair, state: DecodeState, events: list, settings: DecodeSettings, info: dict) -> Result:
+def finish(method: str, target, state: DecodeState, events: list, settings: DecodeSettings, info: dict) -> Result:
     seconds = time.perf_counter() - state.started
     target_calls = state.target.calls
     metrics = Metrics(
@@ -363,7 +363,7 @@ def finish(method: str, pair, state: DecodeState, events: list, settings: Decode
         new_tokens=state.new_tokens, seconds=seconds,
         tokens_per_s=state.new_tokens / seconds if seconds > 0 else 0.0,
         drafted_tokens=state.drafted_tokens, accepted_tokens=state.accepted_tokens)
-    return Result(method=method, text=pair.decode(state.output_ids), token_ids=state.output_ids, events=events,
+    return Result(method=method, text=target.decode(state.output_ids), token_ids=state.output_ids, events=events,
                   metrics=metrics, settings=settings.to_dict(), info=info,
                   finish_reason=state.finish_reason or "length", target_log_probs=list(state.target_log_probs),
                   target_rows=stacked_rows(state.target_rows))
@@ -378,8 +378,8 @@ class DraftBuilder:
     """Draws draft tokens one at a time after the committed sequence and keeps what a Proposal needs
     (ids, the distribution each was drawn from, q(x) for display, elapsed time)."""
 
-    def __init__(self, pair, state: DecodeState, settings: DecodeSettings):
-        self.pair, self.state, self.settings = pair, state, settings
+    def __init__(self, target, state: DecodeState, settings: DecodeSettings):
+        self.target, self.state, self.settings = target, state, settings
         self.sequence = list(state.sequence)
         self.drafted_ids: list[int] = []
         self.rows: list[torch.Tensor] = []
@@ -389,7 +389,7 @@ class DraftBuilder:
 
     def draw(self, with_hidden: bool = False):
         """Draft one more token; returns (id, raw logits row [V], hidden row [H] or None)."""
-        token_id, draft_probs, logits_row, hidden_row = draft_one(self.pair, self.state, self.sequence,
+        token_id, draft_probs, logits_row, hidden_row = draft_one(self.target, self.state, self.sequence,
                                                                  self.settings, with_hidden)
         self.drafted_ids.append(token_id)
         self.rows.append(draft_probs)
@@ -421,6 +421,6 @@ class DraftBuilder:
     def proposal(self, proposal_type: type[Proposal] = Proposal, **extra) -> Proposal:
         """What was drafted, as ``proposal_type`` (``extra``: its own fields)."""
         draft_probs = (torch.stack(self.rows) if self.rows
-                       else torch.zeros(0, self.pair.vocab_size, device=self.state.device))
+                       else torch.zeros(0, self.target.vocab_size, device=self.state.device))
         return proposal_type(self.drafted_ids, draft_probs, self.shown, seconds=time.perf_counter() - self.started,
                              **extra)

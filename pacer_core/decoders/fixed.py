@@ -38,17 +38,17 @@ class FixedSpeculative(SpeculativeDecoder):
             state.scheduled_gamma = settings.gamma
         return state.scheduled_gamma
 
-    def propose(self, pair, state: FixedState, settings: DecodeSettings, budget: int) -> Proposal:
+    def propose(self, target, state: FixedState, settings: DecodeSettings, budget: int) -> Proposal:
         gamma = min(self.draft_length(state, settings), max(budget - 1, 0))
-        draft = DraftBuilder(pair, state, settings)
+        draft = DraftBuilder(target, state, settings)
         for _ in range(gamma):
             if draft.draw()[0] in state.eos_ids:
                 break
         return draft.proposal()
 
-    def step(self, pair, state: FixedState, settings: DecodeSettings, step: int) -> StepEvent:
+    def step(self, target, state: FixedState, settings: DecodeSettings, step: int) -> StepEvent:
         """The shared step; the dynamic schedule then moves its length by the verdict."""
-        event = super().step(pair, state, settings, step)
+        event = super().step(target, state, settings, step)
         if settings.gamma_schedule == "dynamic":
             state.scheduled_gamma = next_scheduled_gamma(self.draft_length(state, settings), event.n_drafted,
                                                          event.n_accepted)

@@ -14,11 +14,11 @@ class OracleLength(SpeculativeDecoder):
         super().__init__(max_draft_len=max_draft_len)
         self.reference = list(reference_output_ids)
 
-    def propose(self, pair, state: DecodeState, settings: DecodeSettings, budget: int) -> Proposal:
+    def propose(self, target, state: DecodeState, settings: DecodeSettings, budget: int) -> Proposal:
         if not settings.greedy:
             raise ValueError("The oracle decoder is defined for greedy decoding only.")
         limit = min(settings.max_draft_len, max(budget - 1, 0))
-        draft = DraftBuilder(pair, state, settings)
+        draft = DraftBuilder(target, state, settings)
         while len(draft.drafted_ids) < limit:
             position = len(draft.sequence) - state.prompt_len
             token_id = draft.draw()[0]

@@ -44,11 +44,11 @@ class Pacer(SpeculativeDecoder):
         return own_threshold(self.preverifier, settings.temperature) if settings.threshold is None \
             else float(settings.threshold)
 
-    def propose(self, pair, state: PacerState, settings: DecodeSettings, budget: int) -> PacerProposal:
+    def propose(self, target, state: PacerState, settings: DecodeSettings, budget: int) -> PacerProposal:
         threshold = self.threshold(settings)
         limit = min(settings.max_draft_len, max(budget - 1, 0))
-        draft, plan = DraftBuilder(pair, state, settings), BlockPlan()
-        model = run_cost_model(pair, state, settings) if effective_stop_rule(settings, self.preverifier) == "cost" \
+        draft, plan = DraftBuilder(target, state, settings), BlockPlan()
+        model = run_cost_model(target, state, settings) if effective_stop_rule(settings, self.preverifier) == "cost" \
             else None
         estimated_by_preverifier = settings.greedy or trained_for_sampling(self.preverifier)
         context = history_context(state.first_verified, state.first_accepted, state.last_first_accepted)
@@ -86,10 +86,10 @@ class Pacer(SpeculativeDecoder):
             plan.stop("budget")
         return draft.proposal(PacerProposal, token_phrase=list(draft.phrase_flags), **plan.proposal_fields())
 
-    def step(self, pair, state: PacerState, settings: DecodeSettings, step: int) -> StepEvent:
+    def step(self, target, state: PacerState, settings: DecodeSettings, step: int) -> StepEvent:
         """The shared step, then what the cost rule learns from it: its draft and verify seconds (after the first
         step, whose calls may include a prefill) and whether the target rejected a drafted token."""
-        event = super().step(pair, state, settings, step)
+        event = super().step(target, state, settings, step)
         if step > 0:
             state.run_costs.observe(len(event.tokens) - 1, event.draft_seconds, event.n_drafted + 1,
                                     event.verify_seconds)
@@ -257,26 +257,26 @@ def block_acceptance(model: PacerCostModel | None, features: list, draft_rows: l
             for priced, prob in zip(by_entropy, token_probs)]
 
 
-def run_cost_model(pair, state: PacerState, settings: DecodeSettings) -> PacerCostModel:
+def run_cost_model(target, state: PacerState, settings: DecodeSettings) -> PacerCostModel:
     """What the cost rule prices this step with: the stored model at the run's prompt length (read once per run,
     kept on the state), with the costs this run has measured so far over it when the run uses its own
     (``uses_run_costs``)."""
     if state.cost_model is None:
-        state.cost_model = pair_cost_model(pair, state.drafter).at_prompt_length(state.prompt_len)
+        state.cost_model = pair_cost_model(target, state.drafter).at_prompt_length(state.prompt_len)
     if not uses_run_costs(settings) or not state.run_costs.steps:
         return state.cost_model
     return replace(state.cost_model, costs=state.run_costs.costs(state.cost_model.costs),
                    source=f"this run's {state.run_costs.steps} steps over {state.cost_model.source}")
 
 
-def pair_cost_model(pair, drafter) -> PacerCostModel:
+def pair_cost_model(target, drafter) -> PacerCostModel:
     """What the cost rule prices a block with for this pair and ``drafter`` on its kind of device: the drafter's
     measured model (``pacer_costs`` by device kind in its measured_defaults.json entry, written by ``python -m
     pacer_core.training.pacer_costs``), else the prior costs with the drafter's measured cost per draft call
     (its ``cost``) when there is one, else the prior. Read from files, never timed: the same on every call."""
-    device = torch.device(pair.device).type
+    device = torch.device(target.device).type
     try:
-        entry = measured_drafter(pair, drafter, drafter_key(drafter))
+        entry = measured_drafter(target, drafter, drafter_key(drafter))
     except AttributeError:
         entry = {}
     record = (entry.get("pacer_costs") or {}).get(device)

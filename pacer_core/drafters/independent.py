@@ -76,28 +76,28 @@ class ReducedVocabularyCache(CachedModel):
 
 # ---- for a pair: the builder and the availability check of the table's row (kinds.KINDS) ------------------------------
 
-def small_drafter(pair, loaded, name: str = "small", head_dir=None) -> IndependentDrafter:
+def small_drafter(target, drafters, name: str = "small", head_dir=None) -> IndependentDrafter:
     """The loaded independent draft model (``small``), or its N most frequent ids (``small-N``)."""
-    if loaded.small_model is None:
+    if drafters.small_model is None:
         raise ValueError(f"The drafter '{name}' needs an independent draft model, and none was loaded.")
     if name == "small":
-        return IndependentDrafter(loaded.small_model, pair.vocab_size, loaded.small_model_id)
-    return reduced_vocabulary_drafter(pair, loaded, int(name[len("small-"):]))
+        return IndependentDrafter(drafters.small_model, target.vocab_size, drafters.small_model_id)
+    return reduced_vocabulary_drafter(target, drafters, int(name[len("small-"):]))
 
 
-def reduced_vocabulary_drafter(pair, loaded, count: int, name: str | None = None) -> IndependentDrafter:
+def reduced_vocabulary_drafter(target, drafters, count: int, name: str | None = None) -> IndependentDrafter:
     """The loaded draft model scoring only its ``count`` most frequent ids (its folder's frequent_ids.json);
     named ``name``, by default the draft model's name with [small-N]."""
-    model_id = loaded.small_model_id
-    frequent = load_frequent_ids(loaded.small_model_folder)
+    model_id = drafters.small_model_id
+    frequent = load_frequent_ids(drafters.small_model_folder)
     if frequent is None:
         raise ValueError(f"The draft '{model_id}' has no frequent_ids.json in its folder, so it cannot "
                          f"draft from its {count} most frequent ids (python -m pacer_core.training.vocabulary "
                          "writes one).")
     kept = frequent[:count]
-    return IndependentDrafter(loaded.small_model, pair.vocab_size, name or f"{model_id} [small-{kept.numel()}]",
+    return IndependentDrafter(drafters.small_model, target.vocab_size, name or f"{model_id} [small-{kept.numel()}]",
                               kept, model_id=model_id)
 
 
-def small_unavailable(pair, loaded) -> str | None:
-    return None if loaded.small_model is not None else "no independent draft model was loaded"
+def small_unavailable(target, drafters) -> str | None:
+    return None if drafters.small_model is not None else "no independent draft model was loaded"

@@ -10,7 +10,7 @@ Three words, each for one thing:
 * **kind**: a drafter object's ``kind`` attribute, what sort of object it is: ``independent``, ``feature-head``,
   ``self-quantized`` (both self keys) or ``gguf``; an entry's ``kind`` says which objects it builds.
 * **name**: what a user writes to choose a drafter (``--draft``, the bench's ``method@drafter``,
-  ``load_drafter(pair, loaded, name)``, ``training.compare --drafters``): every key, plus ``small-N`` (the independent
+  ``load_drafter(target, drafters, name)``, ``training.compare --drafters``): every key, plus ``small-N`` (the independent
   draft scoring its N most frequent ids), ``head-N`` and ``head-all`` (the head's output vocabulary).
   ``DrafterEntry.answers_to(name)`` says whether an entry builds for a name."""
 from __future__ import annotations
@@ -31,8 +31,8 @@ class DrafterEntry:
     kind: str                                      # the ``kind`` of the drafter objects it builds
     words: str                                     # what it is, in a few words (the page's menu line)
     answers_to: Callable[[str], bool]              # does this entry build the drafter of that name
-    unavailable: Callable[[object, object], str | None]   # (pair, loaded) -> why it cannot be offered (None: it can)
-    build: Callable[..., Drafter]                  # (pair, loaded, name, head_dir) -> the drafter
+    unavailable: Callable[[object, object], str | None]   # (target, drafters) -> why it cannot be offered (None: it can)
+    build: Callable[..., Drafter]                  # (target, drafters, name, head_dir) -> the drafter
     matches: Callable[[Drafter], bool] = lambda drafter: True   # is a drafter object of this kind this entry's
 
 
@@ -97,14 +97,14 @@ def valid_drafter_name(name: str) -> bool:
     return entry_for_name(name) is not None
 
 
-def load_drafter(pair, loaded, name: str, head_dir=None):
+def load_drafter(target, drafters, name: str, head_dir=None):
     """A drafter by name, bound to the pair's target and built from what the loader loaded beside it
     (``loaded.LoadedDrafters``; the head folder defaults to the embedded one); ValueError saying why when it
     cannot be built."""
     entry = entry_for_name(name)
     if entry is None:
         raise ValueError(f"Unknown drafter {name!r}: use {all_names_text()}.")
-    return entry.build(pair, loaded, name, head_dir)
+    return entry.build(target, drafters, name, head_dir)
 
 
 __all__ = ["DrafterEntry", "KINDS", "drafter_keys", "entry_for_name", "entry_for_key", "entry_of_drafter", "drafter_key",

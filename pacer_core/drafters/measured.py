@@ -26,10 +26,10 @@ MEASURED_DEFAULTS_FILE = "measured_defaults.json"
 TORCH_TARGET_PART = "cpu_torch_target"   # an entry's figures for a target verifying on torch on a CPU
 
 
-def measured_defaults(pair) -> dict:
-    """The pair's ``measured_defaults.json`` (``ModelPair.measured_file``, which the loader finds in the independent
+def measured_defaults(target) -> dict:
+    """The pair's ``measured_defaults.json`` (``Target.measured_file``, which the loader finds in the independent
     draft model's folder); {} without one, or when it cannot be read."""
-    chosen = getattr(pair, "measured_file", "")
+    chosen = getattr(target, "measured_file", "")
     path = Path(chosen)
     if not chosen or not path.exists():
         return {}
@@ -40,18 +40,18 @@ def measured_defaults(pair) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def measured_drafter(pair, drafter, key: str) -> dict:
+def measured_drafter(target, drafter, key: str) -> dict:
     """What the benchmark measured for drafter ``key`` of this pair (its entry under ``drafters``), as runs drafting
     with ``drafter`` see it (``target_verifies_on_torch_cpu``); the independent draft's fixed length is also the
     file's top-level ``gamma``."""
-    record = measured_defaults(pair)
+    record = measured_defaults(target)
     entry = (record.get("drafters") or {}).get(key) or {}
     if not isinstance(entry, dict):
         return {}
     if key == "small" and "gamma" in record and "gamma" not in entry:
         entry = {**entry, "gamma": record["gamma"]}
     overlay = entry.get(TORCH_TARGET_PART)
-    if isinstance(overlay, dict) and target_verifies_on_torch_cpu(pair, drafter, key):
+    if isinstance(overlay, dict) and target_verifies_on_torch_cpu(target, drafter, key):
         entry = laid_over(entry, overlay)
     return {name: value for name, value in entry.items() if name != TORCH_TARGET_PART}
 
@@ -65,30 +65,30 @@ def laid_over(entry: dict, overlay: dict) -> dict:
     return merged
 
 
-def target_verifies_on_torch_cpu(pair, drafter, key: str) -> bool:
+def target_verifies_on_torch_cpu(target, drafter, key: str) -> bool:
     """Whether drafter ``key``'s runs verify with the target on torch on a CPU: for ``drafter`` (the one the runs
     draft with), where ``llama.engine.active_engine`` runs them; for another key, whether the pair has a llama.cpp
     engine at all."""
-    if torch.device(pair.device).type != "cpu":
+    if torch.device(target.device).type != "cpu":
         return False
     if drafter is not None and drafter_key(drafter) == key:
-        return active_engine(pair, drafter) is None
-    return getattr(pair, "target_engine", None) is None
+        return active_engine(target, drafter) is None
+    return getattr(target, "engine", None) is None
 
 
-def measured_settings(pair, drafter, key: str, method: str) -> dict:
+def measured_settings(target, drafter, key: str, method: str) -> dict:
     """The settings a method starts with for drafter ``key`` (its entry's "settings": {"pacer": {...}}), in runs
     drafting with ``drafter``."""
-    settings = (measured_drafter(pair, drafter, key).get("settings") or {}).get(method) or {}
+    settings = (measured_drafter(target, drafter, key).get("settings") or {}).get(method) or {}
     return dict(settings) if isinstance(settings, dict) else {}
 
 
-def measured_gamma(pair, drafter) -> int | None:
+def measured_gamma(target, drafter) -> int | None:
     """The fixed draft length the benchmark measured fastest for ``drafter`` on this pair's kind of device,
     or None when nothing was measured for this drafter."""
     try:
-        entry = measured_drafter(pair, drafter, drafter_key(drafter))
-        gamma = (entry.get("gamma") or {}).get(torch.device(pair.device).type)
+        entry = measured_drafter(target, drafter, drafter_key(drafter))
+        gamma = (entry.get("gamma") or {}).get(torch.device(target.device).type)
     except AttributeError:
         return None
     return int(gamma) if isinstance(gamma, int) and gamma >= 1 else None

@@ -105,20 +105,20 @@ def share_tensors(module: nn.Module, original: nn.Module) -> None:
 
 # ---- for a pair: the builder and the availability check of the table's row (kinds.KINDS) ------------------------------
 
-def self_drafter(pair, loaded, name: str, head_dir=None) -> SelfQuantizedDrafter:
+def self_drafter(target, drafters, name: str, head_dir=None) -> SelfQuantizedDrafter:
     """self-int4 / self-int8: the pair's target with its linear layers quantized (seconds, nothing stored).
     Always over the whole vocabulary: drafting from the most frequent ids only made it cheaper but agree
     much less often (docs/drafters.md)."""
     try:
-        return SelfQuantizedDrafter.from_target(pair.target, pair.vocab_size, name, pair.target_id)
+        return SelfQuantizedDrafter.from_target(target.model, target.vocab_size, name, target.name)
     except QuantizationUnavailable as missing:
         raise ValueError(str(missing)) from None
 
 
 def self_unavailable(bits: int) -> Callable[[object, object], str | None]:
-    def unavailable(pair, loaded) -> str | None:
+    def unavailable(target, drafters) -> str | None:
         try:
-            check_kernel(bits, pair.device)
+            check_kernel(bits, target.device)
         except QuantizationUnavailable as missing:
             return str(missing)
         return None

@@ -54,9 +54,9 @@ def unsupported(model) -> str | None:
     return None
 
 
-def target_cache(pair, keep_features: bool = False) -> GraphedCache:
+def target_cache(target, keep_features: bool = False) -> GraphedCache:
     """A fresh graphed cache of the pair's torch target."""
-    return GraphedCache(engine_for(pair.target), pair.vocab_size, keep_features=keep_features)
+    return GraphedCache(engine_for(target.model), target.vocab_size, keep_features=keep_features)
 
 
 def draft_cache(cache: ModelCache) -> ModelCache:

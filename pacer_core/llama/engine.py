@@ -21,10 +21,11 @@ class ReadsFeatures(Protocol):
 
 
 class TargetSide(Protocol):
-    """What the choice reads of a pair: its torch target and the llama.cpp engine loaded for it (None: none)."""
-    target: torch.nn.Module
+    """What the choice reads of a ``models.Target``: its torch model and the llama.cpp engine loaded for it (None:
+    none)."""
+    model: torch.nn.Module
     vocab_size: int
-    target_engine: LlamaTarget | None
+    engine: LlamaTarget | None
 
 
 def parse_engine(text) -> str:
@@ -62,30 +63,30 @@ def choose_engine(requested: str, is_embedded_target: bool, device_type: str, dt
     return "torch"
 
 
-def active_engine(pair: TargetSide, drafter: ReadsFeatures | None) -> LlamaTarget | None:
+def active_engine(target: TargetSide, drafter: ReadsFeatures | None) -> LlamaTarget | None:
     """The engine the pair's target runs on in a run with ``drafter`` (the drafter of the runs compared with it;
-    None: none): its llama.cpp engine (``pair.target_engine``) unless it has none or the drafter reads the target's
+    None: none): its llama.cpp engine (``target.engine``) unless it has none or the drafter reads the target's
     hidden states (llama.cpp's are not read); None means torch. AR and the verify passes of runs with one drafter
     always get the same engine."""
-    engine = getattr(pair, "target_engine", None)
+    engine = getattr(target, "engine", None)
     if engine is None or (drafter is not None and drafter.reads_target_features):
         return None
     return engine
 
 
-def engine_label(pair: TargetSide, drafter: ReadsFeatures | None) -> str:
+def engine_label(target: TargetSide, drafter: ReadsFeatures | None) -> str:
     """What the page's model line says about the target's engine in runs with ``drafter``."""
-    engine = active_engine(pair, drafter)
+    engine = active_engine(target, drafter)
     if engine is not None:
         return engine.describe()
-    if getattr(pair, "target_engine", None) is not None:
+    if getattr(target, "engine", None) is not None:
         return "torch (the drafter reads the target's hidden states, which llama.cpp does not give)"
     return "torch"
 
 
-def target_cache(pair: TargetSide, drafter: ReadsFeatures | None, keep_features: bool = False) -> ModelCache:
+def target_cache(target: TargetSide, drafter: ReadsFeatures | None, keep_features: bool = False) -> ModelCache:
     """A fresh cache of the pair's target on its engine in runs with ``drafter`` (``active_engine``)."""
-    engine = active_engine(pair, drafter)
+    engine = active_engine(target, drafter)
     if engine is not None and not keep_features:
         return engine.new_cache()
-    return CachedModel(pair.target, pair.vocab_size, keep_features=keep_features)
+    return CachedModel(target.model, target.vocab_size, keep_features=keep_features)

@@ -172,7 +172,7 @@ def load(directory: Path) -> TrainedPreVerifier:
     return TrainedPreVerifier(layer, config, sampling_layer)
 
 
-def load_for_pair(pair, drafter) -> TrainedPreVerifier | None:
+def load_for_pair(target, drafter) -> TrainedPreVerifier | None:
     """The trained layer for exactly this target and ``drafter``, if one was shipped or trained. A draft model
     drafting from a reduced vocabulary (``small-N``) reads the same hidden states as when it drafts from all
     ids, so it uses the layer trained for the draft model when it has none of its own."""
@@ -181,7 +181,7 @@ def load_for_pair(pair, drafter) -> TrainedPreVerifier | None:
         draft_names.append(drafter.model_id)
     for root in search_dirs():
         for draft_name in draft_names:
-            directory = root / pair_slug(pair.target_id, draft_name)
+            directory = root / pair_slug(target.name, draft_name)
             if (directory / "config.json").exists():
                 trained = load(directory)
                 if trained.config.get("hidden_size") == drafter.hidden_size:

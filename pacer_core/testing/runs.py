@@ -14,15 +14,15 @@ from ..settings import validate_settings
 GREEDY_PROMPTS = ([1, 2, 3], [7, 7, 7, 7, 9], list(range(20)))
 
 
-def run_result(decoder, pair, drafter, prompt_ids: list[int], **settings) -> Result:
+def run_result(decoder, target, drafter, prompt_ids: list[int], **settings) -> Result:
     """The Result of one run of ``decoder`` on ``pair`` drafting with ``drafter``, with these settings (the events
     consumed)."""
-    *_, result = decoder.run(pair, drafter, prompt_ids, validate_settings(**settings))
+    *_, result = decoder.run(target, drafter, prompt_ids, validate_settings(**settings))
     return result
 
 
-def run_ids(decoder, pair, drafter, prompt_ids: list[int], **settings) -> list[int]:
-    return run_result(decoder, pair, drafter, prompt_ids, **settings).token_ids
+def run_ids(decoder, target, drafter, prompt_ids: list[int], **settings) -> list[int]:
+    return run_result(decoder, target, drafter, prompt_ids, **settings).token_ids
 
 
 def greedy_decoders() -> list:
@@ -31,32 +31,32 @@ def greedy_decoders() -> list:
         Pacer(1, 8, 0.3, ConfidencePreVerifier(), "submit"), Pacer(2, 16, 0.9, ConfidencePreVerifier(), "discard")]
 
 
-def greedy_rejections(pair, drafter, prompts=GREEDY_PROMPTS, max_new_tokens: int = 40, also=()) -> int:
+def greedy_rejections(target, drafter, prompts=GREEDY_PROMPTS, max_new_tokens: int = 40, also=()) -> int:
     """Assert that every greedy decoder (and the decoders ``also`` gives) returns AR's tokens on each prompt with
     ``drafter``; the drafted tokens the target rejected on the way (so a test can require that
     verification did some work)."""
     rejected, decoders = 0, greedy_decoders() + list(also)
     for prompt in prompts:
-        reference = run_ids(Autoregressive(), pair, drafter, prompt, max_new_tokens=max_new_tokens)
+        reference = run_ids(Autoregressive(), target, drafter, prompt, max_new_tokens=max_new_tokens)
         for decoder in decoders:
-            result = run_result(decoder, pair, drafter, prompt, max_new_tokens=max_new_tokens)
+            result = run_result(decoder, target, drafter, prompt, max_new_tokens=max_new_tokens)
             assert result.token_ids == reference, (decoder.info(), prompt)
             rejected += result.metrics.drafted_tokens - result.metrics.accepted_tokens
     return rejected
 
 
-def sample_counts(decoder, pair, drafter, prompt_ids: list[int], max_new_tokens: int, runs: int, **settings) -> Counter:
+def sample_counts(decoder, target, drafter, prompt_ids: list[int], max_new_tokens: int, runs: int, **settings) -> Counter:
     """How often each output came out of ``runs`` runs seeded 0..runs-1."""
     counts = Counter()
     for seed in range(runs):
-        output = run_ids(decoder, pair, drafter, prompt_ids, max_new_tokens=max_new_tokens, seed=seed, **settings)
+        output = run_ids(decoder, target, drafter, prompt_ids, max_new_tokens=max_new_tokens, seed=seed, **settings)
         counts[tuple(output)] += 1
     return counts
 
 
-def p_value_against_target(decoder, pair, drafter, prompt_ids: list[int], max_new_tokens: int, runs: int,
+def p_value_against_target(decoder, target, drafter, prompt_ids: list[int], max_new_tokens: int, runs: int,
                            **settings) -> float:
     """The chi-square p-value of ``runs`` seeded outputs against the torch target's exact distribution."""
-    truth = target_sequence_distribution(pair.target, prompt_ids, max_new_tokens, **settings)
-    counts = sample_counts(decoder, pair, drafter, prompt_ids, max_new_tokens, runs, **settings)
+    truth = target_sequence_distribution(target.model, prompt_ids, max_new_tokens, **settings)
+    counts = sample_counts(decoder, target, drafter, prompt_ids, max_new_tokens, runs, **settings)
     return chi_square_p_value(counts, truth)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ..models import pair_from_models
+from ..models import target_from_models
 
 
 class TinyTokenizer:
@@ -64,4 +64,4 @@ def tiny_pair(vocab_size=64, target_seed=0, draft_seed=1, eos_token_id=None, sca
     else:
         draft = noisy_copy(target, draft_noise, draft_seed)
     tokenizer = TinyTokenizer(vocab_size)
-    return pair_from_models(target, draft, tokenizer, "tiny-target", "tiny-draft", use_chat_template=False)
+    return target_from_models(target, draft, tokenizer, "tiny-target", "tiny-draft", use_chat_template=False)

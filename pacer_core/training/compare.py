@@ -26,7 +26,7 @@ import torch
 from ..analysis import draft_teacher_forced_logits
 from ..api import run_request
 from ..drafters import load_drafter, new_caches
-from ..models import load_pair
+from ..models import load_target
 from ..particles import proposal_kl
 from ..prompts import load_prompts
 from ..sampling import logits_to_probs, token_log_probs
@@ -49,34 +49,34 @@ def depth_counts(events, gamma: int) -> tuple[list[int], list[int]]:
 
 
 @torch.inference_mode()
-def divergences(pair, drafter, prompt_ids, output_ids) -> dict:
+def divergences(target, drafter, prompt_ids, output_ids) -> dict:
     """Per-position KL(p||q) and 1 - TV at each temperature for the first drafted token."""
-    ids = torch.tensor([list(prompt_ids) + list(output_ids)], device=pair.device)
-    target_logits = pair.target(input_ids=ids).logits[0, len(prompt_ids) - 1: -1, : pair.vocab_size].float().cpu()
-    draft_logits = draft_teacher_forced_logits(pair, drafter, prompt_ids, output_ids)
+    ids = torch.tensor([list(prompt_ids) + list(output_ids)], device=target.device)
+    target_logits = target.model(input_ids=ids).logits[0, len(prompt_ids) - 1: -1, : target.vocab_size].float().cpu()
+    draft_logits = draft_teacher_forced_logits(target, drafter, prompt_ids, output_ids)
     figures = {}
     for temperature in TEMPERATURES:
         kl = proposal_kl(token_log_probs(target_logits, temperature), token_log_probs(draft_logits, temperature))
         overlap = torch.minimum(logits_to_probs(target_logits, temperature), logits_to_probs(draft_logits, temperature))
         figures[f"kl_{temperature}"] = kl.tolist()
         figures[f"one_minus_tv_{temperature}"] = overlap.sum(-1).tolist()
-    smc_logits = draft_teacher_forced_logits(pair, drafter, prompt_ids, output_ids, full_support=True)
+    smc_logits = draft_teacher_forced_logits(target, drafter, prompt_ids, output_ids, full_support=True)
     figures["smc_kl_0.7"] = proposal_kl(token_log_probs(target_logits, 0.7), token_log_probs(smc_logits, 0.7)).tolist()
     return figures
 
 
 @torch.inference_mode()
-def cost_ratio(pair, drafter, context: list[int], steps: int = 60) -> float:
+def cost_ratio(target, drafter, context: list[int], steps: int = 60) -> float:
     """Median of interleaved single-token steps: one token ``drafter`` drafts over one target step."""
-    target, draft = new_caches(pair, drafter)
-    target.forward(context[:-1])
+    target_cache, draft = new_caches(target, drafter)
+    target_cache.forward(context[:-1])
     draft.feed_sequence(context[:-1] + [context[-1]], [])
     target_times, draft_times = [], []
     for _ in range(steps):
         started = time.perf_counter()
-        target.forward([context[-1]])
+        target_cache.forward([context[-1]])
         target_times.append(time.perf_counter() - started)
-        target.crop(len(context) - 1)
+        target_cache.crop(len(context) - 1)
         started = time.perf_counter()
         draft.forward([context[-1]])          # a feature head drafts this one from its own predicted state
         draft_times.append(time.perf_counter() - started)
@@ -84,23 +84,23 @@ def cost_ratio(pair, drafter, context: list[int], steps: int = 60) -> float:
     return statistics.median(draft_times) / statistics.median(target_times)
 
 
-def evaluate_drafter(pair, requests: list[RunRequest], references: list[list[int]]) -> dict:
+def evaluate_drafter(target, requests: list[RunRequest], references: list[list[int]]) -> dict:
     """Greedy fixed SD (gamma 4) requests, one per prompt, all drafting with one drafter, against AR's outputs."""
     drafter = requests[0].drafter
     reached, accepted, tokens, verify_steps, per_position = [0] * GAMMA, [0] * GAMMA, 0, 0, {}
     for request, reference in zip(requests, references):
         prompt_ids = list(request.prompt_ids)
-        *events, result = run_request(pair, request)
-        assert result.token_ids == reference or pair.dtype != torch.float32, "greedy SD must equal AR in fp32"
+        *events, result = run_request(target, request)
+        assert result.token_ids == reference or target.dtype != torch.float32, "greedy SD must equal AR in fp32"
         step_reached, step_accepted = depth_counts(events, GAMMA)
         reached = [a + b for a, b in zip(reached, step_reached)]
         accepted = [a + b for a, b in zip(accepted, step_accepted)]
         tokens, verify_steps = tokens + result.metrics.new_tokens, verify_steps + len(events)
-        for key, values in divergences(pair, drafter, prompt_ids, reference).items():
+        for key, values in divergences(target, drafter, prompt_ids, reference).items():
             per_position.setdefault(key, []).extend(values)
     row = {"agreement_at_depth": [round(a / r, 4) if r else None for a, r in zip(accepted, reached)],
            "tau_gamma4": round(tokens / verify_steps, 4),
-           "cost_ratio": round(cost_ratio(pair, drafter, list(requests[0].prompt_ids) + references[0]), 4)}
+           "cost_ratio": round(cost_ratio(target, drafter, list(requests[0].prompt_ids) + references[0]), 4)}
     row.update({key: round(sum(values) / len(values), 4) for key, values in per_position.items()})
     return row
 
@@ -130,23 +130,23 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    pair, loaded = load_pair(args.target, "embedded-small", device="cpu", dtype=args.dtype, draft_gguf=args.draft_gguf)
+    target, drafters = load_target(args.target, "embedded-small", device="cpu", dtype=args.dtype, draft_gguf=args.draft_gguf)
     records = load_prompts(args.prompts)[: args.limit or None]
     limits = Limits.from_env()
-    prompts = [encode_prompt(pair, record["prompt"], None, limits) for record in records]
+    prompts = [encode_prompt(target, record["prompt"], None, limits) for record in records]
     raw = {"max_new_tokens": args.max_new_tokens, "temperature": 0.0, "gamma": GAMMA}
     settings, chosen = validate_settings(limits, **raw), chosen_names(raw)
-    own = loaded.default
-    references = [list(run_request(pair, request_for(pair, own, "ar", settings, chosen, prompt, limits)))[-1].token_ids
+    own = drafters.default
+    references = [list(run_request(target, request_for(target, own, "ar", settings, chosen, prompt, limits)))[-1].token_ids
                   for prompt in prompts]
     rows = {}
     for name in args.drafters.split(","):
-        drafter = load_drafter(pair, loaded, name, args.head)
-        fixed = [request_for(pair, drafter, "fixed", settings, chosen, prompt, limits) for prompt in prompts]
-        rows[name] = evaluate_drafter(pair, fixed, references)
+        drafter = load_drafter(target, drafters, name, args.head)
+        fixed = [request_for(target, drafter, "fixed", settings, chosen, prompt, limits) for prompt in prompts]
+        rows[name] = evaluate_drafter(target, fixed, references)
         print(f"{name}: {rows[name]}", file=sys.stderr, flush=True)
     report = {"prompts": args.prompts, "prompt_count": len(prompts), "max_new_tokens": args.max_new_tokens,
-              "dtype": str(pair.dtype).replace("torch.", ""), "drafters": rows, "table": markdown_table(rows)}
+              "dtype": str(target.dtype).replace("torch.", ""), "drafters": rows, "table": markdown_table(rows)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(report["table"])

@@ -43,7 +43,7 @@ def log(message: str) -> None:
 def load_target(source: str, device: str, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..models import resolve_source
+    from ..loading import resolve_source
     location, _ = resolve_source(source, "target")
     tokenizer = AutoTokenizer.from_pretrained(location)
     model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype).to(device).eval()

@@ -48,7 +48,7 @@ from ..decoders.base import make_state
 from ..decoders.fixed import FixedSpeculative
 from ..drafters import drafter_key, load_drafter
 from ..drafters.measured import TORCH_TARGET_PART, target_verifies_on_torch_cpu
-from ..models import load_pair
+from ..models import load_target
 from ..prompts import load_prompts
 from ..request import encode_prompt
 from ..settings import Limits, validate_settings
@@ -65,8 +65,8 @@ class RecordingFixed(FixedSpeculative):
         super().__init__(gamma)
         self.entropies: list[list[float]] = []
 
-    def propose(self, pair, state, settings, budget):
-        proposal = super().propose(pair, state, settings, budget)
+    def propose(self, target, state, settings, budget):
+        proposal = super().propose(target, state, settings, budget)
         self.entropies.append(entropy_nats(proposal.draft_probs).tolist() if proposal.drafted_ids else [])
         return proposal
 
@@ -115,27 +115,27 @@ class Observations:
                               sum(self.accept_probs) / len(self.accept_probs), source)
 
 
-def prefill_seconds(pair, drafter, prompt_ids: list[int], settings) -> float:
+def prefill_seconds(target, drafter, prompt_ids: list[int], settings) -> float:
     """What a speculative run spends before its first step: fresh caches and the target's prefill that the
     drafter adopts or reads (``decoders.base.make_state``)."""
     started = time.perf_counter()
-    make_state(pair, drafter, prompt_ids, settings, with_draft=True)
+    make_state(target, drafter, prompt_ids, settings, with_draft=True)
     return time.perf_counter() - started
 
 
-def measure(pair, drafter, prompt_ids: list[list[int]], gammas, temperature: float, max_new_tokens: int, repeats: int,
+def measure(target, drafter, prompt_ids: list[list[int]], gammas, temperature: float, max_new_tokens: int, repeats: int,
             progress=None) -> Observations:
     observed = Observations()
     for repeat in range(repeats):
         for index, ids in enumerate(prompt_ids):
             settings = validate_settings(max_new_tokens=max_new_tokens, temperature=temperature,
                                          seed=1000 * repeat + index)
-            prefill = prefill_seconds(pair, drafter, ids, settings)
-            *events, result = Autoregressive().run(pair, drafter, ids, settings)
+            prefill = prefill_seconds(target, drafter, ids, settings)
+            *events, result = Autoregressive().run(target, drafter, ids, settings)
             observed.add_ar(events, result)
             for gamma in gammas:
                 decoder = RecordingFixed(gamma)
-                *events, result = decoder.run(pair, drafter, ids, settings)
+                *events, result = decoder.run(target, drafter, ids, settings)
                 observed.add_fixed(events, result, decoder.entropies, gamma == max(gammas), prefill)
                 if progress:
                     progress.update()
@@ -170,15 +170,15 @@ def cost_rule_length(model: PacerCostModel, block: int, limit: int):
     return stop_after
 
 
-def write_model(pair, drafter, device: str, model: PacerCostModel, source: str) -> Path:
+def write_model(target, drafter, device: str, model: PacerCostModel, source: str) -> Path:
     """Store the model in the drafter's entry of the pair's measured_defaults.json, or in its ``cpu_torch_target``
     part when the target verified on torch on a CPU (``drafters.measured``)."""
-    if not pair.measured_file:
+    if not target.measured_file:
         raise SystemExit("This pair has no measured_defaults.json to write to (it lives in the draft model's folder).")
-    path, key = Path(pair.measured_file), drafter_key(drafter)
+    path, key = Path(target.measured_file), drafter_key(drafter)
     record = json.loads(path.read_text()) if path.exists() else {}
     entry = record.setdefault("drafters", {}).setdefault(key, {})
-    if target_verifies_on_torch_cpu(pair, drafter, key):
+    if target_verifies_on_torch_cpu(target, drafter, key):
         entry = entry.setdefault(TORCH_TARGET_PART, {})
     entry.setdefault("pacer_costs", {})[device] = model.to_record() | {"source": source}
     path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
@@ -189,7 +189,7 @@ def median_tokens(prompt_ids: list[list[int]]) -> int:
     return int(statistics.median(len(ids) for ids in prompt_ids))
 
 
-def costs_by_length(pair, drafter, args, limits) -> list[tuple[int, StepCosts]]:
+def costs_by_length(target, drafter, args, limits) -> list[tuple[int, StepCosts]]:
     """(median prompt tokens, step costs) for each band (``category``) of each --length-sets file, drafting with
     ``drafter``."""
     gammas = [int(g) for g in args.length_gammas.split(",")]
@@ -199,8 +199,8 @@ def costs_by_length(pair, drafter, args, limits) -> list[tuple[int, StepCosts]]:
             bands[f"{path}:{record.get('category', '')}"].append(record["prompt"])
     measured = []
     for band, prompts in bands.items():
-        prompt_ids = [list(encode_prompt(pair, prompt, None, limits).ids) for prompt in prompts[: args.limit]]
-        observed = measure(pair, drafter, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats)
+        prompt_ids = [list(encode_prompt(target, prompt, None, limits).ids) for prompt in prompts[: args.limit]]
+        observed = measure(target, drafter, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats)
         measured.append((median_tokens(prompt_ids), observed.model(band).costs))
         print(f"{band}: {measured[-1][0]} tokens, a drafted token {measured[-1][1].draft_per_token:.3f} AR steps",
               file=sys.stderr)
@@ -227,22 +227,22 @@ def main(argv=None) -> int:
     parser.add_argument("--length-gammas", default="1,4,8,12", help="fixed lengths run on the --length-sets")
     args = parser.parse_args(argv)
     gammas = [int(g) for g in args.gammas.split(",")]
-    pair, loaded = load_pair("embedded", "embedded")
-    drafter = load_drafter(pair, loaded, args.drafter)
+    target, drafters = load_target("embedded", "embedded")
+    drafter = load_drafter(target, drafters, args.drafter)
     limits = Limits.from_env()
     prompts = load_prompts(args.prompts)[: args.limit or None]
-    prompt_ids = [list(encode_prompt(pair, record["prompt"], None, limits).ids) for record in prompts]
+    prompt_ids = [list(encode_prompt(target, record["prompt"], None, limits).ids) for record in prompts]
     progress = tqdm(total=args.repeats * len(prompt_ids) * len(gammas), file=sys.stderr)
-    observed = measure(pair, drafter, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats, progress)
+    observed = measure(target, drafter, prompt_ids, gammas, args.temperature, args.max_new_tokens, args.repeats, progress)
     progress.close()
-    device = torch.device(pair.device).type
+    device = torch.device(target.device).type
     source = (f"python -m pacer_core.training.pacer_costs --drafter {args.drafter} on {len(prompt_ids)} prompts of "
               f"{args.prompts}, T = {args.temperature}, {args.max_new_tokens} tokens, fixed SD at {gammas}, "
               f"{date.today().isoformat()}; AR step {observed.ar_seconds / observed.ar_tokens * 1000:.1f} ms; "
-              f"target on {pair.describe(drafter).get('target_engine', 'torch')}")
+              f"target on {target.describe(drafter).get('target_engine', 'torch')}")
     model = observed.model(source)
     if args.length_sets:
-        by_length = costs_by_length(pair, drafter, args, limits) + [(median_tokens(prompt_ids), model.costs)]
+        by_length = costs_by_length(target, drafter, args, limits) + [(median_tokens(prompt_ids), model.costs)]
         model = replace(model, by_length=tuple(sorted(by_length)))
         source += (f"; by prompt length on {args.length_sets} (fixed SD at {args.length_gammas}, "
                    f"{args.repeats} repeat(s)): " + ", ".join(f"{length} tokens {costs.draft_per_token:.2f} a drafted "
@@ -258,7 +258,7 @@ def main(argv=None) -> int:
                                                "verify_seconds": observed.verify_seconds,
                                                "ar_seconds_per_token": observed.ar_seconds / observed.ar_tokens}))
     if args.write:
-        print(f"written to {write_model(pair, drafter, device, model, source)}")
+        print(f"written to {write_model(target, drafter, device, model, source)}")
     return 0
 
 

@@ -26,7 +26,7 @@ import torch
 from ..decoders.base import DecodeState, DraftBuilder, Proposal, draft_distribution
 from ..decoders.fixed import FixedSpeculative
 from ..drafters import load_drafter
-from ..models import ModelLoadError, load_pair
+from ..models import ModelLoadError, load_target
 from ..preverifier.features import history_context, token_features
 from ..preverifier.model import (ASSETS_DIR, FEATURE_SPEC, HISTORY_FEATURE_SPEC, PreVerifierLayer, TrainedPreVerifier, layer_from_shape, pair_slug,
                                  save, scalar_features, search_dirs)
@@ -53,8 +53,8 @@ class RecordingDrafter(FixedSpeculative):
         self._pending: list = []
         self._settings = None
 
-    def propose(self, pair, state: DecodeState, settings, budget: int) -> Proposal:
-        draft, self._pending, self._settings = DraftBuilder(pair, state, settings), [], settings
+    def propose(self, target, state: DecodeState, settings, budget: int) -> Proposal:
+        draft, self._pending, self._settings = DraftBuilder(target, state, settings), [], settings
         context = history_context(state.first_verified, state.first_accepted, state.last_first_accepted)
         for position in range(settings.gamma):
             token_id, logits_row, hidden_row = draft.draw(with_hidden=True)
@@ -122,7 +122,7 @@ def collection_prompts(count: int, seed: int) -> list[str]:
     return prompts[:count]
 
 
-def collect(pair, drafter, args) -> Path:
+def collect(target, drafter, args) -> Path:
     """Greedy rows (and, with --sampling-temperature > 0, rows of a sampled run of each prompt) into data.pt."""
     from tqdm import tqdm
 
@@ -138,7 +138,7 @@ def collect(pair, drafter, args) -> Path:
             settings = validate_settings(max_new_tokens=args.max_new_tokens, temperature=temperature,
                                          gamma=args.draft_len, seed=args.seed + prompt_index)
             recorder = RecordingDrafter(args.draft_len, args.soft_temperature)
-            for _ in recorder.run(pair, drafter, pair.encode_prompt(prompt), settings):
+            for _ in recorder.run(target, drafter, target.encode_prompt(prompt), settings):
                 pass
             done["rows"] += [row | {"prompt_index": prompt_index} for row in recorder.rows]
         done["prompts"].append(prompt)
@@ -315,7 +315,7 @@ def fit_sampling(data: dict, args) -> tuple[PreVerifierLayer, dict]:
     return variants[chosen]["layer"], metrics
 
 
-def fit(pair, args) -> dict:
+def fit(target, args) -> dict:
     """Train the greedy layer and, when the data has sampled rows, the layer for sampled tokens; saved to
     ``layer.pt`` in the work folder with their held-out metrics."""
     data = torch.load(Path(args.work) / "data.pt")
@@ -352,7 +352,7 @@ def split_by_prompt(rows: list[dict], fraction: float, seed: int) -> tuple[list[
     return [r for r in rows if r["prompt_index"] not in chosen], [r for r in rows if r["prompt_index"] in chosen]
 
 
-def measure_threshold(pair, drafter, preverifier: TrainedPreVerifier, args, temperature: float) -> dict:
+def measure_threshold(target, drafter, preverifier: TrainedPreVerifier, args, temperature: float) -> dict:
     """Run PACER with the layer on validation prompts at every candidate threshold (interleaved: each repeat
     runs every threshold in turn); the threshold with the best median tokens/s, and every median."""
     from ..api import generate
@@ -364,7 +364,7 @@ def measure_threshold(pair, drafter, preverifier: TrainedPreVerifier, args, temp
         for threshold in candidates:
             tokens, seconds = 0, 0.0
             for index, prompt in enumerate(prompts):
-                result = generate(pair, drafter, "pacer", prompt, preverifier=preverifier,
+                result = generate(target, drafter, "pacer", prompt, preverifier=preverifier,
                                   max_new_tokens=args.max_new_tokens, temperature=temperature, seed=1000 * repeat + index, threshold=threshold,
                                   stop_rule="threshold", block_size=args.block_size,
                                   max_draft_len=args.max_draft_len, phrase_len=args.phrase_len)
@@ -376,14 +376,14 @@ def measure_threshold(pair, drafter, preverifier: TrainedPreVerifier, args, temp
     return {"threshold": max(speeds, key=speeds.get), "tokens_per_s_by_threshold": {str(k): v for k, v in speeds.items()}}
 
 
-def choose_thresholds(pair, drafter, layer, sampling_layer, args) -> dict:
+def choose_thresholds(target, drafter, layer, sampling_layer, args) -> dict:
     """The greedy threshold, and the sampling one (measured at --sampling-temperature with the sampled tokens'
     layer when there is one, else the greedy layer's)."""
     preverifier = TrainedPreVerifier(layer, {"threshold_greedy": 0.5}, sampling_layer)
-    greedy = measure_threshold(pair, drafter, preverifier, args, 0.0)
+    greedy = measure_threshold(target, drafter, preverifier, args, 0.0)
     chosen = {"threshold_greedy": greedy["threshold"], "greedy": greedy}
     if args.sampling_temperature > 0:
-        sampled = measure_threshold(pair, drafter, preverifier, args, args.sampling_temperature)
+        sampled = measure_threshold(target, drafter, preverifier, args, args.sampling_temperature)
         chosen |= {"threshold_sampling": sampled["threshold"], "sampling": sampled}
     return chosen
 
@@ -394,9 +394,9 @@ def feature_spec(layer: PreVerifierLayer) -> list[str]:
     return spec if layer.hidden_size else spec[1:]
 
 
-def export(pair, drafter, layer: PreVerifierLayer, sampling_layer, saved: dict, chosen: dict, args) -> Path:
+def export(target, drafter, layer: PreVerifierLayer, sampling_layer, saved: dict, chosen: dict, args) -> Path:
     config = layer.shape() | {
-        "target_id": pair.target_id, "draft_id": drafter.name,
+        "target_id": target.name, "draft_id": drafter.name,
         "features": feature_spec(layer),
         "block_size": args.block_size, "max_draft_len": args.max_draft_len,
         "threshold_greedy": chosen["threshold_greedy"],
@@ -411,7 +411,7 @@ def export(pair, drafter, layer: PreVerifierLayer, sampling_layer, saved: dict, 
     if sampling_layer is not None:
         config["sampling_heldout_metrics"] = saved["sampling_metrics"]
         config["sampling_features"] = feature_spec(sampling_layer)
-    directory = Path(args.out) if args.out else search_dirs()[1] / pair_slug(pair.target_id, drafter.name)
+    directory = Path(args.out) if args.out else search_dirs()[1] / pair_slug(target.name, drafter.name)
     save(directory, layer, config, sampling_layer)
     print(f"saved the pre-verifier to {directory}")
     return directory
@@ -461,17 +461,17 @@ def main(argv=None) -> int:
             raise FileNotFoundError(f"{Path(args.work) / needed[0]} does not exist: run the {needed[1]} stage "
                                     f"first with the same --work folder.")
         Path(args.work).mkdir(parents=True, exist_ok=True)
-        pair, loaded = load_pair(args.target, args.draft, device=args.device, dtype=args.dtype)
-        drafter = load_drafter(pair, loaded, args.drafter) if args.drafter else loaded.default
+        target, drafters = load_target(args.target, args.draft, device=args.device, dtype=args.dtype)
+        drafter = load_drafter(target, drafters, args.drafter) if args.drafter else drafters.default
         if args.stage in ("collect", "all"):
-            collect(pair, drafter, args)
+            collect(target, drafter, args)
         if args.stage in ("fit", "all"):
-            fit(pair, args)
+            fit(target, args)
         if args.stage in ("threshold", "all"):
             saved = torch.load(Path(args.work) / "layer.pt")
             layer, sampling_layer = saved_layers(saved)
-            chosen = choose_thresholds(pair, drafter, layer, sampling_layer, args)
-            export(pair, drafter, layer, sampling_layer, saved, chosen, args)
+            chosen = choose_thresholds(target, drafter, layer, sampling_layer, args)
+            export(target, drafter, layer, sampling_layer, saved, chosen, args)
     except (SettingsError, ModelLoadError, CollectedDataError, OSError) as problem:   # OSError: e.g. --work not writable
         print(f"error: {problem}", file=sys.stderr)
         return 2

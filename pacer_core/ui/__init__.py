@@ -17,11 +17,11 @@ METHOD_LABELS = {
 COLUMN_METHODS = ("fixed", "pacer", "smc")
 
 
-def build_ui(pair, **kwargs):
-    """The gr.Blocks app for one loaded ModelPair (imported lazily: gradio is heavy)."""
+def build_ui(target, **kwargs):
+    """The gr.Blocks app for one loaded Target (imported lazily: gradio is heavy)."""
     from .layout import build_ui as _build
 
-    return _build(pair, **kwargs)
+    return _build(target, **kwargs)
 
 
 __all__ = ["METHOD_LABELS", "COLUMN_METHODS", "build_ui"]

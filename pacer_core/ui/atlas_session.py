@@ -77,7 +77,7 @@ def lanes_for(context: AppContext, choice: AtlasChoice, prompts: list[AtlasPromp
     lanes = []
     for key in drafter_keys(context, choice):
         chosen = drafter_context(context, key)
-        lanes.append(atlas_lane(chosen.pair, chosen.drafter, chosen.preverifier, key, choice.method, raw, prompts,
+        lanes.append(atlas_lane(chosen.target, chosen.drafter, chosen.preverifier, key, choice.method, raw, prompts,
                                 context.limits))
     return lanes
 

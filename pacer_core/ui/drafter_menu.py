@@ -62,17 +62,17 @@ def size_text(drafter) -> str:
     return f"{described.get('parameters', 0) / 1e6:.1f}M parameters"
 
 
-def estimated_size(pair, loaded, key: str) -> str:
+def estimated_size(target, drafters, key: str) -> str:
     """A drafter's size before it is built: a self-quantized copy stores bits/8 bytes per linear weight."""
     if key in SELF_DRAFTERS:
         bits = SELF_DRAFTERS[key]
-        linear = sum(module.weight.numel() for module in pair.target.modules()
+        linear = sum(module.weight.numel() for module in target.model.modules()
                      if hasattr(module, "in_features") and hasattr(module, "weight"))
         per_weight = bits / 8 + (4 / INT4_GROUP_SIZE if bits == 4 else 0)    # int4: a bf16 scale and zero a group
         return f"≈{linear * per_weight / 2 ** 20:.0f} MB of int{bits} weights"
     if key == "gguf":
         from ..drafters import gguf_path
-        path = gguf_path(pair, loaded)
+        path = gguf_path(target, drafters)
         return f"{Path(path).stat().st_size / 2 ** 20:.0f} MB file" if path and Path(path).exists() else "a GGUF file"
     return "loaded on first use"
 
@@ -80,15 +80,15 @@ def estimated_size(pair, loaded, key: str) -> str:
 class DrafterMenu:
     """Drafter key → a drafter for the pair, built on first use (thread-safe) and kept."""
 
-    def __init__(self, pair, loaded, preverifier=None):
-        """``loaded``: what the loader built beside the target (``drafters.LoadedDrafters``), whose ``default`` is
+    def __init__(self, target, drafters, preverifier=None):
+        """``drafters``: what the loader built beside the target (``drafters.LoadedDrafters``), whose ``default`` is
         the page's own drafter; ``preverifier``: the one already loaded for it (found again when None)."""
-        self.pair, self.loaded = pair, loaded
-        self.default_key = drafter_key(loaded.default)
-        self._drafters = {self.default_key: loaded.default}
+        self.target, self.drafters = target, drafters
+        self.default_key = drafter_key(drafters.default)
+        self._drafters = {self.default_key: drafters.default}
         self._preverifiers: dict = {} if preverifier is None else {self.default_key: preverifier}
         self._lock = threading.Lock()
-        self.unavailable = {entry.key: entry.unavailable(pair, loaded)   # key -> why not (None: offered)
+        self.unavailable = {entry.key: entry.unavailable(target, drafters)   # key -> why not (None: offered)
                             for entry in KINDS}
         self.keys = [entry.key for entry in KINDS if self.unavailable[entry.key] is None]
         if self.default_key not in self.keys:
@@ -108,7 +108,7 @@ class DrafterMenu:
                              f"Unknown drafter '{key}': this page offers {', '.join(self.keys)}.")
         with self._lock:
             if key not in self._drafters:
-                self._drafters[key] = load_drafter(self.pair, self.loaded, key)
+                self._drafters[key] = load_drafter(self.target, self.drafters, key)
             return self._drafters[key]
 
     def preverifier(self, key: str | None):
@@ -119,10 +119,10 @@ class DrafterMenu:
         with self._lock:
             if key not in self._preverifiers:
                 try:
-                    self._preverifiers[key] = default_preverifier(self.pair, drafter)
+                    self._preverifiers[key] = default_preverifier(self.target, drafter)
                 except Exception:  # noqa: BLE001 - a broken optional layer must not stop the app
                     traceback.print_exc(file=sys.stderr)
-                    self._preverifiers[key] = confidence_rule(self.pair, drafter)
+                    self._preverifiers[key] = confidence_rule(self.target, drafter)
             return self._preverifiers[key]
 
     def built(self, key: str) -> bool:
@@ -130,11 +130,11 @@ class DrafterMenu:
 
     def options(self) -> list[DrafterOption]:
         """Every key with its one-line description (a drafter not built yet is described from its kind)."""
-        device_type, own = self.pair.device.type, self._drafters[self.default_key]
+        device_type, own = self.target.device.type, self._drafters[self.default_key]
         options = []
         for key in self.keys:
             size = (size_text(self._drafters[key]) if key in self._drafters
-                    else estimated_size(self.pair, self.loaded, key))
-            options.append(DrafterOption(key, describe_option(key, size, measured_drafter(self.pair, own, key),
+                    else estimated_size(self.target, self.drafters, key))
+            options.append(DrafterOption(key, describe_option(key, size, measured_drafter(self.target, own, key),
                                                               device_type)))
         return options

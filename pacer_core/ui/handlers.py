@@ -37,7 +37,7 @@ from .timing_turn import TimingTurn
 
 if TYPE_CHECKING:
     from ..drafters.drafter import Drafter
-    from ..models import ModelPair
+    from ..models import Target
 
 
 
@@ -46,7 +46,7 @@ class AppContext:
     """What every handler of one app shares: the pair loaded once per process, the drafter its runs draft with,
     PACER's pre-verifier, the Space owner's limits (read once, here or by ``build_ui``) and the drafters the page
     offers (a ``DrafterMenu``; None: only ``drafter``)."""
-    pair: ModelPair
+    target: Target
     drafter: Drafter
     preverifier: object = None
     preverifier_kind: str = "heuristic"     # "trained" or "heuristic"
@@ -88,7 +88,7 @@ class ViewUpdate:
 def new_session(context: AppContext, inputs: PageInputs) -> RunSession:
     """Validates the settings (SettingsError) and encodes the prompt; no model runs yet. ``context`` is the
     chosen drafter's (``drafter_context``)."""
-    return RunSession(context.pair, context.drafter, inputs.prompt, dict(inputs.settings), chat=bool(inputs.chat),
+    return RunSession(context.target, context.drafter, inputs.prompt, dict(inputs.settings), chat=bool(inputs.chat),
                       preverifier=context.preverifier, measure_ar=bool(inputs.measure_ar), limits=context.limits,
                       menu_key=inputs.drafter or None)
 
@@ -125,7 +125,7 @@ def column_note(context: AppContext, session: RunSession, method: str) -> str | 
     if method == "pacer" and settings.get("on_fail") == "discard" and settings.get("temperature", 0) > 0:
         notes.append("Discard mode under sampling is approximate (not lossless).")
     if method == "smc" and not session.runs[method].error:
-        notes.append(measured.smc_column_note(session.pair.describe(session.drafter), settings, session.logliks,
+        notes.append(measured.smc_column_note(session.target.describe(session.drafter), settings, session.logliks,
                                               proposal_kl=session.proposal_kl))
     return " ".join(notes) or None
 

@@ -65,13 +65,13 @@ def launch_options() -> dict:
             "js": frames.DRAWN_JS}     # the page acknowledges each timing frame once drawn (ui/frames.py)
 
 
-def load_preverifier(pair, drafter):
+def load_preverifier(target, drafter):
     """The trained pre-verifier for the pair's target and ``drafter``, or None (PACER then uses its heuristic
     rule)."""
     try:
         from ..preverifier import default_preverifier
 
-        return default_preverifier(pair, drafter)
+        return default_preverifier(target, drafter)
     except Exception:  # noqa: BLE001 - a broken optional layer must not stop the app
         traceback.print_exc(file=sys.stderr)
         return None
@@ -128,7 +128,7 @@ class PageView:
         return out
 
 
-def settings_panel(pair, limits: Limits, starts: dict) -> tuple[dict, gr.Checkbox, gr.Checkbox]:
+def settings_panel(target, limits: Limits, starts: dict) -> tuple[dict, gr.Checkbox, gr.Checkbox]:
     """The Settings accordion: shared settings, then one column per method; the drafter-dependent controls start
     at ``starts`` (``drafter_starts``). Returns (settings by name, the chat-template switch, the "use the
     pre-verifier's own threshold" switch)."""
@@ -139,7 +139,7 @@ def settings_panel(pair, limits: Limits, starts: dict) -> tuple[dict, gr.Checkbo
                       "seed": control("seed", limits),
                       "max_new_tokens": control("max_new_tokens", limits, elem_id="max-new-tokens"),
                       "top_k": control("top_k", limits), "top_p": control("top_p", limits)}
-            chat = gr.Checkbox(value=bool(pair.use_chat_template), label="Use the chat template")
+            chat = gr.Checkbox(value=bool(target.use_chat_template), label="Use the chat template")
         with gr.Column(min_width=200):
             gr.Markdown(f"**{METHOD_LABELS['fixed']}**")
             fixed = {"gamma": control("gamma", limits, starts["gamma"])}
@@ -307,21 +307,21 @@ def quiet_queue(demo: gr.Blocks):
 def drafter_choice_view(context: AppContext, key: str, pair_note: str | None) -> dict:
     """What the page shows for a drafter: the pair line, and where its drafter-dependent controls start."""
     chosen = handlers.drafter_context(context, key)
-    starts = drafter_starts(chosen.pair, chosen.drafter, chosen.preverifier, key or context.drafters.default_key)
-    return {"pair": page.pair_status_html(chosen.pair.describe(chosen.drafter), chosen.preverifier_kind,
+    starts = drafter_starts(chosen.target, chosen.drafter, chosen.preverifier, key or context.drafters.default_key)
+    return {"pair": page.pair_status_html(chosen.target.describe(chosen.drafter), chosen.preverifier_kind,
                                           pair_note)} | starts
 
 
-def build_ui(pair, loaded, preverifier=None, limits: Limits | None = None, pair_note: str | None = None,
+def build_ui(target, drafters, preverifier=None, limits: Limits | None = None, pair_note: str | None = None,
              title: str = "PACER Lab") -> gr.Blocks:
-    """The whole app for one ModelPair loaded once per process, drafting with the loader's drafter
-    (``loaded.default``, a ``drafters.LoadedDrafters``) until the page chooses another."""
+    """The whole app for one Target loaded once per process, drafting with the loader's drafter
+    (``drafters.default``, a ``drafters.LoadedDrafters``) until the page chooses another."""
     limits = limits or Limits.from_env()
-    drafter = loaded.default
-    preverifier = preverifier if preverifier is not None else load_preverifier(pair, drafter)
-    context = AppContext(pair, drafter, preverifier,
-                         getattr(preverifier, "kind", None) or preverifier_kind(pair, drafter), limits,
-                         DrafterMenu(pair, loaded, preverifier))
+    drafter = drafters.default
+    preverifier = preverifier if preverifier is not None else load_preverifier(target, drafter)
+    context = AppContext(target, drafter, preverifier,
+                         getattr(preverifier, "kind", None) or preverifier_kind(target, drafter), limits,
+                         DrafterMenu(target, drafters, preverifier))
     examples = load_examples()
     explain_text = EXPLAIN_PATH.read_text(encoding="utf-8") if EXPLAIN_PATH.exists() else ""
 
@@ -333,7 +333,7 @@ def build_ui(pair, loaded, preverifier=None, limits: Limits | None = None, pair_
                 # collapsed, then run status, legend and the three columns; narration, plots and table below.
                 with gr.Row(elem_id="pacer-header", equal_height=False):
                     gr.Markdown(INTRO, elem_id="pacer-title", scale=2, min_width=300)
-                    pair_status = gr.HTML(page.pair_status_html(pair.describe(drafter), context.preverifier_kind,
+                    pair_status = gr.HTML(page.pair_status_html(target.describe(drafter), context.preverifier_kind,
                                                                 pair_note),
                                           elem_id="pair-status", scale=3, min_width=300)
                 with gr.Row(equal_height=False, elem_id="prompt-row"):
@@ -349,8 +349,8 @@ def build_ui(pair, loaded, preverifier=None, limits: Limits | None = None, pair_
                                                 example_labels=[item.get("label", item["prompt"][:30])
                                                                 for item in examples], label=None)
                             with gr.Column(min_width=260):
-                                settings, chat, own_threshold = settings_panel(pair, limits, drafter_starts(
-                                    pair, drafter, preverifier, context.drafters.default_key))
+                                settings, chat, own_threshold = settings_panel(target, limits, drafter_starts(
+                                    target, drafter, preverifier, context.drafters.default_key))
                             with gr.Column(min_width=300, elem_id="drafter-column"):
                                 drafter_menu = drafter_dropdown(context.drafters)
                                 if context.drafters.left_out():
@@ -399,7 +399,7 @@ def build_ui(pair, loaded, preverifier=None, limits: Limits | None = None, pair_
                 shown = drafter_choice_view(context, key, pair_note)
             except (ValueError, RuntimeError) as error:
                 gr.Warning(html.escape(str(error)))
-                return {pair_status: page.pair_status_html(pair.describe(drafter), context.preverifier_kind,
+                return {pair_status: page.pair_status_html(target.describe(drafter), context.preverifier_kind,
                                                            str(error))}
             return ({pair_status: shown["pair"], own_threshold: shown["own_threshold"]}
                     | {settings[name]: shown[name] for name in DRAFTER_STARTS})

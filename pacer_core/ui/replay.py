@@ -33,8 +33,8 @@ from .tables import empty_frame
 TRACES_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "traces"
 
 
-class RecordedPair:
-    """Stands in for the ModelPair in a recorded session: its description (which names the drafter it ran with),
+class RecordedTarget:
+    """Stands in for the Target in a recorded session: its description (which names the drafter it ran with),
     and no model."""
 
     def __init__(self, describe: dict):
@@ -51,7 +51,7 @@ class RecordedSession(RunSession):
 
     def __init__(self, recorded: RecordedRun, passes: int, finished: bool = False):
         # RunSession's state without its constructor, which validates against a pair and encodes the prompt.
-        self.pair, self.drafter, self.menu_key = RecordedPair(recorded.pair), None, recorded.drafter
+        self.target, self.drafter, self.menu_key = RecordedTarget(recorded.pair), None, recorded.drafter
         self.prompt, self.settings, self.chat = recorded.prompt, recorded.settings, recorded.chat_template
         self.prompt_note, self.oracle_note = recorded.prompt_note, recorded.oracle_note
         self.pacer_rule = recorded.pacer_rule
@@ -115,7 +115,7 @@ class Replay:
 
 def replay_context(recorded: RecordedRun) -> AppContext:
     """What the column notes read from the app: the recorded pair and which pre-verifier PACER used."""
-    return AppContext(RecordedPair(recorded.pair), None, preverifier_kind=recorded.preverifier_kind)
+    return AppContext(RecordedTarget(recorded.pair), None, preverifier_kind=recorded.preverifier_kind)
 
 
 # ---------------------------------------------------------------- loading

@@ -40,12 +40,12 @@ def pacer_rule_note(request, drafters_own) -> str:
     return note + "."
 
 
-def preverifier_kind(pair, drafter) -> str:
+def preverifier_kind(target, drafter) -> str:
     """"trained" when a trained pre-verifier layer exists for this pair's target and ``drafter``, else "heuristic"."""
     try:
         from ..preverifier import default_preverifier
 
-        return getattr(default_preverifier(pair, drafter), "kind", "heuristic")
+        return getattr(default_preverifier(target, drafter), "kind", "heuristic")
     except Exception:  # noqa: BLE001 - a broken optional layer must not stop the app
         return "heuristic"
 
@@ -96,12 +96,12 @@ class RunSession:
     one run request per method; a method that refuses the settings (SMC-SD when greedy) starts with
     its error instead."""
 
-    def __init__(self, pair, drafter, prompt: str, settings: dict, chat: bool | None = None,
+    def __init__(self, target, drafter, prompt: str, settings: dict, chat: bool | None = None,
                  methods=COLUMN_METHODS, preverifier=None, measure_ar: bool = False, limits: Limits | None = None,
                  menu_key: str | None = None):
         """``drafter``: what every method's run drafts with; ``menu_key``: the page's drafter key this session was
         started with (None: the page's own drafter)."""
-        self.pair = pair
+        self.target = target
         self.drafter = drafter
         self.menu_key = menu_key
         self.limits = limits if limits is not None else Limits.from_env()
@@ -112,7 +112,7 @@ class RunSession:
         self.chat = chat
         self.preverifier = preverifier
         self.cancel = threading.Event()
-        self.encoded = encode_prompt(pair, self.prompt, chat, self.limits)
+        self.encoded = encode_prompt(target, self.prompt, chat, self.limits)
         self.prompt_ids, self.prompt_note = list(self.encoded.ids), self.encoded.note
         self.runs = {method: self.new_run(method) for method in methods}
         self.pacer_rule = pacer_rule_note(self.runs["pacer"].request, self.preverifier) \
@@ -134,7 +134,7 @@ class RunSession:
     def new_run(self, method: str) -> MethodRun:
         """A method's run with its request, or with the message that refuses it."""
         try:
-            request = request_for(self.pair, self.drafter, method, self.validated, chosen_names(self.raw_settings),
+            request = request_for(self.target, self.drafter, method, self.validated, chosen_names(self.raw_settings),
                                   self.encoded, self.limits, self.preverifier)
         except SettingsError as error:
             return MethodRun(method, error=str(error))
@@ -147,7 +147,7 @@ class RunSession:
     # ------------------------------------------------------------ stepping
 
     def _start(self, run: MethodRun) -> None:
-        run.generator = run_request(self.pair, run.request, cancel=self.cancel)
+        run.generator = run_request(self.target, run.request, cancel=self.cancel)
 
     def advance_one(self, run: MethodRun) -> bool:
         """Pull one item from a method's generator; record events, the Result or an error."""
@@ -247,7 +247,7 @@ class RunSession:
         kept = {method: result.target_rows.float().cpu() for method, result in self.results().items()
                 if method in outputs and result.target_rows is not None}
         try:
-            return output_logits(self.pair, self.drafter, self.prompt_ids, outputs, drafted, kept)
+            return output_logits(self.target, self.drafter, self.prompt_ids, outputs, drafted, kept)
         except Exception:  # noqa: BLE001
             traceback.print_exc(file=sys.stderr)
             return {}, {}
@@ -281,7 +281,7 @@ class RunSession:
         settings = self.settings
         max_len = max(16, int(settings.get("max_draft_len", 16)))
         try:
-            lengths = oracle_lengths(self.pair, self.drafter, self.prompt_ids, pacer.result.token_ids, step_starts,
+            lengths = oracle_lengths(self.target, self.drafter, self.prompt_ids, pacer.result.token_ids, step_starts,
                                      temperature=settings["temperature"], top_k=settings["top_k"],
                                      top_p=settings["top_p"], max_len=max_len,
                                      target_logits=target_logits, draft_logits=draft_logits)
@@ -309,12 +309,12 @@ class RunSession:
         try:
             known = target_logits or {}
             missing = {method: ids for method, ids in outputs.items() if method not in known}
-            logits = known | (output_logits(self.pair, self.drafter, self.prompt_ids, missing)[0] if missing else {})
+            logits = known | (output_logits(self.target, self.drafter, self.prompt_ids, missing)[0] if missing else {})
         except Exception:  # noqa: BLE001 - the column simply stays empty
             traceback.print_exc(file=sys.stderr)
             return
         for method, output_ids in outputs.items():
-            total, count = target_log_likelihood(self.pair, self.drafter, self.prompt_ids, output_ids, logits[method])
+            total, count = target_log_likelihood(self.target, self.drafter, self.prompt_ids, output_ids, logits[method])
             self.logliks[method] = total / count
         self.compute_proposal_divergence(logits.get("smc"), smc_draft_logits)
 
@@ -326,7 +326,7 @@ class RunSession:
             return
         settings = self.settings
         try:
-            total, count = proposal_divergence(self.pair, self.drafter, self.prompt_ids, smc.token_ids,
+            total, count = proposal_divergence(self.target, self.drafter, self.prompt_ids, smc.token_ids,
                                                settings["temperature"], settings.get("draft_temperature"),
                                                settings.get("top_k", 0), settings.get("top_p", 1.0),
                                                target_logits=target_logits, draft_logits=draft_logits)
@@ -366,7 +366,7 @@ class RunSession:
         results = self.results()
         return trace_header() | {
             "prompt": self.prompt, "chat_template": self.chat, "settings": self.settings,
-            "pair": self.pair.describe(self.drafter), "drafter": self.menu_key or drafter_key(self.drafter),
+            "pair": self.target.describe(self.drafter), "drafter": self.menu_key or drafter_key(self.drafter),
             "preverifier_kind": getattr(self.preverifier, "kind", None) or "heuristic",
             "prompt_tokens": len(self.prompt_ids), "prompt_note": self.prompt_note,
             "stopped": self.stopped, "logliks": self.logliks, "proposal_kl": self.proposal_kl,

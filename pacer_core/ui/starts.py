@@ -18,12 +18,12 @@ DRAFTER_STARTS = ("gamma", "threshold", "block_size", "max_draft_len", "stop_rul
                   "draft_len")   # the controls a drafter choice resets to that drafter's measured starting values
 
 
-def drafter_starts(pair, drafter, preverifier, key: str) -> dict:
+def drafter_starts(target, drafter, preverifier, key: str) -> dict:
     """Where the drafter-dependent controls start for ``key``: its measured fixed length, PACER and SMC-SD
     settings (``measured_defaults.json``), else the pre-verifier's block size and the app's defaults."""
-    pacer, smc = measured_settings(pair, drafter, key, "pacer"), measured_settings(pair, drafter, key, "smc")
+    pacer, smc = measured_settings(target, drafter, key, "pacer"), measured_settings(target, drafter, key, "smc")
     field_start = lambda name: FIELD_BY_NAME[name].app_value or FIELD_BY_NAME[name].default  # noqa: E731
-    return {"gamma": measured_gamma(pair, drafter) or field_start("gamma"),
+    return {"gamma": measured_gamma(target, drafter) or field_start("gamma"),
             "threshold": pacer.get("threshold", round(default_threshold(preverifier, 0.7), 2)),
             "block_size": (pacer.get("block_size") or getattr(preverifier, "config", {}).get("block_size")
                            or field_start("block_size")),

@@ -115,7 +115,7 @@ def format_value(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def starting_settings(pair, drafter, preverifier=None, limits: Limits | None = None) -> dict:
+def starting_settings(target, drafter, preverifier=None, limits: Limits | None = None) -> dict:
     """The Settings accordion's values before anyone touches it, as the page sends them (layout.settings_panel):
     each control at its app value, then the drafter-dependent ones where the page starts them for the Drafter
     chosen in the page (``drafter``; ``starts.drafter_starts``), the threshold None while the "use the
@@ -127,7 +127,7 @@ def starting_settings(pair, drafter, preverifier=None, limits: Limits | None = N
     values = {field.name: field.default if field.app_value is None else field.app_value
               for field in FIELDS if field.name in PAGE_CONTROLS}
     values["max_new_tokens"] = min(values["max_new_tokens"], limits.max_new_tokens)
-    starts = drafter_starts(pair, drafter, preverifier, drafter_key(drafter))
+    starts = drafter_starts(target, drafter, preverifier, drafter_key(drafter))
     values |= {name: starts[name] for name in DRAFTER_STARTS}
     values["threshold"] = None if starts["own_threshold"] else starts["threshold"]
     return values
