@@ -3,24 +3,17 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .decoders import Autoregressive, FixedSpeculative, Pacer
+from . import method_table
 from .events import Result
 from .request import RunRequest, build_request
 from .settings import Limits, SettingsError
 
 
 def make_decoder(method: str, preverifier=None):
-    """The decoder for a method name (ar, fixed, pacer, smc); it reads every setting from the run's."""
-    if method == "ar":
-        return Autoregressive()
-    if method == "fixed":
-        return FixedSpeculative()
-    if method == "pacer":
-        return Pacer(preverifier=preverifier)
-    if method == "smc":
-        from .decoders.smc import SMC
-        return SMC()
-    raise SettingsError(f"Unknown method {method!r}.")
+    """A fresh decoder for a method key (``method_table``); it reads every setting from the run's."""
+    if method_table.find(method) is None:
+        raise SettingsError(f"Unknown method {method!r}.")
+    return method_table.make_decoder(method, preverifier)
 
 
 def run_request(target, request: RunRequest, cancel=None) -> Iterator:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from .api import make_decoder
+from . import method_table
 from .bench_report import (RunRecord, add_drafters_and_identity, add_log_likelihoods, add_proposal_divergences,
                            add_relative_speeds, machine_info, summarise, write_outputs)
 from .decoders.oracle import OracleLength
@@ -99,7 +99,10 @@ def run_hf(target, draft_model, spec: MethodSpec, request: RunRequest) -> RunRec
 
 
 def run_ours(target, spec: MethodSpec, request: RunRequest, reference) -> RunRecord:
-    decoder = OracleLength(reference) if spec.kind == "oracle" else make_decoder(spec.kind, request.preverifier)
+    if spec.kind == "oracle":
+        decoder = OracleLength(reference)
+    else:
+        decoder = method_table.make_decoder(spec.kind, request.preverifier)
     started = time.perf_counter()
     *events, result = decoder.run(target, request.drafter, list(request.prompt_ids), request.settings)
     seconds = time.perf_counter() - started

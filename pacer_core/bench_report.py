@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from .analysis import proposal_divergence, target_log_likelihood
-from .methods import MethodSpec, parse_method
+from .methods import MethodSpec, parse_method, takes_drafter
 
 
 @dataclass
@@ -114,10 +114,10 @@ def add_proposal_divergences(target, own, rows: list[dict], specs: list[MethodSp
 def drafter_label(own, spec: MethodSpec) -> str:
     """Which drafter a row ran with (``own``, the bench's, unless it names one): transformers' assisted rows always
     use the independent draft model."""
-    if spec.kind in ("ar", "hf"):
-        return "-"
     if spec.kind.startswith("hf-assisted"):
         return "independent (transformers' assistant)"
+    if not takes_drafter(spec.kind):
+        return "-"
     if spec.drafter:
         return spec.drafter
     kept = own.describe().get("kept_ids")

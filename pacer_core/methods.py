@@ -1,4 +1,6 @@
-"""The method grammar shared by the bench CLI and the UI's measured-results table.
+"""The method grammar shared by the bench CLI and the UI's measured-results table: each row of
+``method_table`` by its ``grammar`` (its numbers read by the row's ``parse_numbers``), plus the forms only the
+bench runs (``BENCH_ONLY_FORMS``). Today:
 
     ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, fixed:dyn[:G], pacer[:B:L[:THRESHOLD]],
     smc:N:K[:DRAFT_T], oracle
@@ -14,30 +16,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import method_table
 from .drafters import all_names_text, valid_drafter_name
 from .settings import SettingsError
 
 HF_METHODS = ("hf", "hf-assisted", "hf-assisted-dynamic")
+BENCH_ONLY_FORMS = ("fixed:dyn[:G]", "hf", "hf-assisted[:G]", "hf-assisted-dynamic", "oracle")
 
 
 @dataclass
 class MethodSpec:
     label: str
-    kind: str                 # ar | fixed | pacer | smc | oracle | hf | hf-assisted | hf-assisted-dynamic
+    kind: str                 # a method_table key, or oracle | hf | hf-assisted | hf-assisted-dynamic
     overrides: dict = field(default_factory=dict)
     drafter: str | None = None  # drafters.valid_drafter_name: small, head, self-int4, ...; None: the pair's
 
 
 def parse_method(text: str) -> MethodSpec:
-    """ar, hf, hf-assisted[:G], hf-assisted-dynamic, fixed:G, fixed:dyn[:G], pacer[:B:L[:THRESHOLD]], smc:N:K[:DRAFT_T],
-    oracle, each speculative one optionally followed by @DRAFTER (drafters.valid_drafter_name)."""
+    """One form of ``grammar_text()`` (ar, fixed:G, pacer[:B:L[:THRESHOLD]], ..., oracle), optionally followed by
+    +NAME=VALUE settings and, for a method that drafts (``takes_drafter``), @DRAFTER (drafters.valid_drafter_name)."""
     method_text, _, drafter = text.strip().partition("@")
     method_text, *assignments = method_text.split("+")
     spec = _parse_method_name(method_text)
     spec.overrides.update(_row_settings(text, assignments))
     spec.label = text.strip() if assignments else spec.label
     if drafter:
-        if spec.kind in ("ar", "hf") or spec.kind.startswith("hf-assisted") or not valid_drafter_name(drafter):
+        if not takes_drafter(spec.kind) or not valid_drafter_name(drafter):
             raise SettingsError(f"{text!r}: @{drafter} needs a speculative method of ours and one of "
                                 f"{all_names_text()}.")
         spec.label, spec.drafter = text.strip(), drafter
@@ -65,25 +69,33 @@ def _number_or_text(value: str):
 
 
 def _parse_method_name(text: str) -> MethodSpec:
+    """A table row's ``key[:numbers]`` (its ``parse_numbers``), or one of the forms only the bench runs: the
+    transformers rows, the oracle and fixed SD on the dynamic schedule."""
     parts = text.strip().split(":")
     name, numbers = parts[0], parts[1:]
+    row = method_table.find(name)
     try:
-        if name in ("ar", "hf", "hf-assisted-dynamic", "oracle") and not numbers:
+        if name in ("hf", "hf-assisted-dynamic", "oracle") and not numbers:
             return MethodSpec(text, name)
         if name == "fixed" and numbers[:1] == ["dyn"] and len(numbers) <= 2:
             start = {"gamma": int(numbers[1])} if numbers[1:] else {}
             return MethodSpec(text, name, {"gamma_schedule": "dynamic"} | start)
-        if name in ("fixed", "hf-assisted") and len(numbers) <= 1:
+        if name == "hf-assisted" and len(numbers) <= 1:
             return MethodSpec(text, name, {"gamma": int(numbers[0])} if numbers else {})
-        if name == "pacer" and len(numbers) in (0, 2, 3):
-            keys = ("block_size", "max_draft_len", "threshold")
-            return MethodSpec(text, name, {k: float(v) if k == "threshold" else int(v) for k, v in zip(keys, numbers)})
-        if name == "smc" and len(numbers) in (2, 3):
-            overrides = {"n_particles": int(numbers[0]), "draft_len": int(numbers[1])}
-            if len(numbers) == 3:
-                overrides["draft_temperature"] = float(numbers[2])
-            return MethodSpec(text, name, overrides)
+        if row is not None:
+            return MethodSpec(text, name, row.parse_numbers(numbers))
     except ValueError:
         pass
-    raise SettingsError(f"Unknown benchmark method {text!r}. Use ar, hf, hf-assisted[:G], hf-assisted-dynamic, "
-                        "fixed:G, fixed:dyn[:G], pacer[:B:L[:T]], smc:N:K[:DRAFT_T] or oracle.")
+    raise SettingsError(f"Unknown benchmark method {text!r}. Use {grammar_text()}.")
+
+
+def grammar_text() -> str:
+    """Every form the grammar accepts: the table's rows, then the bench's own."""
+    forms = [row.grammar for row in method_table.rows()] + list(BENCH_ONLY_FORMS)
+    return ", ".join(forms[:-1]) + " or " + forms[-1]
+
+
+def takes_drafter(kind: str) -> bool:
+    """Whether a method of ours drafts (accepts ``@DRAFTER``): a speculative row, or the oracle's fixed SD."""
+    row = method_table.find(kind)
+    return kind == "oracle" or (row is not None and row.speculative)

@@ -12,7 +12,8 @@ import math
 import os
 from dataclasses import asdict, dataclass
 
-METHODS = ("ar", "fixed", "pacer", "smc")
+from . import method_table
+
 MIN_TEMPERATURE = 0.05   # logits / T stays far from float overflow (below ~1e-37 every sampler hit inf/nan)
 
 
@@ -52,12 +53,16 @@ class SettingField:
     low: float = 0
     high: float = 0
     step: float = 1
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = ()     # the methods that read it; empty: every method (``used_by``)
     help: str = ""
     options: tuple[str, ...] = ()     # kind "choice"
     optional: bool = False            # None is allowed (its meaning is in ``help``)
     cap: str | None = None            # a Limits field that replaces ``high``
     app_value: object = None          # where the app's control starts, when not at ``default``
+
+    def used_by(self, method: str) -> bool:
+        """Whether ``method`` reads this setting (a method registered later reads every shared one)."""
+        return not self.methods or method in self.methods
 
     def high_for(self, limits: Limits):
         return getattr(limits, self.cap) if self.cap else self.high
@@ -249,6 +254,7 @@ def check_method_settings(method: str, settings: DecodeSettings) -> None:
 
 def validate_method(method) -> str:
     name = str(method).strip().lower() if isinstance(method, str) else method
-    if name not in METHODS:
-        raise SettingsError(f"Unknown method {method!r}. Choose one of: {', '.join(METHODS)}.")
+    if method_table.find(name) is None:
+        known = ", ".join(row.key for row in method_table.rows())
+        raise SettingsError(f"Unknown method {method!r}. Choose one of: {known}.")
     return name

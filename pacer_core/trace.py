@@ -9,8 +9,8 @@ The schema is ``docs/trace-format.md``. Invariants of a RecordedRun:
 * every event and Result is rebuilt through its dataclass, field by field against the dataclass's own type
   hints (a field added to ``events.py`` is read without a change here), unknown fields refused;
 * sizes are bounded (``TraceLimits``): file bytes, events per method, tokens per step, particles, text;
-* methods are the page's (AR, fixed, PACER, SMC-SD); step methods hold ``StepEvent``s, SMC-SD
-  ``SMCCycleEvent``s whose per-particle lists all have N entries and whose ancestors lie in 0..N-1;
+* methods are the page's (``method_table.method_keys``); step methods hold ``StepEvent``s, the others
+  (SMC-SD) ``SMCCycleEvent``s whose per-particle lists all have N entries and whose ancestors lie in 0..N-1;
 * settings pass ``settings.validate_settings`` (at ``TraceLimits``' caps, not this Space's).
 
 Text (token pieces, prompt, model names) is kept exactly as recorded: the page's renderers escape it.
@@ -29,14 +29,12 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import lru_cache
 
-from . import __version__
+from . import __version__, method_table
 from .events import IN_MEMORY_ONLY, Result, SMCCycleEvent, StepEvent, TokenRecord, TokenState
 from .settings import Limits, SettingsError, validate_settings
 
 TRACE_FORMAT = "pacer-lab-trace"
 TRACE_VERSION = 1
-METHODS = ("ar", "fixed", "pacer", "smc")
-STEP_METHODS = ("ar", "fixed", "pacer")
 DRAFTER_KEY = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")   # a drafter key (drafters.kinds; plot titles show it)
 
 
@@ -139,9 +137,9 @@ def validate_trace(raw: dict, limits: TraceLimits = TraceLimits()) -> RecordedRu
     check_version(raw)
     settings = checked_settings(raw.get("settings"), limits)
     results = {method: checked_result(method, value, limits)
-               for method, value in _mapping(raw.get("results"), "results", METHODS).items()}
+               for method, value in _mapping(raw.get("results"), "results", method_table.method_keys()).items()}
     errors = {method: _text(value, f"errors.{method}", limits.max_text)
-              for method, value in _mapping(raw.get("errors", {}), "errors", METHODS).items()}
+              for method, value in _mapping(raw.get("errors", {}), "errors", method_table.method_keys()).items()}
     if not results and not errors:
         raise TraceError("The trace holds no results: nothing to replay.")
     oracle, oracle_steps = checked_oracle(raw, limits)
@@ -240,7 +238,7 @@ def checked_result(method: str, value, limits: TraceLimits) -> Result:
         raise TraceError(f"{where}.events: expected a list.")
     if len(raw_events) > limits.max_events:
         raise TraceError(f"{where}: {len(raw_events):,} steps, more than a trace may hold ({limits.max_events:,}).")
-    event_class = StepEvent if method in STEP_METHODS else SMCCycleEvent
+    event_class = StepEvent if method_table.entry(method).steps else SMCCycleEvent
     events = coerce(raw_events, list[event_class], f"{where}.events", limits)
     result = build(Result, value | {"events": []}, where, limits)
     if result.method != method or any(event.method != method for event in events):
@@ -249,7 +247,7 @@ def checked_result(method: str, value, limits: TraceLimits) -> Result:
         raise TraceError(f"{where}: {len(result.token_ids):,} tokens, more than a trace may hold.")
     for index, event in enumerate(events):
         check_event(event, f"{where}.events[{index}]", limits)
-    if method == "smc" and len({len(event.weights) for event in events}) > 1:
+    if event_class is SMCCycleEvent and len({len(event.weights) for event in events}) > 1:
         raise TraceError(f"{where}: the number of particles changes between cycles.")
     result.events = events
     return result
@@ -415,7 +413,7 @@ def _optional(value, hint, where: str, limits: TraceLimits):
 def _numbers(value, where: str) -> dict[str, float]:
     """{method: finite number} for the page's methods."""
     return {method: coerce(number, float, f"{where}.{method}", TraceLimits())
-            for method, number in _mapping(value, where, METHODS).items()}
+            for method, number in _mapping(value, where, method_table.method_keys()).items()}
 
 
 def _mapping(value, where: str, keys: tuple) -> dict:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from .. import method_table
 from ..api import run_request
 from ..request import row_requests
 from ..events import Result
@@ -22,7 +23,6 @@ from .counts import Judgment, drafted_and_accepted, judged_drafts
 if TYPE_CHECKING:
     from ..models import Target
 
-JUDGED_METHODS = ("fixed", "pacer")
 UNCATEGORISED = "uncategorised"
 
 
@@ -68,9 +68,10 @@ def atlas_lane(target, drafter, preverifier, key: str, method: str, raw: dict, p
     named ``key``: its settings are the bench's for METHOD@KEY (the drafter's measured starting settings, then
     ``raw``, then the method's own)."""
     spec = parse_method(method)
-    if spec.kind not in JUDGED_METHODS or spec.drafter:
-        raise SettingsError(f"The atlas counts the target's verdicts on drafted tokens: use fixed[:G] or "
-                            f"pacer[:B:L[:T]] (got {method!r}; the drafter is a separate choice).")
+    if spec.kind not in method_table.judged_keys() or spec.drafter:
+        judged = " or ".join(method_table.entry(key).grammar for key in method_table.judged_keys())
+        raise SettingsError(f"The atlas counts the target's verdicts on drafted tokens: use {judged} "
+                            f"(got {method!r}; the drafter is a separate choice).")
     spec.drafter = key
     encoded = [encode_prompt(target, prompt.prompt, None, limits) for prompt in prompts]
     return Lane(key, target, row_requests(target, drafter, spec, raw, encoded, limits, preverifier))
