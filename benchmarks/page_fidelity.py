@@ -34,11 +34,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pacer_core import method_table  # noqa: E402
 from pacer_core.testing.app_runner import running_app, set_max_new_tokens  # noqa: E402
 
 EXAMPLES_PATH = ROOT / "assets" / "examples.json"
 DEFAULT_EXAMPLES = (0, 4, 3)        # the default (a Python function), why the sky is blue, capital cities
-METHODS = ("ar", "fixed", "pacer", "smc")
 CHROMIUM = os.environ.get("PACER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
@@ -106,7 +106,7 @@ def page_methods(trace: dict) -> dict:
 
 def page_order(trace: dict) -> list[str]:
     """The order the page timed its methods in (``RunSession.timing_queue``): the columns, then AR."""
-    ran = [method for method in trace.get("results", {}) if method in METHODS]
+    ran = [method for method in trace.get("results", {}) if method in method_table.method_keys()]
     return [method for method in ran if method != "ar"] + [method for method in ran if method == "ar"]
 
 
@@ -150,7 +150,7 @@ def compare(page: dict, alone: dict) -> dict:
                      "speedup_ratio": (page_speed[method] / alone_speed[method]
                                        if method in page_speed and method in alone_speed else None),
                      "same_tokens": page[method]["token_ids"] == alone[method]["token_ids"]}
-            for method in METHODS if method in page and method in alone}
+            for method in method_table.method_keys() if method in page and method in alone}
 
 
 # ---------------------------------------------------------------- rounds, summary, report
@@ -164,7 +164,7 @@ def summarize(example_rounds: list[dict]) -> dict:
     """Medians over an example's rounds, per method, and its click-to-table ratio."""
     compared = [entry["compare"] for entry in example_rounds]
     methods = {}
-    for method in METHODS:
+    for method in method_table.method_keys():
         if not any(method in row for row in compared):
             continue
         methods[method] = {key: median_of(compared, method, key)

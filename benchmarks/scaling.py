@@ -35,10 +35,13 @@ import sys
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pacer_core import method_table  # noqa: E402
+
 MARKS = (64, 256, 512)
 BINS = ((0, 64), (64, 256), (256, 512))
-METHODS = ("ar", "fixed", "pacer", "smc")
-LABELS = {"ar": "AR", "fixed": "fixed SD", "pacer": "PACER", "smc": "SMC-SD"}
 MODEL_WORK = ("advance_one", "compute_oracle", "compute_likelihoods")
 
 
@@ -265,13 +268,13 @@ def report_markdown(report: dict) -> str:
     for size in sizes:
         chosen = [run for run in runs if size_of(run) == size]
         tokens = "/".join(str(run["prompt_tokens"]) for run in chosen)
-        for method in METHODS:
+        for method in method_table.method_keys():
             cells = []
             for mark in MARKS:
                 speeds = [run["methods"].get(method, {}).get("marks", {}).get(str(mark), {}) for run in chosen]
                 cells += [fmt(mean_or_none(s.get("tokens_per_s") for s in speeds)),
                           fmt(mean_or_none(s.get("speedup_vs_ar") for s in speeds), 2, "×")]
-            lines.append(f"| {size} | {tokens} | {LABELS[method]} | " + " | ".join(cells) + " |")
+            lines.append(f"| {size} | {tokens} | {method_table.short_label_of(method)} | " + " | ".join(cells) + " |")
     lines += ["", "## The same without the first step (decoding only)", "",
               "The first step also runs the prompt through the target (and, for the speculative methods, the "
               "drafter): first step seconds, then tokens/s and speedup over AR of the steps after it.", "",
@@ -279,21 +282,22 @@ def report_markdown(report: dict) -> str:
               "|---|---|---|" + "---|---|" * len(MARKS)]
     for size in sizes:
         chosen = [run for run in runs if size_of(run) == size]
-        for method in METHODS:
+        for method in method_table.method_keys():
             rows = [run["methods"].get(method, {}).get("marks", {}) for run in chosen]
             first = mean_or_none(row.get(str(MARKS[0]), {}).get("first_step_s") for row in rows)
             cells = []
             for mark in MARKS:
                 cells += [fmt(mean_or_none(row.get(str(mark), {}).get("decode_tokens_per_s") for row in rows)),
                           fmt(mean_or_none(row.get(str(mark), {}).get("decode_speedup_vs_ar") for row in rows), 2, "×")]
-            lines.append(f"| {size} | {LABELS[method]} | {fmt(first)} | " + " | ".join(cells) + " |")
+            label = method_table.short_label_of(method)
+            lines.append(f"| {size} | {label} | {fmt(first)} | " + " | ".join(cells) + " |")
     lines += ["", "## Time per step by output position (ms per step: draft / verify / other; tokens per step)", "",
               "Steps grouped by where the output stood when they started; mean over the prompts of each size.", "",
               "| prompt | method | " + " | ".join(f"{low}–{high}" for low, high in BINS) + " |",
               "|---|---|" + "---|" * len(BINS)]
     for size in sizes:
         chosen = [run for run in runs if size_of(run) == size]
-        for method in METHODS:
+        for method in method_table.method_keys():
             cells = []
             for low, high in BINS:
                 parts = [run["methods"].get(method, {}).get("profile", {}).get(f"{low}-{high}") for run in chosen]
@@ -304,7 +308,7 @@ def report_markdown(report: dict) -> str:
                 cells.append(" / ".join(fmt(statistics.fmean(p[key] for p in parts), 0)
                                         for key in ("draft_ms", "verify_ms", "other_ms"))
                              + f"; {statistics.fmean(p['tokens_per_step'] for p in parts):.2f}")
-            lines.append(f"| {size} | {LABELS[method]} | " + " | ".join(cells) + " |")
+            lines.append(f"| {size} | {method_table.short_label_of(method)} | " + " | ".join(cells) + " |")
     lines += ["", "## Each run: the page and memory", "",
               "render = the Run handler's wall time outside model work (decoding, oracle, likelihoods); overhead = "
               "render ÷ model work. RSS: the process before the run (models loaded) and its peak during it "
@@ -314,7 +318,7 @@ def report_markdown(report: dict) -> str:
               "first EOS |", "|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         eos = " / ".join(str(run["methods"].get(m, {}).get("first_eos", "–") if run["methods"].get(m, {})
-                             .get("first_eos") is not None else "–") for m in METHODS)
+                             .get("first_eos") is not None else "–") for m in method_table.method_keys())
         lines.append(f"| {run['id']} | {run['prompt_tokens']} | {run['wall_s']:.1f} | {run['model_s']:.1f} | "
                      f"{run['render_s']:.2f} | {100 * run['render_overhead']:.1f}% | {run['updates']} | "
                      f"{run['baseline_rss_mb']:.0f} → {run['peak_rss_mb']:.0f} | {eos} |")
@@ -323,7 +327,6 @@ def report_markdown(report: dict) -> str:
 
 # ---------------------------------------------------------------- figure (SVG, no plotting library needed)
 
-COLOURS = {"fixed": "#56B4E9", "pacer": "#0072B2", "smc": "#CC79A7", "ar": "#000000"}
 DASHES = {0: "", 1: "6 4", 2: "2 3"}
 
 
@@ -382,10 +385,11 @@ def figure_svg(report: dict, overhead: dict | None) -> str:
     series, values = [], []
     for size_index, size in enumerate(sizes):
         chosen = [run for run in runs if size_of(run) == size]
-        for method in ("fixed", "pacer", "smc"):
+        for method in method_table.column_keys():
             ys = [mean_or_none(run["methods"].get(method, {}).get("marks", {}).get(str(mark), {})
                                .get("speedup_vs_ar") for run in chosen) for mark in MARKS]
-            series.append((f"{LABELS[method]}, {size}", COLOURS[method], DASHES.get(size_index, ""), ys))
+            series.append((f"{method_table.short_label_of(method)}, {size}", method_table.colour_of(method),
+                           DASHES.get(size_index, ""), ys))
             values += [y for y in ys if y is not None]
     high = max(values + [1.2]) * 1.1
     low = min(values + [0.8]) * 0.9

@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from any folder
 
-from pacer_core import load_target  # noqa: E402
+from pacer_core import load_target, method_table  # noqa: E402
 from pacer_core.preverifier import default_preverifier  # noqa: E402
 from pacer_core.ui import handlers  # noqa: E402
 from pacer_core.ui.handlers import AppContext, PageInputs  # noqa: E402
@@ -152,7 +152,7 @@ def replay_session_class(clock: VirtualClock, recorded: dict):
             self.raw_settings, self.preverifier, self.limits = dict(recorded["settings"]), None, None
             self.cancel, self.prompt_ids, self.prompt_note = threading.Event(), recorded["prompt_ids"], None
             self.runs = {method: MethodRun(method, error=recorded["errors"].get(method))
-                         for method in ("fixed", "pacer", "smc")}
+                         for method in method_table.column_keys()}
             self.ar = MethodRun("ar") if recorded["measure_ar"] else None
             self.oracle = self.oracle_steps = self.oracle_note = self.proposal_kl = self.pending_verdict = None
             self.oracle_greedy, self.logliks, self.created, self.drafter = True, {}, time.time(), "small"
