@@ -125,3 +125,21 @@ def page(app_url, chromium_browser):
     page.wait_for_selector("#run-button")
     yield page
     context.close()
+
+
+@pytest.fixture
+def toy_method():
+    """A decoder added the way a newcomer adds one: its class plus one ``method_table`` row, registered for the
+    test and gone afterwards. The toy is AR under its own key ("toy"): it drafts nothing and yields one StepEvent
+    per target pass, so its greedy tokens are AR's; ``toy:N`` is the grammar's way to set max_new_tokens."""
+    from pacer_core import method_table
+    from pacer_core.decoders import Autoregressive
+
+    class ToyDecoder(Autoregressive):
+        name = "toy"
+
+    row = method_table.MethodEntry(
+        "toy", "Toy decoder", "toy", "#E69F00", lambda preverifier=None: ToyDecoder(), "toy[:N]",
+        method_table.numbers_for("max_new_tokens"))
+    with method_table.registered(row):
+        yield row

@@ -3,11 +3,12 @@ import threading
 
 import pytest
 
+from pacer_core import method_table
 from pacer_core import generate, stream
 from pacer_core.testing.tiny import tiny_pair
 
 
-@pytest.mark.parametrize("method", ["ar", "fixed", "pacer", "smc"])
+@pytest.mark.parametrize("method", method_table.method_keys())
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_same_seed_same_tokens(method, temperature):
     if method == "smc" and temperature == 0:
@@ -25,7 +26,7 @@ def test_different_seeds_differ_when_sampling():
     assert len(outputs) > 1
 
 
-@pytest.mark.parametrize("method", ["ar", "fixed", "pacer", "smc"])
+@pytest.mark.parametrize("method", method_table.method_keys())
 def test_cancel_stops_within_one_step(method):
     target, drafter = tiny_pair(scale=4.0)
     cancel = threading.Event()

@@ -4,6 +4,7 @@ import math
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
+from pacer_core import method_table
 from pacer_core import SettingsError, generate, validate_settings
 from pacer_core.settings import DecodeSettings, Limits, validate_prompt
 from pacer_core.testing.tiny import tiny_pair
@@ -91,7 +92,7 @@ def test_validator_either_accepts_in_range_or_raises_settings_error(raw):
     assert checked.on_fail in ("submit", "discard") and checked.final in ("sample", "argmax")
 
 
-@pytest.mark.parametrize("method", ["ar", "fixed", "pacer", "smc"])
+@pytest.mark.parametrize("method", method_table.method_keys())
 @pytest.mark.parametrize("temperature", [1e-40, 1e-30, 1e-3, 0.049])
 def test_tiny_temperatures_are_refused_on_every_method(method, temperature):
     from pacer_core import generate
@@ -101,7 +102,7 @@ def test_tiny_temperatures_are_refused_on_every_method(method, temperature):
         generate(target, drafter, method, "t1 t2", max_new_tokens=4, temperature=temperature)
 
 
-@pytest.mark.parametrize("method", ["ar", "fixed", "pacer", "smc"])
+@pytest.mark.parametrize("method", method_table.method_keys())
 def test_the_smallest_temperature_runs_on_every_method(method):
     from pacer_core import generate
     from pacer_core.testing.tiny import tiny_pair
