@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pacer_core import Autoregressive, FixedSpeculative, Pacer, generate, validate_settings
+from pacer_core import Autoregressive, FixedSpeculative, Pacer, generate, method_table, validate_settings
 from pacer_core.decoders.smc import SMC
 from pacer_core.drafters.feature_head import random_head_drafter
 from pacer_core.preverifier import ConfidencePreVerifier
@@ -71,7 +71,7 @@ def test_greedy_fixed_and_pacer_equal_ar(test_device):
     assert_greedy_identity(*on_device(tiny_pair(scale=6.0, draft_noise=0.2, eos_token_id=63), test_device))
 
 
-@pytest.mark.parametrize("method", ["ar", "fixed", "pacer", "smc"])
+@pytest.mark.parametrize("method", method_table.method_keys())
 def test_seeded_runs_repeat_on_the_device(test_device, method):
     target, drafter = on_device(tiny_pair(scale=2.0), test_device)
     runs = [generate(target, drafter, method, "t3 t4 t5", max_new_tokens=16, temperature=0.9, top_k=40, top_p=0.95,

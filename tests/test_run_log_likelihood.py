@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from pacer_core import Autoregressive, FixedSpeculative, Pacer
+from pacer_core import Autoregressive, FixedSpeculative, Pacer, method_table
 from pacer_core.analysis import target_teacher_forced_logits
 from pacer_core.decoders.smc import SMC
 from pacer_core.preverifier import ConfidencePreVerifier
@@ -57,7 +57,7 @@ def test_the_page_scores_only_the_outputs_whose_figures_need_the_distribution(mo
         pass
     session.analyse()
     assert scored == [set()]            # PACER and SMC-SD kept the rows that judged their tokens
-    assert set(session.logliks) == {"ar", "fixed", "pacer", "smc"}
+    assert set(session.logliks) == set(method_table.method_keys())
     assert session.oracle and session.proposal_kl is not None
     assert all(result.target_rows is None for result in session.results().values())   # freed once scored
 
