@@ -168,9 +168,9 @@ def make_state(target, drafter, prompt_ids: list[int], settings: DecodeSettings,
         elif len(prompt_ids) > 1 and drafter.reads_target_features:
             target_cache.forward(list(prompt_ids[:-1]))
     return state_type(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target_cache, draft=draft,
-                       generator=new_generator(settings.seed, target_cache.device), eos_ids=target.eos_token_ids,
-                       drafter=drafter if with_draft else None, started=started,
-                       target_rows=[] if keep_target_rows else None)
+                      generator=new_generator(settings.seed, target_cache.device), eos_ids=target.eos_token_ids,
+                      drafter=drafter if with_draft else None, started=started,
+                      target_rows=[] if keep_target_rows else None)
 
 
 def commit(state: DecodeState, emitted_ids: list[int], settings: DecodeSettings) -> list[int]:
@@ -337,7 +337,7 @@ class DraftBuilder:
     def draw(self, with_hidden: bool = False):
         """Draft one more token; returns (id, raw logits row [V], hidden row [H] or None)."""
         token_id, draft_probs, logits_row, hidden_row = draft_one(self.target, self.state, self.sequence,
-                                                                 self.settings, with_hidden)
+                                                                  self.settings, with_hidden)
         self.drafted_ids.append(token_id)
         self.rows.append(draft_probs)
         self.shown.append(shown_draft_prob(draft_probs, logits_row, token_id, self.settings))

@@ -57,7 +57,7 @@ class RecordingDrafter(FixedSpeculative):
             draft_probs = torch.softmax(draft_logits / self.soft_temperature, -1)
             soft = min(1.0, float(target_probs[index, token_id]) / max(float(draft_probs[token_id]), 1e-12))
             rows.append(feature_row(features, index) | {"label": int(token_id == target_argmax[index]),
-                                                         "prefix_ok": prefix_ok, "soft": soft, "sampled": False})
+                                                        "prefix_ok": prefix_ok, "soft": soft, "sampled": False})
             prefix_ok = prefix_ok and token_id == target_argmax[index]
         return rows
 
@@ -67,7 +67,7 @@ class RecordingDrafter(FixedSpeculative):
             target_probs = draft_distribution(target_logits[index], self._settings)
             accept = min(1.0, float(target_probs[token_id]) / max(float(sampled_from[token_id]), 1e-12))
             rows.append(feature_row(features, index) | {"label": accept, "prefix_ok": True, "soft": accept,
-                                                         "sampled": True})
+                                                        "sampled": True})
         return rows
 
 
