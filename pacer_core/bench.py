@@ -170,8 +170,6 @@ def main(argv=None) -> int:
 
 
 def run_benchmark(args) -> int:
-    from tqdm import tqdm
-
     if args.threads:
         torch.set_num_threads(args.threads)
     specs = [parse_method(text) for text in args.methods.split(",") if text.strip()]
@@ -184,8 +182,9 @@ def run_benchmark(args) -> int:
         raise SettingsError("The oracle method needs --temperature 0.")
     prompts = select_prompts(load_prompts(args.prompts), args.per_category)[: args.limit or None]
     target, drafters = load_target(args.target, args.draft, device=args.device, dtype=args.dtype,
-                             draft_dtype=args.draft_dtype, draft_vocab=args.draft_vocab, draft_gguf=args.draft_gguf,
-                             target_engine=args.target_engine or os.environ.get("PACER_TARGET_ENGINE"))
+                                   draft_dtype=args.draft_dtype, draft_vocab=args.draft_vocab,
+                                   draft_gguf=args.draft_gguf,
+                                   target_engine=args.target_engine or os.environ.get("PACER_TARGET_ENGINE"))
     from .preverifier import default_preverifier
 
     own = drafters.default
@@ -198,35 +197,7 @@ def run_benchmark(args) -> int:
                 for spec in specs}
     settings_for = {label: row[0].settings for label, row in requests.items()}
     prompt_ids = [list(prompt.ids) for prompt in encoded]
-    references = {}
-
-    def run_one(spec, index, repeat=0):
-        request = requests[spec.label][index]
-        if not request.settings.greedy:  # sampling: a different seed per repeat, so log-likelihoods see varied samples
-            request = request.reseeded(repeat)
-        if spec.kind in HF_METHODS:
-            return run_hf(target, drafters.small_model, spec, request)
-        if spec.drafter:
-            return run_ours(target, spec, request, references.get(index, []))
-        record = run_ours(target, spec, request, references.get(index, []))
-        if spec.kind == "ar":
-            references[index] = record.token_ids
-        return record
-
-    ordered = sorted(specs, key=lambda spec: spec.kind != "ar")  # AR first: the oracle needs its output
-    for spec in tqdm(ordered, desc="warm-up", file=sys.stderr):
-        run_one(spec, 0)
-    runs = {spec.label: [] for spec in specs}
-    progress = tqdm(total=args.repeats * len(specs) * len(prompts), desc="benchmark", file=sys.stderr)
-    for repeat in range(args.repeats):
-        batch = {spec.label: [] for spec in specs}
-        for index in range(len(prompts)):
-            for spec in ordered:
-                batch[spec.label].append(run_one(spec, index, repeat))
-                progress.update()
-        for label, records in batch.items():
-            runs[label].append(records)
-    progress.close()
+    runs = interleaved_runs(specs, len(prompts), args.repeats, row_runner(target, drafters.small_model, requests))
     rows = [summarise(spec.label, runs[spec.label]) | {"settings": settings_for[spec.label].to_dict()}
             for spec in specs]
     add_relative_speeds(rows)
@@ -242,6 +213,47 @@ def run_benchmark(args) -> int:
     write_outputs(Path(args.out), report)
     print((Path(args.out) / "report.md").read_text())
     return 0
+
+
+def row_runner(target, small_model, requests: dict):
+    """``run_one(spec, index, repeat)``: one timed run of a row on prompt ``index``. AR's output on each prompt is
+    kept as the reference the oracle drafts from (AR runs first on every prompt, ``interleaved_runs``)."""
+    references = {}
+
+    def run_one(spec: MethodSpec, index: int, repeat: int = 0) -> RunRecord:
+        request = requests[spec.label][index]
+        if not request.settings.greedy:  # sampling: a different seed per repeat, so log-likelihoods see varied samples
+            request = request.reseeded(repeat)
+        if spec.kind in HF_METHODS:
+            return run_hf(target, small_model, spec, request)
+        record = run_ours(target, spec, request, references.get(index, []))
+        if spec.kind == "ar" and not spec.drafter:
+            references[index] = record.token_ids
+        return record
+    return run_one
+
+
+def interleaved_runs(specs: list[MethodSpec], prompt_count: int, repeats: int, run_one) -> dict:
+    """{row label: [one list of RunRecords per repeat]}: every row warmed up once on the first prompt, then each
+    repeat runs every row on a prompt before moving to the next prompt (AR first), so slow drift of the machine
+    touches every row alike."""
+    from tqdm import tqdm
+
+    ordered = sorted(specs, key=lambda spec: spec.kind != "ar")  # AR first: the oracle needs its output
+    for spec in tqdm(ordered, desc="warm-up", file=sys.stderr):
+        run_one(spec, 0)
+    runs = {spec.label: [] for spec in specs}
+    progress = tqdm(total=repeats * len(specs) * prompt_count, desc="benchmark", file=sys.stderr)
+    for repeat in range(repeats):
+        batch = {spec.label: [] for spec in specs}
+        for index in range(prompt_count):
+            for spec in ordered:
+                batch[spec.label].append(run_one(spec, index, repeat))
+                progress.update()
+        for label, records in batch.items():
+            runs[label].append(records)
+    progress.close()
+    return runs
 
 
 def load_row_drafters(target, drafters, specs: list[MethodSpec], head) -> dict:

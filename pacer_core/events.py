@@ -119,6 +119,17 @@ class Metrics:
     drafted_tokens: int = 0
     accepted_tokens: int = 0
 
+    @classmethod
+    def of_run(cls, new_tokens: int, seconds: float, target_calls: int, draft_calls: int,
+               drafted_tokens: int = 0, accepted_tokens: int = 0) -> Metrics:
+        """Every decoder's Metrics, from its counts: tau = new tokens / target calls; alpha = accepted / drafted,
+        None when nothing was drafted and judged (AR; SMC-SD, which reweights instead of rejecting)."""
+        return cls(tau=new_tokens / target_calls if target_calls else 0.0,
+                   alpha=accepted_tokens / drafted_tokens if drafted_tokens else None,
+                   target_calls=target_calls, draft_calls=draft_calls, new_tokens=new_tokens, seconds=seconds,
+                   tokens_per_s=new_tokens / seconds if seconds > 0 else 0.0,
+                   drafted_tokens=drafted_tokens, accepted_tokens=accepted_tokens)
+
 
 @dataclass
 class Result:

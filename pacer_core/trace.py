@@ -7,7 +7,8 @@ The schema is ``docs/trace-format.md``. Invariants of a RecordedRun:
 
 * ``format == TRACE_FORMAT`` and ``version == TRACE_VERSION`` (older and newer versions are refused by name);
 * every event and Result is rebuilt through its dataclass, field by field against the dataclass's own type
-  hints (a field added to ``events.py`` is read without a change here), unknown fields refused;
+  hints (``trace_checks.checker``; a field added to ``events.py`` is read without a change here), unknown
+  fields refused;
 * sizes are bounded (``TraceLimits``): file bytes, events per method, tokens per step, particles, text;
 * methods are the page's (``method_table.method_keys``); step methods hold ``StepEvent``s, the others
   (SMC-SD) ``SMCCycleEvent``s whose per-particle lists all have N entries and whose ancestors lie in 0..N-1;
@@ -21,44 +22,18 @@ Text (token pieces, prompt, model names) is kept exactly as recorded: the page's
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
-import types
-import typing
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
 
 from . import __version__, method_table
-from .events import IN_MEMORY_ONLY, Result, SMCCycleEvent, StepEvent, TokenRecord, TokenState
-from .settings import Limits, SettingsError, validate_settings
+from .events import Result, SMCCycleEvent, StepEvent
+from .settings import SettingsError, validate_settings
+from .trace_checks import TraceError, TraceLimits, build, checked_text, coerce, optional_value, plain_json
 
 TRACE_FORMAT = "pacer-lab-trace"
 TRACE_VERSION = 1
 DRAFTER_KEY = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")   # a drafter key (drafters.kinds; plot titles show it)
-
-
-class TraceError(ValueError):
-    """A trace that cannot be replayed; the message says why in one sentence, for the page."""
-
-
-@dataclass(frozen=True)
-class TraceLimits:
-    """What a trace may hold at most. Generous for any run a page allows (512 new tokens by default; a GPU
-    Space may allow more), small enough that a hostile file cannot make the page slow."""
-    max_bytes: int = 16 * 2**20
-    max_events: int = 8192              # per method: each event emits at least one token
-    max_tokens: int = 16384             # token ids of one output
-    max_step_tokens: int = 512          # tokens shown in one step (drafts plus the target's token)
-    max_particles: int = 64
-    max_token_text: int = 1000          # characters of one token piece
-    max_text: int = 1_000_000           # characters of any other string
-    max_list: int = 16384               # items of any other list
-    max_depth: int = 6                  # nesting of free-form dicts (settings, info, pair)
-
-    def settings_limits(self) -> Limits:
-        return Limits(max_new_tokens=self.max_tokens, max_prompt_tokens=self.max_tokens,
-                      max_particles=self.max_particles, max_prompt_chars=self.max_text)
 
 
 @dataclass
@@ -138,28 +113,28 @@ def validate_trace(raw: dict, limits: TraceLimits = TraceLimits()) -> RecordedRu
     settings = checked_settings(raw.get("settings"), limits)
     results = {method: checked_result(method, value, limits)
                for method, value in _mapping(raw.get("results"), "results", method_table.method_keys()).items()}
-    errors = {method: _text(value, f"errors.{method}", limits.max_text)
+    errors = {method: checked_text(value, f"errors.{method}", limits.max_text)
               for method, value in _mapping(raw.get("errors", {}), "errors", method_table.method_keys()).items()}
     if not results and not errors:
         raise TraceError("The trace holds no results: nothing to replay.")
     oracle, oracle_steps = checked_oracle(raw, limits)
     return RecordedRun(
-        prompt=_text(raw.get("prompt"), "prompt", limits.max_text), settings=settings,
+        prompt=checked_text(raw.get("prompt"), "prompt", limits.max_text), settings=settings,
         pair=checked_pair(raw.get("pair"), limits), results=results,
         busy_seconds=_numbers(raw.get("busy_seconds", {}), "busy_seconds"), errors=errors,
         drafter=checked_drafter(raw.get("drafter")),
         preverifier_kind="trained" if raw.get("preverifier_kind") == "trained" else "heuristic",
         logliks=_numbers(raw.get("logliks") or {}, "logliks"),
-        proposal_kl=_optional(raw.get("proposal_kl"), float, "proposal_kl", limits),
+        proposal_kl=optional_value(raw.get("proposal_kl"), float, "proposal_kl", limits),
         oracle=oracle, oracle_steps=oracle_steps,
-        oracle_note=_optional(raw.get("oracle_note"), str, "oracle_note", limits),
-        pacer_rule=_optional(raw.get("pacer_rule"), str, "pacer_rule", limits),
-        prompt_note=_optional(raw.get("prompt_note"), str, "prompt_note", limits),
-        chat_template=_optional(raw.get("chat_template"), bool, "chat_template", limits),
-        stopped=bool(_optional(raw.get("stopped"), bool, "stopped", limits)),
-        recorded_at=_text(raw.get("recorded_at", ""), "recorded_at", 64),
-        project_version=_text(raw.get("project_version", ""), "project_version", 64),
-        title=_optional(raw.get("title"), str, "title", TraceLimits(max_text=200)))
+        oracle_note=optional_value(raw.get("oracle_note"), str, "oracle_note", limits),
+        pacer_rule=optional_value(raw.get("pacer_rule"), str, "pacer_rule", limits),
+        prompt_note=optional_value(raw.get("prompt_note"), str, "prompt_note", limits),
+        chat_template=optional_value(raw.get("chat_template"), bool, "chat_template", limits),
+        stopped=bool(optional_value(raw.get("stopped"), bool, "stopped", limits)),
+        recorded_at=checked_text(raw.get("recorded_at", ""), "recorded_at", 64),
+        project_version=checked_text(raw.get("project_version", ""), "project_version", 64),
+        title=optional_value(raw.get("title"), str, "title", TraceLimits(max_text=200)))
 
 
 def check_version(raw: dict) -> None:
@@ -200,7 +175,7 @@ def checked_pair(value, limits: TraceLimits) -> dict:
     """Target.describe(): the fields the page formats are type-checked, the rest must be plain JSON."""
     if not isinstance(value, dict):
         raise TraceError("The trace does not say which models it ran on (pair).")
-    pair = _plain(value, "pair", limits)
+    pair = plain_json(value, "pair", limits)
     _typed_fields(pair, PAIR_TYPES, "pair")
     drafter = pair.get("drafter", {})
     if not isinstance(drafter, dict):
@@ -219,8 +194,8 @@ def checked_drafter(value) -> str | None:
 
 
 def checked_oracle(raw: dict, limits: TraceLimits) -> tuple[list | None, list | None]:
-    oracle = _optional(raw.get("oracle_lengths"), list[float], "oracle_lengths", limits)
-    steps = _optional(raw.get("oracle_steps"), list[int], "oracle_steps", limits)
+    oracle = optional_value(raw.get("oracle_lengths"), list[float], "oracle_lengths", limits)
+    steps = optional_value(raw.get("oracle_steps"), list[int], "oracle_steps", limits)
     if (oracle is None) != (steps is None) or (oracle is not None and len(steps) > len(oracle)):
         raise TraceError("oracle_lengths and oracle_steps do not match.")
     return oracle, steps
@@ -271,145 +246,6 @@ def check_event(event, where: str, limits: TraceLimits) -> None:
         raise TraceError(f"{where}: too many tokens for one particle in one cycle.")
 
 
-def coerce(value, hint, where: str, limits: TraceLimits):
-    """``value`` checked against ``hint`` (a dataclass is rebuilt), or TraceError naming where it failed."""
-    try:
-        return checker(hint)(value, limits)
-    except _Invalid as error:
-        raise TraceError(f"{where}{error.path}: {error.message}") from None
-
-
-def build(cls, value, where: str, limits: TraceLimits):
-    """An instance of dataclass ``cls`` from a JSON object, every field checked against its type hint."""
-    return coerce(value, cls, where, limits)
-
-
-class _Invalid(Exception):
-    """A value that does not fit its hint; ``path`` (".tokens[3].text") grows as it propagates up, so the
-    path string is built only for the one value that failed."""
-
-    def __init__(self, message: str, path: str = ""):
-        super().__init__(message)
-        self.message, self.path = message, path
-
-    def at(self, step: str) -> "_Invalid":
-        return _Invalid(self.message, step + self.path)
-
-
-@lru_cache(maxsize=None)
-def checker(hint):
-    """The check of one type hint, built once per hint: (value, limits) → the value, unchanged (an int stays an
-    int where a float is allowed, so the renderers print what the live page printed), or _Invalid."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        (inner,) = [arg for arg in args if arg is not type(None)]
-        return _optional_check(checker(inner))
-    if origin is list or hint is list:
-        return _list_check(checker(args[0]) if args else None)
-    if is_dataclass(hint):
-        return _dataclass_check(hint)
-    if hint is dict or origin is dict:
-        return _plain_check
-    return SCALAR_CHECKS[hint]
-
-
-def _optional_check(inner):
-    def check(value, limits):
-        return None if value is None else inner(value, limits)
-    return check
-
-
-def _list_check(item):
-    def check(value, limits):
-        if not isinstance(value, list):
-            raise _Invalid("expected a list.")
-        if len(value) > limits.max_list:
-            raise _Invalid(f"{len(value):,} items, more than a trace may hold.")
-        if item is None:
-            return _plain_check(value, limits)
-        checked = []
-        try:
-            for entry in value:
-                checked.append(item(entry, limits))
-        except _Invalid as error:
-            raise error.at(f"[{len(checked)}]") from None
-        return checked
-    return check
-
-
-def _dataclass_check(cls):
-    hints = typing.get_type_hints(cls)
-    serialised = [item for item in fields(cls) if not item.metadata.get(IN_MEMORY_ONLY)]   # what a trace can hold
-    checks = {item.name: checker(hints[item.name]) for item in serialised}
-    required = {item.name for item in serialised if item.default is MISSING and item.default_factory is MISSING}
-
-    def check(value, limits):
-        if not isinstance(value, dict):
-            raise _Invalid("expected an object.")
-        unknown, missing = value.keys() - checks.keys(), required - value.keys()
-        if unknown:
-            raise _Invalid(f"unknown field {sorted(unknown)[0][:40]!r}.")
-        if missing:
-            raise _Invalid(f"missing field {sorted(missing)[0]!r}.")
-        kwargs = {}
-        try:
-            for name, entry in value.items():
-                kwargs[name] = checks[name](entry, limits)
-        except _Invalid as error:
-            raise error.at(f".{name}") from None
-        if cls is TokenRecord and len(kwargs.get("text", "")) > limits.max_token_text:
-            raise _Invalid(f"{len(kwargs['text']):,} characters, more than one token may hold.", ".text")
-        return cls(**kwargs)
-    return check
-
-
-def _check_bool(value, limits):
-    if value is True or value is False:
-        return value
-    raise _Invalid("expected true or false.")
-
-
-def _check_int(value, limits):
-    if type(value) is int and abs(value) <= 2**53:
-        return value
-    raise _Invalid("expected a whole number.")
-
-
-def _check_float(value, limits):
-    if (type(value) is float and math.isfinite(value)) or (type(value) is int and abs(value) <= 2**53):
-        return value
-    raise _Invalid("expected a finite number.")
-
-
-def _check_str(value, limits):
-    if type(value) is str and len(value) <= limits.max_text:
-        return value
-    raise _Invalid("expected text." if not isinstance(value, str) else
-                   f"{len(value):,} characters, more than a trace may hold ({limits.max_text:,}).")
-
-
-def _check_state(value, limits):
-    try:
-        return TokenState(value)
-    except (TypeError, ValueError):
-        raise _Invalid(f"{str(value)[:40]!r} is not a token state.") from None
-
-
-SCALAR_CHECKS = {bool: _check_bool, int: _check_int, float: _check_float, str: _check_str, TokenState: _check_state}
-
-
-def _text(value, where: str, longest: int) -> str:
-    if not isinstance(value, str):
-        raise TraceError(f"{where}: expected text.")
-    if len(value) > longest:
-        raise TraceError(f"{where}: {len(value):,} characters, more than a trace may hold ({longest:,}).")
-    return value
-
-
-def _optional(value, hint, where: str, limits: TraceLimits):
-    return None if value is None else coerce(value, hint, where, limits)
-
-
 def _numbers(value, where: str) -> dict[str, float]:
     """{method: finite number} for the page's methods."""
     return {method: coerce(number, float, f"{where}.{method}", TraceLimits())
@@ -429,37 +265,3 @@ def _typed_fields(values: dict, types_by_name: dict, where: str) -> None:
     for name, hint in types_by_name.items():
         if name in values and values[name] is not None:
             coerce(values[name], hint, f"{where}.{name}", TraceLimits(max_text=1000))
-
-
-def _plain(value, where: str, limits: TraceLimits):
-    """Free-form JSON (settings, info, the pair): bounded depth, lengths and text; returned as is."""
-    try:
-        return _plain_check(value, limits)
-    except _Invalid as error:
-        raise TraceError(f"{where}{error.path}: {error.message}") from None
-
-
-def _plain_check(value, limits: TraceLimits, depth: int = 0):
-    if depth > limits.max_depth:
-        raise _Invalid("nested too deeply.")
-    if isinstance(value, (dict, list)) and len(value) > limits.max_list:
-        raise _Invalid(f"{len(value):,} items, more than a trace may hold.")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if len(key) > 200:
-                raise _Invalid("a key is too long.")
-            try:
-                _plain_check(item, limits, depth + 1)
-            except _Invalid as error:
-                raise error.at(f".{key[:40]}") from None
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            try:
-                _plain_check(item, limits, depth + 1)
-            except _Invalid as error:
-                raise error.at(f"[{index}]") from None
-    elif isinstance(value, str):
-        _check_str(value, limits)
-    elif isinstance(value, float) and not math.isfinite(value):
-        raise _Invalid("expected a finite number.")
-    return value

@@ -80,7 +80,7 @@ def test_aggregates_equal_a_direct_count(recorded, method, temperature, seed):
     assert sum(row["drafted"] for row in atlas["calibration"]) <= judged
     for row, (_, events, result) in zip(atlas["per_prompt"], recorded):
         assert (row["tau"], row["alpha"], row["tokens"]) == (result.metrics.tau, result.metrics.alpha,
-                                                              result.metrics.new_tokens)
+                                                             result.metrics.new_tokens)
         assert row["steps"] == len(events)
     json.dumps(atlas)
 

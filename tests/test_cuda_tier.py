@@ -114,7 +114,7 @@ def test_feature_head_drafts_on_the_device(test_device):
 def test_draft_on_another_device_than_the_target(test_device):
     """Draft rows are moved to the target's device before they meet the target's (degenerate on the CPU)."""
     target, drafter = on_device(tiny_pair(scale=6.0, draft_noise=0.2), test_device,
-                              draft_device=other_device(test_device))
+                                draft_device=other_device(test_device))
     assert_greedy_identity(target, drafter, max_new_tokens=16)
     for method in ("fixed", "pacer", "smc"):
         assert len(generate(target, drafter, method, "t3 t4", max_new_tokens=12, temperature=1.0, seed=4).token_ids) == 12

@@ -62,8 +62,8 @@ def test_greedy_equals_transformers_assisted_generation(embedded_target, embedde
     draft_model.generation_config.assistant_confidence_threshold = 0.0
     try:
         assisted = embedded_target.model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
-                                                 assistant_model=draft_model, do_sample=False,
-                                                 max_new_tokens=20, pad_token_id=2)
+                                                  assistant_model=draft_model, do_sample=False,
+                                                  max_new_tokens=20, pad_token_id=2)
     finally:
         draft_model.generation_config = draft_config
     ours = generate(embedded_target, embedded_drafters.default, "fixed", PROMPTS[0], max_new_tokens=20, gamma=4)

@@ -68,7 +68,7 @@ def test_greedy_equals_transformers_assisted_generation():
         assistant.generation_config.num_assistant_tokens_schedule = "constant"
         assistant.generation_config.assistant_confidence_threshold = 0.0
         assisted = target.model.generate(input_ids, assistant_model=assistant, do_sample=False,
-                                        max_new_tokens=24, min_new_tokens=24, pad_token_id=0)
+                                         max_new_tokens=24, min_new_tokens=24, pad_token_id=0)
         ours = run_ids(FixedSpeculative(4), target, drafter, prompt, max_new_tokens=24)
         assert ours == assisted[0, len(prompt):].tolist()
 
@@ -134,7 +134,7 @@ def test_pacer_sampling_with_a_trained_sampling_layer_matches_target_distributio
     target, drafter = six_token_pair
     stops = Counter(event.stop_reason for seed in range(40) for event in
                     list(decoder.run(target, drafter, PROMPT, validate_settings(max_new_tokens=N_TOKENS,
-                                                                              temperature=1.0, seed=seed)))[:-1])
+                                                                                temperature=1.0, seed=seed)))[:-1])
     assert stops["preverifier"] >= 10 and stops["budget"] >= 10
     counts = sample_counts(decoder, target, drafter, PROMPT, N_TOKENS, RUNS, temperature=1.0)
     assert chi_square_p_value(counts, six_token_truth) > SIGNIFICANCE

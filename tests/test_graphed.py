@@ -129,7 +129,7 @@ def test_a_failed_capture_falls_back_to_eager_and_says_why():
 def test_graphed_cache_returns_the_dynamic_cache_logits_call_by_call(capturer):
     target, _ = tiny_pair(scale=3.0)
     engine = install_engine(target.model, GraphedEngine(target.model, capacity=32,
-                                                       capturer=FakeCapturer() if capturer else None))
+                                                        capturer=FakeCapturer() if capturer else None))
     reference, static = CachedModel(target.model, target.vocab_size, keep_features=True), \
         GraphedCache(engine, target.vocab_size, keep_features=True)
 
@@ -162,7 +162,7 @@ def test_graphed_cache_returns_the_dynamic_cache_logits_call_by_call(capturer):
 
 @pytest.mark.parametrize("capturer", [None, "fake"])
 def test_greedy_fixed_pacer_and_ar_on_the_graphed_engine_return_the_dynamic_tokens(capturer, graphs_asked,
-                                                                                  monkeypatch):
+                                                                                   monkeypatch):
     target, drafter = graphed_pair(FakeCapturer() if capturer else None, scale=6.0, draft_noise=0.3, eos_token_id=63)
     decoders = [Autoregressive(), FixedSpeculative(1), FixedSpeculative(4),
                 Pacer(2, 8, 0.3, ConfidencePreVerifier(), "submit"), Pacer(1, 4, 0.99, ConfidencePreVerifier(), "discard")]
@@ -277,7 +277,7 @@ def six_token_graphed_pair():
 
 @pytest.mark.statistical
 def test_sampled_fixed_sd_on_the_graphed_engine_matches_the_target_distribution(six_token_graphed_pair,
-                                                                                  monkeypatch):
+                                                                                monkeypatch):
     monkeypatch.setenv(graphed.GRAPHED_ENV, "1")
     target, drafter = six_token_graphed_pair
     truth = target_sequence_distribution(target.model, [1, 2], 3, temperature=0.8, top_k=4)

@@ -1,4 +1,4 @@
-"""Imports point one way: front doors → api → decoders → components → core (issue 14).
+"""Imports point one way: front doors → api → decoders → components → core.
 
 Every module of pacer_core/, app.py, benchmarks/ and scripts/ is parsed (ast, nothing is imported) and each
 import, including the ones inside functions, is resolved to a module name. A module may import modules of
@@ -25,14 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = (
     ("core", ("pacer_core.settings", "pacer_core.events", "pacer_core.sampling", "pacer_core.particles",
               "pacer_core.kvcache", "pacer_core.packed_linear", "pacer_core.quantized_linear", "pacer_core.prompts", "pacer_core.phrases",
-              "pacer_core.stopping",
-              "pacer_core.method_table")),
+              "pacer_core.stopping", "pacer_core.acceptance", "pacer_core.method_table")),
     ("components", ("pacer_core.embedded", "pacer_core.models", "pacer_core.drafters", "pacer_core.analysis",
-                    "pacer_core.preverifier", "pacer_core.llama", "pacer_core.graphed",
-                    "pacer_core.loading", "pacer_core.default_target")),
+                    "pacer_core.preverifier", "pacer_core.llama", "pacer_core.graphed", "pacer_core.loading",
+                    "pacer_core.default_target")),
     ("decoders", ("pacer_core.decoders",)),
     ("api", ("pacer_core", "pacer_core.api", "pacer_core.request", "pacer_core.methods", "pacer_core.trace",
-             "pacer_core.atlas")),
+             "pacer_core.trace_checks", "pacer_core.atlas")),
     ("front doors", ("app", "pacer_core.ui", "pacer_core.bench", "pacer_core.bench_report", "pacer_core.training",
                      "pacer_core.testing", "benchmarks", "scripts")),
 )

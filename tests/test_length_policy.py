@@ -168,7 +168,7 @@ def test_sampled_pacer_on_its_runs_costs_matches_the_target(six_token_pair, trut
     settings = {"temperature": 1.0, "stop_rule": "cost", "cost_source": "run"}
     stops = Counter(event.stop_reason for seed in range(40) for event in
                     list(decoder.run(target, drafter, PROMPT, validate_settings(max_new_tokens=N_TOKENS, seed=seed,
-                                                                              **settings)))[:-1])
+                                                                                **settings)))[:-1])
     assert stops["cost"] + stops["preverifier"] >= 10 and stops["budget"] + stops["max_len"] >= 10, stops
     counts = sample_counts(decoder, target, drafter, PROMPT, N_TOKENS, RUNS, **settings)
     assert chi_square_p_value(counts, truth) > SIGNIFICANCE

@@ -34,8 +34,8 @@ def test_an_amx_cpu_gets_its_avx512_set_and_never_amx(tmp_path):
     assert flags["GGML_NATIVE"] == "OFF"
     assert all(flags[name] == "OFF" for name in ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16"))
     assert all(flags[name] == "ON" for name in ("GGML_AVX2", "GGML_FMA", "GGML_F16C", "GGML_BMI2", "GGML_AVX512",
-                                                 "GGML_AVX512_VNNI", "GGML_AVX512_VBMI", "GGML_AVX512_BF16",
-                                                 "GGML_AVX_VNNI"))
+                                                "GGML_AVX512_VNNI", "GGML_AVX512_VBMI", "GGML_AVX512_BF16",
+                                                "GGML_AVX_VNNI"))
 
 
 def test_an_avx2_cpu_gets_no_avx512_and_the_fallback_is_plain_avx2(tmp_path):

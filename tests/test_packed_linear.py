@@ -25,7 +25,7 @@ def packed_copy_of(target: Target, drafter) -> tuple[Target, IndependentDrafter]
     pack_linear_layers(target_model)
     pack_linear_layers(draft)
     return target_from_models(target_model, draft, TinyTokenizer(target.vocab_size), "packed-target", "packed-draft",
-                            use_chat_template=False)
+                              use_chat_template=False)
 
 
 @pytest.mark.pure

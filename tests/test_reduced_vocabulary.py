@@ -90,7 +90,7 @@ def test_ids_are_ranked_by_how_often_the_target_wrote_them():
     ranked = rank_ids(replies, vocab_size=12, always=(2,))
     assert ranked.tolist() == [2, 9, 5, 7]
     assert coverage(ranked, [[9, 5, 11]], sizes=(2, 3)) == {2: pytest.approx(1 / 3, abs=1e-4),
-                                                          3: pytest.approx(2 / 3, abs=1e-4)}
+                                                            3: pytest.approx(2 / 3, abs=1e-4)}
 
 
 @pytest.mark.pure

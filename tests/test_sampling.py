@@ -4,7 +4,7 @@ the top-k / top-p filters, temperature, greedy match counting, and the KV cache'
 The identity (Leviathan et al. 2023, Theorem 1; docs/algorithms.md#speculative-sampling): a token x drafted
 from q and accepted with probability min(1, p(x)/q(x)), replaced after a rejection by a draw from
 norm(max(0, p − q)), is distributed as p. Here that is computed exactly — no sampling — by walking every
-branch of the rule the decoders use (``decoders/base.py:judge``: draft γ tokens, accept a prefix, then a
+branch of the rule the decoders use (``decoders/verify.py:judge``: draft γ tokens, accept a prefix, then a
 corrected or a bonus token, then a fresh step) over random small distributions. With this exact check the
 decoders' chi-square tests (marked ``statistical``) only have to catch wiring mistakes, which move the
 output distribution far more than a subtle formula slip, so they need few runs."""

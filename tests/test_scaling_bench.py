@@ -44,7 +44,7 @@ def test_report_and_figure_from_saved_results(scaling, tmp_path):
         marks = {str(m): {"tokens": m, "seconds": m / rate, "tokens_per_s": rate, "speedup_vs_ar": rate / 10}
                  for m in scaling.MARKS}
         return {"marks": marks, "profile": {"0-64": {"steps": 3, "draft_ms": 1, "verify_ms": 2, "other_ms": 0.5,
-                                                      "tokens_per_step": 1.5}}, "first_eos": None}
+                                                     "tokens_per_step": 1.5}}, "first_eos": None}
     run = {"id": "p", "category": "prompt-50", "prompt_tokens": 60, "wall_s": 10.0, "model_s": 9.5, "render_s": 0.5,
            "render_overhead": 0.05, "updates": 40, "baseline_rss_mb": 900, "peak_rss_mb": 1000,
            "methods": {"ar": method(10), "fixed": method(11), "pacer": method(12), "smc": method(15)}}

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..acceptance import AcceptanceByPosition
 from ..events import StepEvent, TokenState
 from ..sampling import count_greedy_matches
 from .token_kinds import TOKEN_KINDS, token_kind
@@ -98,9 +99,13 @@ def grouped(judgments: list[Judgment], key) -> dict:
 
 
 def by_position(judgments: list[Judgment]) -> list[dict]:
-    """[{position, drafted, accepted, alpha}] for depths 1, 2, …: the conditional α at each depth."""
-    groups = grouped(judgments, lambda item: item.position)
-    return [count_row("position", position, groups[position]) for position in sorted(groups)]
+    """[{position, drafted, accepted, alpha}] for depths 1, 2, …: the conditional α at each depth
+    (``acceptance.AcceptanceByPosition``, fed each step's judged tokens: its accepted prefix and the first
+    rejection, so every one it counts is judged)."""
+    stats = AcceptanceByPosition()
+    for items in grouped(judgments, lambda item: (item.prompt_index, item.step)).values():
+        stats.observe_draft(len(items), sum(item.accepted for item in items))
+    return stats.judged_rows()
 
 
 def by_token_kind(judgments: list[Judgment]) -> list[dict]:

@@ -1,8 +1,8 @@
 """What every decoder shares: the decoding state, the draft → verify → accept → commit loop of
 speculative decoding (docs/algorithms.md#speculative-sampling), and the final Result.
 
-Fixed-length SD and PACER differ only in how they *propose* a draft (``propose``); verification
-and acceptance below are the lossless rule of Leviathan et al. 2023 / Chen et al. 2023.
+Fixed-length SD and PACER differ only in how they *propose* a draft (``propose``); the target's verdict on
+it is ``verify.judge``, the lossless rule of Leviathan et al. 2023 / Chen et al. 2023.
 
 Device rule (every decoder, SMC-SD included): a run computes on ONE device, the target cache's
 (``ModelCache.device``: where the target's input ids go and its logits come back). The sampling
@@ -30,6 +30,7 @@ from ..drafters.caches import run_target_cache
 from ..events import Metrics, Result, StepEvent, TokenRecord
 from ..kvcache import ModelCache
 from ..settings import DecodeSettings
+from .verify import judge
 
 
 @dataclass
@@ -167,9 +168,9 @@ def make_state(target, drafter, prompt_ids: list[int], settings: DecodeSettings,
         elif len(prompt_ids) > 1 and drafter.reads_target_features:
             target_cache.forward(list(prompt_ids[:-1]))
     return state_type(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target_cache, draft=draft,
-                       generator=new_generator(settings.seed, target_cache.device), eos_ids=target.eos_token_ids,
-                       drafter=drafter if with_draft else None, started=started,
-                       target_rows=[] if keep_target_rows else None)
+                      generator=new_generator(settings.seed, target_cache.device), eos_ids=target.eos_token_ids,
+                      drafter=drafter if with_draft else None, started=started,
+                      target_rows=[] if keep_target_rows else None)
 
 
 def commit(state: DecodeState, emitted_ids: list[int], settings: DecodeSettings) -> list[int]:
@@ -202,53 +203,6 @@ def draft_distribution(draft_logits_row: torch.Tensor, settings: DecodeSettings)
     if settings.greedy:
         return sampling.one_hot(int(torch.argmax(draft_logits_row)), draft_logits_row)
     return sampling.logits_to_probs(draft_logits_row, settings.temperature, settings.top_k, settings.top_p)
-
-
-@dataclass
-class Verdict:
-    n_accepted: int
-    next_token: int                 # corrected token, or bonus when all were accepted
-    next_kind: str                  # corrected | bonus
-    next_prob: float
-    target_token_probs: list[float]
-    accept_probs: list[float]
-
-
-def judge(drafted_ids: list[int], draft_probs: torch.Tensor, target_logits: torch.Tensor,
-          settings: DecodeSettings, generator) -> Verdict:
-    """Accept a prefix of the draft. target_logits: [G+1, V], row i scores drafted_ids[i]. Everything is
-    combined on the target logits' device (the generator's, see the module docstring)."""
-    gamma = len(drafted_ids)
-    if settings.greedy:
-        return _judge_greedy(drafted_ids, target_logits)
-    device = target_logits.device
-    drafted = torch.tensor(drafted_ids, dtype=torch.long, device=device)
-    positions = torch.arange(gamma, device=device)
-    draft_probs = draft_probs.to(device)
-    target_probs = sampling.logits_to_probs(target_logits, settings.temperature, settings.top_k, settings.top_p)
-    target_token_probs = target_probs[positions, drafted] if gamma else torch.zeros(0, device=device)
-    draft_token_probs = draft_probs[positions, drafted] if gamma else torch.zeros(0, device=device)
-    accept = sampling.acceptance_probs(target_token_probs, draft_token_probs)
-    for index in range(gamma):
-        if sampling.uniform(generator) >= float(accept[index]):
-            residual = sampling.residual_distribution(target_probs[index], draft_probs[index])
-            corrected = sampling.sample_token(residual, generator)
-            return Verdict(index, corrected, "corrected", float(target_probs[index, corrected]),
-                           target_token_probs.tolist(), accept.tolist())
-    bonus = sampling.sample_token(target_probs[gamma], generator)
-    return Verdict(gamma, bonus, "bonus", float(target_probs[gamma, bonus]),
-                   target_token_probs.tolist(), accept.tolist())
-
-
-def _judge_greedy(drafted_ids: list[int], target_logits: torch.Tensor) -> Verdict:
-    target_argmax = torch.argmax(target_logits, dim=-1).tolist()
-    shown_probs = sampling.display_probs(target_logits)
-    n_accepted = sampling.count_greedy_matches(drafted_ids, target_argmax)
-    next_token = target_argmax[n_accepted]
-    target_token_probs = [float(shown_probs[i, t]) for i, t in enumerate(drafted_ids)]
-    accept = [1.0 if drafted == best else 0.0 for drafted, best in zip(drafted_ids, target_argmax)]
-    kind = "bonus" if n_accepted == len(drafted_ids) else "corrected"
-    return Verdict(n_accepted, next_token, kind, float(shown_probs[n_accepted, next_token]), target_token_probs, accept)
 
 
 class SpeculativeDecoder:
@@ -354,15 +308,8 @@ def shown_draft_prob(draft_probs: torch.Tensor, logits_row: torch.Tensor, token_
 
 
 def finish(method: str, target, state: DecodeState, events: list, settings: DecodeSettings, info: dict) -> Result:
-    seconds = time.perf_counter() - state.started
-    target_calls = state.target.calls
-    metrics = Metrics(
-        tau=state.new_tokens / target_calls if target_calls else 0.0,
-        alpha=state.accepted_tokens / state.drafted_tokens if state.drafted_tokens else None,
-        target_calls=target_calls, draft_calls=state.draft.calls if state.draft else 0,
-        new_tokens=state.new_tokens, seconds=seconds,
-        tokens_per_s=state.new_tokens / seconds if seconds > 0 else 0.0,
-        drafted_tokens=state.drafted_tokens, accepted_tokens=state.accepted_tokens)
+    metrics = Metrics.of_run(state.new_tokens, time.perf_counter() - state.started, state.target.calls,
+                             state.draft.calls if state.draft else 0, state.drafted_tokens, state.accepted_tokens)
     return Result(method=method, text=target.decode(state.output_ids), token_ids=state.output_ids, events=events,
                   metrics=metrics, settings=settings.to_dict(), info=info,
                   finish_reason=state.finish_reason or "length", target_log_probs=list(state.target_log_probs),
@@ -390,7 +337,7 @@ class DraftBuilder:
     def draw(self, with_hidden: bool = False):
         """Draft one more token; returns (id, raw logits row [V], hidden row [H] or None)."""
         token_id, draft_probs, logits_row, hidden_row = draft_one(self.target, self.state, self.sequence,
-                                                                 self.settings, with_hidden)
+                                                                  self.settings, with_hidden)
         self.drafted_ids.append(token_id)
         self.rows.append(draft_probs)
         self.shown.append(shown_draft_prob(draft_probs, logits_row, token_id, self.settings))

@@ -301,11 +301,8 @@ class SMC:
     def result(self, target, state, events, settings, generator, started, cancelled, extra) -> Result:
         chosen, weights = self.choose(state, generator, settings.final)
         token_ids = state.continuation(chosen)
-        seconds = time.perf_counter() - started
-        target_calls = state.target.calls
-        metrics = Metrics(tau=len(token_ids) / target_calls if target_calls else 0.0, alpha=None,
-                          target_calls=target_calls, draft_calls=state.draft.calls, new_tokens=len(token_ids),
-                          seconds=seconds, tokens_per_s=len(token_ids) / seconds if seconds > 0 else 0.0)
+        metrics = Metrics.of_run(len(token_ids), time.perf_counter() - started, state.target.calls,
+                                 state.draft.calls)
         if cancelled:
             finish_reason = "cancelled"
         else:

@@ -50,8 +50,8 @@ def llama_unavailable() -> str | None:
 
 
 def default_threads() -> int:
-    """llama.cpp's threads for drafting: $PACER_GGUF_THREADS, else 2 (measured on the 2-core CPU: README,
-    "Measured"), never more than the cores."""
+    """llama.cpp's threads for drafting: $PACER_GGUF_THREADS, else 2 (measured on the 2-core CPU:
+    docs/measurements.md, "Threads and OpenMP waiting on a shared CPU"), never more than the cores."""
     explicit = os.environ.get("PACER_GGUF_THREADS", "").strip()
     if explicit.isdigit() and int(explicit) > 0:
         return int(explicit)

@@ -325,6 +325,26 @@ def build_parser() -> argparse.ArgumentParser:
     teacher.add_argument("--top-k", type=int, default=32)
     train = stages.add_parser("train", help="distil the draft (resumes from work/draft/checkpoint.pt)")
     add_common(train)
+    add_train_arguments(train)
+    evaluate = stages.add_parser("eval", help="held-out agreement, tau and step times")
+    add_common(evaluate)
+    evaluate.add_argument("--checkpoint", action="store_true", help="evaluate work/draft/checkpoint.pt")
+    evaluate.add_argument("--tokens", type=int, default=64)
+    evaluate.add_argument("--stories", type=int, default=20)
+    evaluate.add_argument("--gamma", type=int, default=4)
+    evaluate.add_argument("--timing-steps", type=int, default=60)
+    evaluate.add_argument("--skip-timing", action="store_true")
+    evaluate.add_argument("--write", action="store_true", help="write assets/draft-smollm2/eval.json")
+    average = stages.add_parser("average", help="average checkpoints (names in work/draft) into checkpoint.pt")
+    add_common(average)
+    average.add_argument("checkpoints", nargs="+")
+    export = stages.add_parser("export", help="save the checkpoint to assets/draft-smollm2 (bfloat16)")
+    add_common(export)
+    return parser
+
+
+def add_train_arguments(train: argparse.ArgumentParser) -> None:
+    """The ``train`` stage's own options: the draft's shape, the schedule and what it is distilled on."""
     train.add_argument("--layers", type=int, default=4)
     train.add_argument("--hidden", type=int, default=256)
     train.add_argument("--ffn", type=int, default=768)
@@ -347,21 +367,6 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--full-vocab", action="store_true", help="score all 49,152 ids (slower)")
     train.add_argument("--log-every", type=int, default=10)
     train.add_argument("--save-every", type=int, default=50)
-    evaluate = stages.add_parser("eval", help="held-out agreement, tau and step times")
-    add_common(evaluate)
-    evaluate.add_argument("--checkpoint", action="store_true", help="evaluate work/draft/checkpoint.pt")
-    evaluate.add_argument("--tokens", type=int, default=64)
-    evaluate.add_argument("--stories", type=int, default=20)
-    evaluate.add_argument("--gamma", type=int, default=4)
-    evaluate.add_argument("--timing-steps", type=int, default=60)
-    evaluate.add_argument("--skip-timing", action="store_true")
-    evaluate.add_argument("--write", action="store_true", help="write assets/draft-smollm2/eval.json")
-    average = stages.add_parser("average", help="average checkpoints (names in work/draft) into checkpoint.pt")
-    add_common(average)
-    average.add_argument("checkpoints", nargs="+")
-    export = stages.add_parser("export", help="save the checkpoint to assets/draft-smollm2 (bfloat16)")
-    add_common(export)
-    return parser
 
 
 def ensure_passive_openmp(argv, module: str = "pacer_core.training.draft") -> None:

@@ -78,43 +78,36 @@ MATH_NAMES = ["Anna", "Ben", "Carlos", "Dina", "Eli", "Fatima", "George", "Hana"
 MATH_ITEMS = ["apples", "pencils", "stickers", "cookies", "marbles", "books", "oranges", "toy cars", "cards", "balloons"]
 
 
+def _filled(rows) -> list[str]:
+    """Every row's templates filled with each of its items ("{}": the item; "{0}", "{1}": a pair's two parts)."""
+    return [template.format(*item) if isinstance(item, tuple) else template.format(item)
+            for items, templates in rows for item in items for template in templates]
+
+
 def _simple_templates() -> list[str]:
-    prompts: list[str] = []
-    for topic in SCIENCE + TECH:
-        prompts += [f"Explain {topic} in simple terms.", f"What is {topic}?",
-                    f"Explain {topic} to a ten-year-old.", f"Give me three interesting facts about {topic}."]
-    for habit in EVERYDAY:
-        prompts += [f"Give me 3 tips for {habit}.", f"What are some good ways of {habit}?",
-                    f"I need advice on {habit}. Where should I start?"]
-    for topic in POEM_TOPICS:
-        prompts += [f"Write a short poem about {topic}.", f"Write a haiku about {topic}.",
-                    f"Write a four-line rhyming poem about {topic}."]
-    for country in COUNTRIES:
-        prompts += [f"What is the capital of {country}?", f"Tell me about the culture of {country}.",
-                    f"What is {country} famous for?"]
-    for animal in ANIMALS:
-        prompts += [f"Tell me some fun facts about {animal}.", f"Where do {animal} live and what do they eat?"]
-    for person in PEOPLE:
-        prompts += [f"Who was {person}?", f"What is {person} best known for?"]
-    for task in PY_TASKS:
-        prompts += [f"Write a Python function that {task}."]
-        prompts += [f"Write a {lang} function that {task}." for lang in LANGS[1:3]]
-    for start in STORY_STARTS:
-        prompts += [f"Write a short story about {start}.", f"Tell me a bedtime story about {start}.",
-                    f"Write the opening paragraph of a story about {start}."]
-    for obj in OBJECTS:
-        prompts += [f"Describe {obj} to someone who has never seen one.", f"Write a product description for {obj}.",
-                    f"List five creative uses for {obj}."]
-    for first, second in COMPARE:
-        prompts += [f"What is the difference between {first} and {second}?", f"Compare {first} and {second}."]
-    for word in WORDS:
-        prompts += [f"Give me five synonyms for the word '{word}'.", f"Use the word '{word}' in three different sentences.",
-                    f"What is the opposite of '{word}'?"]
-    for text in SUMMARY_TEXTS:
-        prompts += [f"Summarize the following text in one sentence:\n\n{text}",
-                    f"What is the main idea of this paragraph?\n\n{text}",
-                    f"Rewrite this text in simpler words:\n\n{text}"]
-    return prompts
+    return _filled([
+        (SCIENCE + TECH, ["Explain {} in simple terms.", "What is {}?", "Explain {} to a ten-year-old.",
+                          "Give me three interesting facts about {}."]),
+        (EVERYDAY, ["Give me 3 tips for {}.", "What are some good ways of {}?",
+                    "I need advice on {}. Where should I start?"]),
+        (POEM_TOPICS, ["Write a short poem about {}.", "Write a haiku about {}.",
+                       "Write a four-line rhyming poem about {}."]),
+        (COUNTRIES, ["What is the capital of {}?", "Tell me about the culture of {}.", "What is {} famous for?"]),
+        (ANIMALS, ["Tell me some fun facts about {}.", "Where do {} live and what do they eat?"]),
+        (PEOPLE, ["Who was {}?", "What is {} best known for?"]),
+        (PY_TASKS, ["Write a Python function that {}."]
+         + [f"Write a {lang} function that {{}}." for lang in LANGS[1:3]]),
+        (STORY_STARTS, ["Write a short story about {}.", "Tell me a bedtime story about {}.",
+                        "Write the opening paragraph of a story about {}."]),
+        (OBJECTS, ["Describe {} to someone who has never seen one.", "Write a product description for {}.",
+                   "List five creative uses for {}."]),
+        (COMPARE, ["What is the difference between {0} and {1}?", "Compare {0} and {1}."]),
+        (WORDS, ["Give me five synonyms for the word '{}'.", "Use the word '{}' in three different sentences.",
+                 "What is the opposite of '{}'?"]),
+        (SUMMARY_TEXTS, ["Summarize the following text in one sentence:\n\n{}",
+                         "What is the main idea of this paragraph?\n\n{}",
+                         "Rewrite this text in simpler words:\n\n{}"]),
+    ])
 
 
 def _math_problems(rng: random.Random, count: int) -> list[str]:
@@ -188,40 +181,27 @@ CHARACTERS = [("a cat", "a dog"), ("a customer", "a waiter"), ("two astronauts",
 
 
 def _more_templates() -> list[str]:
-    prompts: list[str] = []
-    topics = MORE_TOPICS + SCIENCE + TECH
-    for topic in topics:
-        prompts += [f"How does {topic} work?", f"Why is {topic} important?", f"Tell me about the history of {topic}.",
-                    f"Write a short paragraph about {topic}.", f"What are the pros and cons of {topic}?",
-                    f"Explain {topic} in two sentences.", f"Write a tweet about {topic}.",
-                    f"What are some common misconceptions about {topic}?", f"Write a quiz question about {topic}."]
-    for food in FOODS:
-        prompts += [f"Give me a simple recipe for {food}.", f"How do I make {food}?",
-                    f"What ingredients do I need for {food}?", f"Describe the taste of {food}."]
-    for job in JOBS:
-        prompts += [f"What does {job} do?", f"How do I become {job}?", f"What skills does {job} need?",
-                    f"Describe a typical day of {job}."]
-    for game in GAMES:
-        prompts += [f"Explain the rules of {game}.", f"Give me tips for getting better at {game}."]
-    for place in PLACES:
-        prompts += [f"Describe {place} in the early morning.", f"What should I bring to {place}?",
-                    f"Write a short story set in {place}.", f"Write a poem about {place}."]
-    for feeling in FEELINGS:
-        prompts += [f"I feel {feeling}. What can I do?", f"How can I help a friend who feels {feeling}?"]
-    for first, second in CHARACTERS:
-        prompts += [f"Write a short dialogue between {first} and {second}."]
-    for animal in ANIMALS:
-        prompts += [f"Write a short story about {animal[:-1] if animal.endswith('s') else animal}.",
-                    f"Why are {animal} important for nature?", f"Write a haiku about {animal}."]
-    for person in PEOPLE:
-        prompts += [f"Write a short biography of {person}.", f"What can we learn from {person}?"]
-    for country in COUNTRIES:
-        prompts += [f"What food is {country} known for?", f"Plan a three-day trip to {country}."]
-    for word in WORDS + ["kind", "calm", "curious", "tiny", "huge", "gentle", "sad", "proud"]:
-        prompts += [f"What does the word '{word}' mean?", f"Write a sentence using the word '{word}'."]
-    for task in PY_TASKS:
-        prompts += [f"Explain how to write a program that {task}.", f"Write a Go function that {task}."]
-    return prompts
+    return _filled([
+        (MORE_TOPICS + SCIENCE + TECH, [
+            "How does {} work?", "Why is {} important?", "Tell me about the history of {}.",
+            "Write a short paragraph about {}.", "What are the pros and cons of {}?", "Explain {} in two sentences.",
+            "Write a tweet about {}.", "What are some common misconceptions about {}?", "Write a quiz question about {}."]),
+        (FOODS, ["Give me a simple recipe for {}.", "How do I make {}?", "What ingredients do I need for {}?",
+                 "Describe the taste of {}."]),
+        (JOBS, ["What does {} do?", "How do I become {}?", "What skills does {} need?", "Describe a typical day of {}."]),
+        (GAMES, ["Explain the rules of {}.", "Give me tips for getting better at {}."]),
+        (PLACES, ["Describe {} in the early morning.", "What should I bring to {}?", "Write a short story set in {}.",
+                  "Write a poem about {}."]),
+        (FEELINGS, ["I feel {}. What can I do?", "How can I help a friend who feels {}?"]),
+        (CHARACTERS, ["Write a short dialogue between {0} and {1}."]),
+        ([animal[:-1] if animal.endswith("s") else animal for animal in ANIMALS], ["Write a short story about {}."]),
+        (ANIMALS, ["Why are {} important for nature?", "Write a haiku about {}."]),
+        (PEOPLE, ["Write a short biography of {}.", "What can we learn from {}?"]),
+        (COUNTRIES, ["What food is {} known for?", "Plan a three-day trip to {}."]),
+        (WORDS + ["kind", "calm", "curious", "tiny", "huge", "gentle", "sad", "proud"],
+         ["What does the word '{}' mean?", "Write a sentence using the word '{}'."]),
+        (PY_TASKS, ["Explain how to write a program that {}.", "Write a Go function that {}."]),
+    ])
 
 
 def _word_overlap(first: str, second: str) -> float:

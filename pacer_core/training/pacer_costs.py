@@ -246,7 +246,7 @@ def main(argv=None) -> int:
         model = replace(model, by_length=tuple(sorted(by_length)))
         source += (f"; by prompt length on {args.length_sets} (fixed SD at {args.length_gammas}, "
                    f"{args.repeats} repeat(s)): " + ", ".join(f"{length} tokens {costs.draft_per_token:.2f} a drafted "
-                                                             f"token" for length, costs in model.by_length))
+                                                              f"token" for length, costs in model.by_length))
         model = replace(model, source=source)
     report = {"model": model.to_record(), "source": source,
               "simulated_rate": {f"fixed:{g}": simulated_rate(model, observed.paths, lambda path, g=g: min(g, len(path)))
