@@ -37,7 +37,7 @@ def new_session(context: AppContext, inputs: PageInputs) -> RunSession:
 
 def finish_run(context: AppContext, session: RunSession, measure_ar: bool, started: float | None,
                prepared: ViewUpdate | None = None) -> Iterator[ViewUpdate]:
-    """After the three columns: the AR baseline (if asked and not yet run), the oracle, likelihoods, table and
+    """After the columns: the AR baseline (if asked and not yet run), the oracle, likelihoods, table and
     exports (``prepared``: that view already built during the replay)."""
     if measure_ar and not session.cancel.is_set() and not (session.ar and session.ar.done):
         yield ViewUpdate(status=page.run_status_html("Finishing the AR baseline (target alone)…", "busy"),
