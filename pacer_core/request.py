@@ -116,15 +116,40 @@ def request_for(target, drafter, method: str, settings: DecodeSettings, explicit
     return RunRequest(method, drafter, resolved, limits, prompt.ids, prompt.note, preverifier, explicit)
 
 
+@dataclass(frozen=True)
+class RunInputs:
+    """One run's inputs, checked once for all the methods that run them: the prompt (validated, and encoded for the
+    target), the settings validated but not yet resolved for any method, which of them the caller chose, the
+    limits. ``request(method)`` resolves them for one method."""
+    prompt: str
+    encoded: EncodedPrompt
+    settings: DecodeSettings
+    explicit: frozenset[str]
+    limits: Limits
+
+    def request(self, target, drafter, method: str, preverifier=None) -> RunRequest:
+        """One method's request (SettingsError when the method refuses these settings)."""
+        return request_for(target, drafter, method, self.settings, self.explicit, self.encoded, self.limits,
+                           preverifier)
+
+
+def run_inputs(target, prompt: str, raw: dict | None = None, *, chat: bool | None = None,
+               limits: Limits | None = None) -> RunInputs:
+    """Validate the settings and encode the prompt, once for any number of methods (the page's session runs
+    several on the same inputs). Without ``limits`` the environment's apply (read here, once)."""
+    limits = limits if limits is not None else Limits.from_env()
+    raw = dict(raw or {})
+    settings = validate_settings(limits, **raw)
+    encoded = encode_prompt(target, prompt, chat, limits)
+    return RunInputs(validate_prompt(prompt, limits), encoded, settings, chosen_names(raw), limits)
+
+
 def build_request(target, drafter, method: str, prompt: str, raw: dict | None = None, *, chat: bool | None = None,
                   preverifier=None, limits: Limits | None = None) -> RunRequest:
     """The whole front door for one method drafting with ``drafter``: validate the method and settings, encode the
-    prompt, resolve. Without ``limits`` the environment's apply (read here, once)."""
-    limits = limits if limits is not None else Limits.from_env()
-    method, raw = validate_method(method), dict(raw or {})
-    settings = validate_settings(limits, **raw)
-    encoded = encode_prompt(target, prompt, chat, limits)
-    return request_for(target, drafter, method, settings, chosen_names(raw), encoded, limits, preverifier)
+    prompt, resolve (``run_inputs``, then its ``request``)."""
+    method = validate_method(method)
+    return run_inputs(target, prompt, raw, chat=chat, limits=limits).request(target, drafter, method, preverifier)
 
 
 def row_requests(target, drafter, spec, raw: dict, prompts: list, limits: Limits, preverifier) -> list[RunRequest]:

@@ -21,8 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pacer_core.default_target import target_from_env  # noqa: E402
 from pacer_core.trace import parse_trace  # noqa: E402
 from pacer_core.ui import handlers  # noqa: E402
+from pacer_core.ui.drafter_switch import drafter_context  # noqa: E402
 from pacer_core.ui.drafter_menu import DrafterMenu  # noqa: E402
-from pacer_core.ui.handlers import AppContext, PageInputs  # noqa: E402
+from pacer_core.ui.page_types import AppContext, PageInputs  # noqa: E402
 from pacer_core.preverifier import default_preverifier as load_preverifier  # noqa: E402
 from pacer_core.ui.session import preverifier_kind  # noqa: E402
 from pacer_core.ui.workshop import load_workshop, recorded_runs, starting_settings  # noqa: E402
@@ -37,12 +38,12 @@ def app_context(target, drafters) -> AppContext:
     preverifier = load_preverifier(target, drafter)
     return AppContext(target, drafter, preverifier,
                       getattr(preverifier, "kind", None) or preverifier_kind(target, drafter),
-                      drafters=DrafterMenu(target, drafters, preverifier))
+                      drafter_menu=DrafterMenu(target, drafters, preverifier))
 
 
 def page_inputs(context: AppContext, run) -> PageInputs:
     """What the page sends once the class followed the run (tests/test_workshop.py's page_inputs)."""
-    chosen = handlers.drafter_context(context, run.drafter).drafter
+    chosen = drafter_context(context, run.drafter).drafter
     settings = starting_settings(context.target, chosen, context.preverifier, context.limits) | run.settings
     return PageInputs(run.prompt, settings, chat=context.target.use_chat_template, measure_ar=True,
                       drafter=run.drafter)

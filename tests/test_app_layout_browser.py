@@ -96,7 +96,7 @@ def test_one_screen_at_1366x768(browser, app_url):
         assert 0 < columns["y"] - legend["y"] < 120                              # the legend sits with them
 
         lanes = {lane for trace in plot_data(page, "timeline") if trace["type"] == "bar" for lane in trace["y"]}
-        assert lanes == {"AR", "fixed γ", "PACER", "SMC-SD"}
+        assert lanes == {"AR", "fixed SD", "PACER", "SMC-SD"}
         speedup = plot_data(page, "speedup")
         assert sum(trace["mode"] == "lines" for trace in speedup) == 3
         assert sum(trace["mode"] == "markers" for trace in speedup) == 3       # each column's operating point

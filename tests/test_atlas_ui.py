@@ -10,7 +10,7 @@ from pacer_core.testing.tiny import tiny_pair
 from pacer_core.ui import atlas_session, atlas_view
 from pacer_core.ui.atlas_session import AtlasChoice
 from pacer_core.ui.drafter_menu import DrafterMenu
-from pacer_core.ui.handlers import AppContext
+from pacer_core.ui.page_types import AppContext
 from pacer_core.settings import Limits
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")

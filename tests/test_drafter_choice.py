@@ -7,7 +7,7 @@ from pacer_core.drafters import LoadedDrafters
 from pacer_core.testing.tiny import tiny_pair
 from pacer_core.ui import handlers
 from pacer_core.ui.drafter_menu import DrafterMenu, describe_option, drafter_key
-from pacer_core.ui.handlers import AppContext, PageInputs
+from pacer_core.ui.page_types import AppContext, PageInputs
 
 SETTINGS = {"max_new_tokens": 10, "temperature": 0.7, "seed": 3, "n_particles": 2, "draft_len": 2}
 
@@ -15,7 +15,7 @@ SETTINGS = {"max_new_tokens": 10, "temperature": 0.7, "seed": 3, "n_particles": 
 @pytest.fixture()
 def context():
     target, drafter = tiny_pair()
-    return AppContext(target, drafter, drafters=DrafterMenu(target, LoadedDrafters.around(drafter)))
+    return AppContext(target, drafter, drafter_menu=DrafterMenu(target, LoadedDrafters.around(drafter)))
 
 
 def finished(context, drafter, prompt="t1 t2 t3"):
@@ -24,7 +24,7 @@ def finished(context, drafter, prompt="t1 t2 t3"):
 
 
 def test_the_menu_lists_every_drafter_and_builds_each_once(context):
-    menu = context.drafters
+    menu = context.drafter_menu
     assert menu.keys == ["small", "self-int8", "self-int4"] and menu.default_key == "small"
     assert not menu.built("self-int4")
     drafter = menu.drafter("self-int4")

@@ -182,12 +182,12 @@ def test_sampled_fixed_dyn_matches_the_target(six_token_pair, truth):
 
 
 def test_the_draft_length_chart_says_what_stopped_each_pacer_draft_beside_the_oracle():
-    from pacer_core.ui.plots import draft_length_figure
+    from pacer_core.ui.plots_drafts import draft_length_figure
 
     target, drafter = tiny_pair(scale=6.0, draft_noise=0.1, eos_token_id=63)
     *events, _ = Pacer(1, 32, None, RiskySecondToken()).run(
         target, drafter, [1, 2, 3], validate_settings(max_new_tokens=40, cost_source="stored", phrase_len=0))
-    figure = draft_length_figure([], events, oracle=[3] * len(events))
+    figure = draft_length_figure({"pacer": events}, oracle=[3] * len(events))
     pacer_drafted = next(trace for trace in figure.data if trace.name == "PACER (drafted)")
     hovers = [hover for hover, event in zip(pacer_drafted.hovertext, events) if event.stop_reason == "preverifier"]
     assert hovers and all("stopped by the pre-verifier" in hover for hover in hovers)

@@ -58,7 +58,7 @@ def test_a_drafters_measured_pacer_settings_start_its_bench_rows_and_its_page(tm
     from pacer_core.request import EncodedPrompt
     from pacer_core.settings import Limits
     from pacer_core.ui.drafter_menu import DrafterMenu
-    from pacer_core.ui.handlers import AppContext
+    from pacer_core.ui.page_types import AppContext
     from pacer_core.ui.layout import drafter_choice_view
 
     (tmp_path / "measured_defaults.json").write_text(json.dumps({"drafters": {
@@ -74,7 +74,7 @@ def test_a_drafters_measured_pacer_settings_start_its_bench_rows_and_its_page(tm
     assert (ran("pacer@self-int8").block_size, ran("pacer@self-int8").phrase_len) == (1, 0)
     assert ran("pacer+phrase_len=4@self-int8").phrase_len == 4
     assert ran("pacer").phrase_len == 8
-    context = AppContext(target, drafter, drafters=DrafterMenu(target, drafters))
+    context = AppContext(target, drafter, drafter_menu=DrafterMenu(target, drafters))
     shown = drafter_choice_view(context, "self-int8", None)
     assert (shown["gamma"], shown["block_size"], shown["phrase_len"]) == (4, 1, 0)
     assert drafter_choice_view(context, "small", None)["phrase_len"] == 8

@@ -12,7 +12,7 @@ import pytest
 from pacer_core.drafters import LoadedDrafters
 from pacer_core.testing.tiny import tiny_pair
 from pacer_core.ui import handlers
-from pacer_core.ui.handlers import AppContext, PageInputs
+from pacer_core.ui.page_types import AppContext, PageInputs
 from pacer_core.trace import TraceError
 from pacer_core.ui import replay as replay_module
 from pacer_core.ui.replay import Replay, check_drawable, open_trace, open_trace_file, replay_view, shipped_traces

@@ -15,7 +15,7 @@ from test_trace import hostile
 
 from pacer_core.testing.tiny import tiny_pair
 from pacer_core.ui import handlers
-from pacer_core.ui.handlers import AppContext, PageInputs
+from pacer_core.ui.page_types import AppContext, PageInputs
 from pacer_core.ui.workshop import load_workshop, recorded_runs
 
 pytestmark = [pytest.mark.browser, pytest.mark.server,

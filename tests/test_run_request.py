@@ -17,7 +17,7 @@ from pacer_core.request import encode_prompt
 from pacer_core.settings import FIELDS, DecodeSettings, Limits
 from pacer_core.testing.tiny import tiny_pair
 from pacer_core.ui import handlers
-from pacer_core.ui.handlers import AppContext, PageInputs
+from pacer_core.ui.page_types import AppContext, PageInputs
 
 PROMPT = "t1 t2 t3"
 

@@ -60,7 +60,7 @@ def test_report_and_figure_from_saved_results(scaling, tmp_path):
 
 def test_one_tiny_run_through_the_handler(scaling):
     from pacer_core.testing.tiny import tiny_pair
-    from pacer_core.ui.handlers import AppContext
+    from pacer_core.ui.page_types import AppContext
 
     target, drafter = tiny_pair(eos_token_id=3)
     target = scaling.without_stops(target)

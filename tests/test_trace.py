@@ -13,7 +13,7 @@ from pacer_core import __version__, method_table
 from pacer_core.testing.tiny import tiny_pair
 from pacer_core.trace import TRACE_FORMAT, TRACE_VERSION, TraceError, TraceLimits, parse_trace
 from pacer_core.ui import handlers
-from pacer_core.ui.handlers import AppContext, PageInputs
+from pacer_core.ui.page_types import AppContext, PageInputs
 from pacer_core.ui.replay import open_trace, recorded_html, replay_view
 
 HOSTILE = ("<script>alert(1)</script>", '<img src=x onerror="alert(1)">', "${alert(1)}", "`x`{{y}}",

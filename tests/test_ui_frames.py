@@ -1,5 +1,5 @@
 """The page's acknowledgements of drawn frames (ui/frames.py) and the check that a Run's client is still there
-(layout.client_still_there): what lets Run time a method only once the browser is done drawing, and send nothing
+(queue_watch.client_still_there): what lets Run time a method only once the browser is done drawing, and send nothing
 while it decodes."""
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def fake_demo(*events):
 
 
 def test_a_client_is_still_there_until_gradio_marks_its_session_gone():
-    from pacer_core.ui.layout import client_still_there
+    from pacer_core.ui.queue_watch import client_still_there
 
     mine = SimpleNamespace(session_hash="s1", closed=False, alive=True)
     other = SimpleNamespace(session_hash="s2", closed=True, alive=False)
@@ -91,7 +91,7 @@ def test_gradio_still_has_what_the_check_reads():
 
 
 def test_gradio_polls_less_while_a_pages_method_decodes_and_as_before_after():
-    from pacer_core.ui.layout import QUIET_POLL_S, quiet_queue
+    from pacer_core.ui.queue_watch import QUIET_POLL_S, quiet_queue
 
     queue = SimpleNamespace(sleep_when_free=0.001, progress_update_sleep_when_free=0.01)
     with quiet_queue(SimpleNamespace(_queue=queue)):
@@ -109,6 +109,7 @@ def test_gradio_polls_less_while_a_pages_method_decodes_and_as_before_after():
 def test_a_pages_method_decodes_inside_the_quiet_context_and_nothing_is_sent_meanwhile():
     from pacer_core.testing.tiny import tiny_pair
     from pacer_core.ui import handlers
+    from pacer_core.ui.timing_turn import time_each_alone
 
     target, drafter = tiny_pair()
     context = handlers.AppContext(target, drafter)
@@ -131,7 +132,7 @@ def test_a_pages_method_decodes_inside_the_quiet_context_and_nothing_is_sent_mea
 
     session.advance_one = recording
     frames = DrawnFrames()
-    for update in handlers.time_each_alone(session, frames, quiet=quiet):
+    for update in time_each_alone(session, frames, quiet=quiet):
         assert not inside                                           # no frame goes out while quiet
         frames.acknowledge(update.status.split('data-drawn="')[1].split('"')[0])
     assert steps_inside and all(steps_inside)

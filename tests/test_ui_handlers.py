@@ -8,8 +8,10 @@ import threading
 import pytest
 
 from pacer_core.testing.tiny import tiny_pair
-from pacer_core.ui import COLUMN_METHODS, handlers
-from pacer_core.ui.handlers import AppContext, PageInputs, ViewUpdate
+from pacer_core.method_table import column_keys
+from pacer_core.ui import charts, handlers, race_replay, views
+from pacer_core.ui.page_types import AppContext, PageInputs, ViewUpdate
+from pacer_core.ui.timing_turn import time_each_alone
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +33,10 @@ def last(updates) -> ViewUpdate:
 def test_run_streams_every_step_then_the_finished_page(context, tmp_path):
     updates = list(handlers.run(context, inputs(measure_ar=True)))
     streamed = [update for update in updates if update.columns and "run-busy" in (update.status or "")]
-    assert len(streamed) >= 2 and all(set(update.columns) == set(COLUMN_METHODS) for update in streamed)
+    assert len(streamed) >= 2 and all(set(update.columns) == set(column_keys()) for update in streamed)
     final = updates[-1]
     assert "run-done" in final.status and final.session is not None
-    for method in COLUMN_METHODS:
+    for method in column_keys():
         assert 'data-state="' in final.columns[method] and "badge-done" in final.columns[method]
         assert "pacer-error" not in final.columns[method]
     drawn = [update.plots for update in updates if update.plots is not None]   # a late replay frame and the end
@@ -43,7 +45,7 @@ def test_run_streams_every_step_then_the_finished_page(context, tmp_path):
     assert set(plots) == {"timeline", "speedup", "histogram", "lengths", "accept", "blocks", "weights", "ess",
                           "genealogy"}
     lanes = {lane for trace in plots["timeline"].data if trace.type == "bar" for lane in trace.y}
-    assert lanes == {"AR", "fixed γ", "PACER", "SMC-SD"}                 # one lane per method, AR included
+    assert lanes == {"AR", "fixed SD", "PACER", "SMC-SD"}                 # one lane per method, AR included
     assert [trace.mode for trace in plots["speedup"].data].count("markers") == 3   # each column's point
     assert list(final.table["method"])[0].startswith("Autoregressive")
     trace = json.loads(open(final.downloads[0], encoding="utf-8").read())
@@ -122,10 +124,10 @@ def test_an_unexpected_failure_becomes_one_error_update(context, monkeypatch):
 
 def test_column_notes_name_what_stops_pacer_and_discard_mode(context):
     session = handlers.new_session(context, inputs(on_fail="discard"))
-    note = handlers.column_note(context, session, "pacer")
+    note = views.column_note(context, session, "pacer")
     assert "Drafting stopped by" in note and "approximate" in note
     assert session.trace()["pacer_rule"] in note
-    assert handlers.column_note(AppContext(context.target, context.drafter, preverifier_kind="trained"), session, "fixed") is None
+    assert views.column_note(AppContext(context.target, context.drafter, preverifier_kind="trained"), session, "fixed") is None
 
 
 def test_sessions_of_two_clicks_do_not_share_a_cancel_flag(context):
@@ -139,7 +141,7 @@ def test_the_replay_ends_on_the_race_s_last_instant_not_a_frame_later(context):
     from pacer_core.ui import race
 
     session = handlers.new_session(context, inputs(measure_ar=True))
-    list(handlers.time_each_alone(session))
+    list(time_each_alone(session))
     scoring_may_end, analyse = threading.Event(), session.analyse
     session.analyse = lambda: (scoring_may_end.wait(30), analyse())      # the scoring outlasts the race
     now, frames = [0.0], []
@@ -147,7 +149,7 @@ def test_the_replay_ends_on_the_race_s_last_instant_not_a_frame_later(context):
     def sleep(seconds):
         now[0] += seconds
 
-    replay = handlers.replay_race(context, session, frame_s=0.3, clock=lambda: now[0], sleep=sleep)
+    replay = race_replay.replay_race(context, session, frame_s=0.3, clock=lambda: now[0], sleep=sleep)
     try:
         while True:
             update = next(replay)
@@ -166,24 +168,24 @@ def test_the_plots_that_need_no_scoring_go_with_the_replay(context, monkeypatch)
     """Eight of the nine plots need only the runs' events: they go with a replay frame while the scoring still
     runs, so a scoring that outlasts the race leaves only the oracle's plot for the finished page to draw."""
     session = handlers.new_session(context, inputs(measure_ar=True))
-    list(handlers.time_each_alone(session))
+    list(time_each_alone(session))
     scoring_may_end, analyse = threading.Event(), session.analyse
     session.analyse = lambda: (scoring_may_end.wait(30), analyse())      # the scoring outlasts the race
-    built, plots_view = threading.Event(), handlers.plots_view
+    built, plots_view = threading.Event(), race_replay.plots_view
 
     def recording_plots_view(session, names=None):
         figures = plots_view(session, names)
         built.set()
         return figures
 
-    monkeypatch.setattr(handlers, "plots_view", recording_plots_view)
+    monkeypatch.setattr(race_replay, "plots_view", recording_plots_view)
     now, sent = [0.0], []
 
     def sleep(seconds):
         built.wait(30)
         now[0] += seconds
 
-    replay = handlers.replay_race(context, session, frame_s=0.3, clock=lambda: now[0], sleep=sleep)
+    replay = race_replay.replay_race(context, session, frame_s=0.3, clock=lambda: now[0], sleep=sleep)
     try:
         while True:
             update = next(replay)
@@ -192,8 +194,8 @@ def test_the_plots_that_need_no_scoring_go_with_the_replay(context, monkeypatch)
                 scoring_may_end.set()
     except StopIteration as end:
         finished = end.value
-    assert sent == [set(handlers.PLOT_NAMES) - handlers.SCORED_PLOTS]
-    assert set(finished.plots) == set(handlers.PLOT_NAMES) and session.oracle
+    assert sent == [set(charts.chart_names()) - charts.scored_names()]
+    assert set(finished.plots) == set(charts.chart_names()) and session.oracle
 
 
 def test_the_replay_s_first_frame_says_each_lane_is_starting(context):
@@ -201,7 +203,7 @@ def test_the_replay_s_first_frame_says_each_lane_is_starting(context):
     from pacer_core.ui import race
 
     session = handlers.new_session(context, inputs(measure_ar=True))
-    list(handlers.time_each_alone(session))
-    first = next(handlers.replay_race(context, session, clock=lambda: 0.0, sleep=lambda seconds: None))
+    list(time_each_alone(session))
+    first = next(race_replay.replay_race(context, session, clock=lambda: 0.0, sleep=lambda seconds: None))
     for method in session.runs:
         assert race.STARTING in first.columns[method] and "Press Run" not in first.columns[method], method

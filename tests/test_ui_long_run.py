@@ -15,8 +15,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from pacer_core.drafters import Drafter
 from pacer_core.models import Target, target_from_models
 from pacer_core.testing.tiny import TinyTokenizer, noisy_copy
-from pacer_core.ui import COLUMN_METHODS, columns, handlers
-from pacer_core.ui.handlers import AppContext, PageInputs
+from pacer_core.method_table import column_keys
+from pacer_core.ui import columns, handlers
+from pacer_core.ui.page_types import AppContext, PageInputs
 from pacer_core.ui.live import column_markup
 
 pytestmark = pytest.mark.slow      # a few hundred steps of four decoders, interleaved
@@ -49,7 +50,7 @@ def test_every_method_reaches_512_tokens(finished_run):
     session = updates[-1].session
     assert "run-done" in updates[-1].status
     results = session.results()
-    assert set(results) == {"ar", *COLUMN_METHODS}
+    assert set(results) == {"ar", *column_keys()}
     for method, result in results.items():
         assert len(result.token_ids) == NEW_TOKENS and result.finish_reason == "length", method
     assert max(len(run.events) for run in session.runs.values()) > 100
@@ -68,7 +69,7 @@ def test_streamed_columns_match_the_events(finished_run):
                 shown = re.sub(r'<div class="col-note">[^<]*</div>', "", column_markup(value))
                 assert shown == columns.column_html(method, session.runs[method].events[:count], running=True)
                 caught.add(method)
-    assert caught == set(COLUMN_METHODS)       # frames every 10 ms catch each of the three lanes running
+    assert caught == set(column_keys())       # frames every 10 ms catch each of the three lanes running
 
 
 def test_the_trace_export_matches_the_events(finished_run):

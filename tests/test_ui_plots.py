@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import pytest
 
 from pacer_core.events import BlockDecision, SMCCycleEvent, StepEvent, TokenRecord
-from pacer_core.ui import plots
+from pacer_core.ui import plots_drafts, plots_smc
 
 pytestmark = pytest.mark.pure
 
@@ -53,12 +53,12 @@ def all_hover_text(fig: go.Figure) -> str:
 
 
 FIGURES = {
-    "lengths": lambda: plots.draft_length_figure(FIXED, PACER, oracle=[3, 5], oracle_steps=[1, 2]),
-    "accept": lambda: plots.acceptance_figure({"fixed": FIXED, "pacer": PACER}),
-    "blocks": lambda: plots.block_scores_figure(PACER),
-    "weights": lambda: plots.smc_weights_figure(SMC),
-    "ess": lambda: plots.smc_ess_figure(SMC),
-    "genealogy": lambda: plots.smc_genealogy_figure(SMC),
+    "lengths": lambda: plots_drafts.draft_length_figure({"fixed": FIXED, "pacer": PACER}, oracle=[3, 5], oracle_steps=[1, 2]),
+    "accept": lambda: plots_drafts.acceptance_figure({"fixed": FIXED, "pacer": PACER}),
+    "blocks": lambda: plots_drafts.block_scores_figure(PACER),
+    "weights": lambda: plots_smc.smc_weights_figure(SMC),
+    "ess": lambda: plots_smc.smc_ess_figure(SMC),
+    "genealogy": lambda: plots_smc.smc_genealogy_figure(SMC),
 }
 
 
@@ -76,31 +76,31 @@ def test_hover_labels_escape_token_text(name):
 
 @pytest.mark.parametrize("name", sorted(FIGURES))
 def test_empty_inputs_give_a_placeholder_figure(name):
-    builders = {"lengths": lambda: plots.draft_length_figure([], []), "accept": lambda: plots.acceptance_figure({}),
-                "blocks": lambda: plots.block_scores_figure([]), "weights": lambda: plots.smc_weights_figure([]),
-                "ess": lambda: plots.smc_ess_figure([]), "genealogy": lambda: plots.smc_genealogy_figure([])}
+    builders = {"lengths": lambda: plots_drafts.draft_length_figure({}), "accept": lambda: plots_drafts.acceptance_figure({}),
+                "blocks": lambda: plots_drafts.block_scores_figure([]), "weights": lambda: plots_smc.smc_weights_figure([]),
+                "ess": lambda: plots_smc.smc_ess_figure([]), "genealogy": lambda: plots_smc.smc_genealogy_figure([])}
     fig = builders[name]()
     assert not fig.data and fig.layout.annotations
 
 
 def test_draft_length_traces():
-    fig = plots.draft_length_figure(FIXED, PACER, oracle=[3, 5], oracle_steps=[1, 2])
+    fig = plots_drafts.draft_length_figure({"fixed": FIXED, "pacer": PACER}, oracle=[3, 5], oracle_steps=[1, 2])
     by_name = {trace.name: trace for trace in fig.data}
-    assert list(by_name["fixed γ (drafted)"].y) == [4, 4]
+    assert list(by_name["fixed SD (drafted)"].y) == [4, 4]
     assert list(by_name["PACER (drafted)"].y) == [4, 2]
     assert list(by_name["PACER (accepted)"].y) == [3, 2]
     assert list(by_name["oracle γ*"].y) == [3, 5]
-    assert "oracle γ*" not in {t.name for t in plots.draft_length_figure(FIXED, PACER).data}
+    assert "oracle γ*" not in {t.name for t in plots_drafts.draft_length_figure({"fixed": FIXED, "pacer": PACER}).data}
 
 
 def test_acceptance_by_position():
-    positions, rates, counts = plots.acceptance_by_position(FIXED)
+    positions, rates, counts = plots_drafts.acceptance_by_position(FIXED)
     assert positions == [1, 2, 3, 4] and counts == [2, 2, 2, 2]
     assert rates == [1.0, 1.0, 0.5, 0.5]
 
 
 def test_block_scores_and_threshold_line():
-    fig = plots.block_scores_figure(PACER)
+    fig = plots_drafts.block_scores_figure(PACER)
     names = {trace.name: trace for trace in fig.data}
     assert sorted(names["block passed"].y) == [0.9]
     assert sorted(names["block failed → stop"].y) == [0.2, 0.3]
@@ -108,13 +108,13 @@ def test_block_scores_and_threshold_line():
 
 
 def test_smc_weights_ess_and_genealogy():
-    weights = plots.smc_weights_figure(SMC)
+    weights = plots_smc.smc_weights_figure(SMC)
     assert len(weights.data) == 4 and list(weights.data[0].y) == [0.25, 0.7, 0.4]
-    ess = plots.smc_ess_figure(SMC)
+    ess = plots_smc.smc_ess_figure(SMC)
     by_name = {trace.name: trace for trace in ess.data}
     assert list(by_name["threshold"].y) == [2.0, 2.0, 2.0]
     assert list(by_name["resampled"].x) == [2]
-    genealogy = plots.smc_genealogy_figure(SMC)
+    genealogy = plots_smc.smc_genealogy_figure(SMC)
     edges = genealogy.data[0]
     pairs = [(edges.x[i], edges.y[i], edges.x[i + 1], edges.y[i + 1]) for i in range(0, len(edges.x), 3)]
     # cycle 2 resampled with ancestors [0, 0, 0, 3]: particles 1-3 of cycle 3 descend from particle 1.
@@ -124,7 +124,7 @@ def test_smc_weights_ess_and_genealogy():
 
 
 def test_calibration_figures_from_shipped_metrics():
-    from pacer_core.ui.plots import reliability_figure, roc_figure
+    from pacer_core.ui.plots_calibration import reliability_figure, roc_figure
 
     metrics = {"reliability": [{"bin_low": 0.8, "bin_high": 0.9, "count": 40, "mean_predicted": 0.85,
                                 "fraction_accepted": 0.8}],

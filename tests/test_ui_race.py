@@ -6,10 +6,11 @@ import threading
 
 import pytest
 
+from pacer_core.method_table import column_keys
 from pacer_core.testing.tiny import tiny_pair
-from pacer_core.ui import COLUMN_METHODS, handlers, race
+from pacer_core.ui import handlers, race, timing_turn
 from pacer_core.ui.frames import DrawnFrames
-from pacer_core.ui.handlers import AppContext, PageInputs
+from pacer_core.ui.page_types import AppContext, PageInputs, ViewUpdate
 from pacer_core.ui.timing_turn import TimingTurn
 
 
@@ -78,7 +79,7 @@ def test_a_page_gets_one_frame_per_turn_and_nothing_while_a_method_decodes(conte
 
     session.advance_one = recording
     updates = []
-    for update in handlers.time_each_alone(session, frames, clock=iter(range(0, 10_000)).__next__, check_s=1.0):
+    for update in timing_turn.time_each_alone(session, frames, clock=iter(range(0, 10_000)).__next__, check_s=1.0):
         token = update.status.split('data-drawn="')[1].split('"')[0]
         timeline.append(("frame", token))
         updates.append(update)
@@ -106,7 +107,7 @@ def test_a_turn_waits_until_its_frame_is_drawn(context, monkeypatch):
     session = handlers.new_session(context, inputs())
     waited = []
     monkeypatch.setattr(frames, "wait", lambda token, timeout=0: waited.append((token, session.runs["fixed"].events[:])))
-    timing = handlers.time_each_alone(session, frames)
+    timing = timing_turn.time_each_alone(session, frames)
     first = next(timing)
     assert 'data-drawn="' in first.status
     next(timing)
@@ -117,13 +118,13 @@ def test_a_turn_waits_until_its_frame_is_drawn(context, monkeypatch):
 def test_an_api_client_gets_its_line_again_between_steps_and_a_left_client_stops_the_run(context):
     ticks = iter(range(0, 10_000))
     session = handlers.new_session(context, inputs())
-    updates = list(handlers.time_each_alone(session, clock=lambda: next(ticks) * 0.3, check_s=1.0))
+    updates = list(timing_turn.time_each_alone(session, clock=lambda: next(ticks) * 0.3, check_s=1.0))
     lines = [update for update in updates if update.columns is None]   # the turn's line again: where Gradio can
-    assert lines and all(update == handlers.ViewUpdate(status=update.status) for update in lines)   # end a Run
+    assert lines and all(update == ViewUpdate(status=update.status) for update in lines)   # end a Run
     assert all("data-drawn" not in update.status for update in updates)         # that lost its client
     assert len(updates) - len(lines) == 4
     session = handlers.new_session(context, inputs(max_new_tokens=40))
-    updates = list(handlers.time_each_alone(session, DrawnFrames(), check=lambda: False, check_s=0.0))
+    updates = list(timing_turn.time_each_alone(session, DrawnFrames(), check=lambda: False, check_s=0.0))
     assert session.cancel.is_set() and session.runs["fixed"].result.finish_reason == "cancelled"
     assert all(session.runs[method].skipped for method in ("pacer", "smc"))
 
@@ -132,11 +133,11 @@ def test_the_replay_ends_with_every_column_finished_at_its_own_time(context):
     updates = list(handlers.run(context, inputs(), frame_s=0.0))
     replay = [update for update in updates if update.status and "Replay of the race" in update.status]
     assert replay, "the columns were never replayed"
-    assert all(set(update.columns) == set(COLUMN_METHODS) for update in replay)
+    assert all(set(update.columns) == set(column_keys()) for update in replay)
     assert "AR" in replay[-1].status                              # AR is a lane of the race
     final = updates[-1]                                           # every column's end (no last frame drawn first)
     assert "run-done" in final.status and race.HOW_TIMED in final.status
-    assert all("badge-done" in final.columns[method] for method in COLUMN_METHODS)
+    assert all("badge-done" in final.columns[method] for method in column_keys())
 
 
 def test_stop_during_the_replay_skips_to_the_end_and_keeps_every_result(context):
@@ -174,7 +175,7 @@ class Visitor:
 
 def test_a_second_run_waits_while_another_is_timing_its_methods(context):
     other = Visitor()
-    assert handlers.TIMING_TURN.take(other)                       # another visitor's run is timing
+    assert timing_turn.TIMING_TURN.take(other)                       # another visitor's run is timing
     try:
         run = handlers.run(context, inputs())
         session = next(run).session
@@ -183,7 +184,7 @@ def test_a_second_run_waits_while_another_is_timing_its_methods(context):
         handlers.stop(session)
         *_, final = run
     finally:
-        handlers.TIMING_TURN.release(other)
+        timing_turn.TIMING_TURN.release(other)
     assert "Stopped." in final.status
     assert all("before its turn" in r.error for r in session.runs.values())
 
@@ -194,12 +195,12 @@ def test_a_run_abandoned_mid_timing_does_not_block_the_next(context):
     abandoned = handlers.run(context, inputs(max_new_tokens=40))
     left = next(abandoned).session
     next(abandoned)                                               # its first method's turn began; never resumed
-    assert handlers.TIMING_TURN.holder() is left
+    assert timing_turn.TIMING_TURN.holder() is left
     handlers.stop(left)
     *_, final = handlers.run(context, inputs())
     assert all(run.result is not None for run in final.session.runs.values())
     abandoned.close()                                             # its late cleanup leaves the turn alone
-    assert handlers.TIMING_TURN.holder() is None
+    assert timing_turn.TIMING_TURN.holder() is None
 
 
 @pytest.mark.pure

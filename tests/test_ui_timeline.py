@@ -7,7 +7,7 @@ import math
 import pytest
 
 from pacer_core.events import Metrics, Result, SMCCycleEvent, StepEvent, TokenRecord
-from pacer_core.ui import columns, narration, plots, timeline
+from pacer_core.ui import columns, narration, plots_time, timeline
 
 pytestmark = pytest.mark.pure
 
@@ -148,11 +148,11 @@ def hover_text(fig) -> str:
 
 
 def test_timeline_figure_has_a_lane_per_method_and_the_three_kinds():
-    fig = plots.timeline_figure({"ar": AR, "fixed": FIXED, "pacer": [], "smc": [cycle(0)]})
+    fig = plots_time.timeline_figure({"ar": AR, "fixed": FIXED, "pacer": [], "smc": [cycle(0)]})
     bars = [trace for trace in fig.data if trace.type == "bar"]
-    assert {trace.name for trace in bars} == {name for name, _, _ in plots.SEGMENT_STYLES.values()}
+    assert {trace.name for trace in bars} == {name for name, _, _ in plots_time.SEGMENT_STYLES.values()}
     lanes = {lane for trace in bars for lane in trace.y}
-    assert lanes == {"AR", "fixed γ", "SMC-SD"}
+    assert lanes == {"AR", "fixed SD", "SMC-SD"}
     wasted = next(trace for trace in bars if "wasted" in trace.name)
     assert wasted.marker.pattern.shape == "x" and list(wasted.x) == pytest.approx([0.2])
     assert "did not keep" in hover_text(fig)
@@ -160,7 +160,7 @@ def test_timeline_figure_has_a_lane_per_method_and_the_three_kinds():
 
 def test_speedup_figure_draws_curves_points_and_ar_at_one():
     events = {"ar": AR, "fixed": FIXED, "smc": [cycle(0), cycle(1)]}
-    fig = plots.speedup_figure(events)
+    fig = plots_time.speedup_figure(events)
     curves = [trace for trace in fig.data if trace.mode == "lines"]
     points = [trace for trace in fig.data if trace.mode == "markers"]
     assert len(curves) == 2 and len(points) == 2
@@ -172,17 +172,17 @@ def test_speedup_figure_draws_curves_points_and_ar_at_one():
 
 
 def test_speedup_figure_without_ar_says_why():
-    fig = plots.speedup_figure({"fixed": FIXED})
+    fig = plots_time.speedup_figure({"fixed": FIXED})
     assert not fig.data and "AR baseline" in fig.layout.annotations[0].text
 
 
 def test_histogram_figure_groups_methods():
-    fig = plots.accepted_histogram_figure({"fixed": FIXED, "smc": [cycle(0)]})
-    assert [trace.name for trace in fig.data] == ["fixed γ", "SMC-SD"]
+    fig = plots_time.accepted_histogram_figure({"fixed": FIXED, "smc": [cycle(0)]})
+    assert [trace.name for trace in fig.data] == ["fixed SD", "SMC-SD"]
     assert list(fig.data[0].y) == [0, 0, 1, 0, 1]
 
 
-@pytest.mark.parametrize("build", [plots.timeline_figure, plots.speedup_figure, plots.accepted_histogram_figure])
+@pytest.mark.parametrize("build", [plots_time.timeline_figure, plots_time.speedup_figure, plots_time.accepted_histogram_figure])
 def test_new_figures_have_placeholders_and_escape_token_text(build):
     assert build({}).layout.annotations                                 # the "run to see" placeholder
     events = {"ar": AR, "fixed": [step("fixed", 0, ["accepted", "corrected"], 0.1, 0.1, 2, text=HOSTILE)]}

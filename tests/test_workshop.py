@@ -12,7 +12,8 @@ from app_process import browser_marks
 
 from pacer_core.ui import handlers, timeline
 from pacer_core.ui.drafter_menu import DrafterMenu
-from pacer_core.ui.handlers import AppContext, PageInputs
+from pacer_core.ui.drafter_switch import drafter_context
+from pacer_core.ui.page_types import AppContext, PageInputs
 from pacer_core.ui.workshop import GUIDE_PATH, load_examples, load_workshop, render_guide, starting_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,14 +61,14 @@ def context(embedded_target, embedded_drafters):
     drafter = embedded_drafters.default
     preverifier = default_preverifier(embedded_target, drafter)
     return AppContext(embedded_target, drafter, preverifier, getattr(preverifier, "kind", "heuristic"),
-                      drafters=DrafterMenu(embedded_target, embedded_drafters, preverifier))
+                      drafter_menu=DrafterMenu(embedded_target, embedded_drafters, preverifier))
 
 
 def page_inputs(context, run) -> PageInputs:
     """What the page sends after the class followed the run: the settings as the page starts them (γ where the
     chosen drafter moves it) with the run's changes, the pair's chat template, the AR baseline measured, and the
     chosen drafter."""
-    chosen = handlers.drafter_context(context, run.drafter).drafter
+    chosen = drafter_context(context, run.drafter).drafter
     settings = starting_settings(context.target, chosen, context.preverifier, context.limits) | run.settings
     return PageInputs(run.prompt, settings, chat=context.target.use_chat_template, measure_ar=True,
                       drafter=run.drafter)

@@ -22,7 +22,8 @@ from ..drafters import drafter_key
 from ..models import ModelLoadError
 from ..settings import SettingsError
 from .atlas_view import progress_html
-from .handlers import AppContext, drafter_context
+from .drafter_switch import drafter_context
+from .page_types import AppContext
 
 RENDER_INTERVAL_S = 5.0
 MAX_PROMPTS = 200            # an uploaded file is cut to its first MAX_PROMPTS prompts
@@ -61,7 +62,7 @@ class AtlasUpdate:
 
 
 def drafter_keys(context: AppContext, choice: AtlasChoice) -> list[str]:
-    default = context.drafters.default_key if context.drafters is not None else drafter_key(context.drafter)
+    default = context.drafter_menu.default_key if context.drafter_menu is not None else drafter_key(context.drafter)
     keys = [choice.drafter or default]
     if choice.compare and choice.compare != keys[0]:
         keys.append(choice.compare)

@@ -15,7 +15,7 @@ import gradio as gr
 
 from . import atlas_session, atlas_view
 from .atlas_session import AtlasChoice, AtlasUpdate
-from .handlers import AppContext
+from .page_types import AppContext
 
 METHOD_CHOICES = [("PACER", "pacer"), ("Fixed-length SD, γ = 2", "fixed:2"), ("Fixed-length SD, γ = 3", "fixed:3"),
                   ("Fixed-length SD, γ = 5", "fixed:5")]
@@ -27,7 +27,7 @@ INTRO = ("**Acceptance atlas.** Decode a whole prompt set with one method and se
 
 
 def drafter_choices(context: AppContext) -> list[str]:
-    return list(context.drafters.keys) if context.drafters is not None else []
+    return list(context.drafter_menu.keys) if context.drafter_menu is not None else []
 
 
 class AtlasTab:
@@ -37,7 +37,7 @@ class AtlasTab:
         from .widgets import control
 
         keys = drafter_choices(context)
-        default = context.drafters.default_key if context.drafters is not None else None
+        default = context.drafter_menu.default_key if context.drafter_menu is not None else None
         gr.Markdown(INTRO)
         with gr.Row(equal_height=False):
             self.method = gr.Dropdown(METHOD_CHOICES, value="pacer", label="Method", allow_custom_value=True,

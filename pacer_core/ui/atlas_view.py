@@ -9,7 +9,8 @@ import plotly.graph_objects as go
 import pandas as pd
 
 from .escape import escape_text, hover_escape, plain_visible
-from .plots import ACCEPTED, REJECTED, _layout, diagonal_figure, empty_figure
+from .plots_calibration import diagonal_figure
+from .plots_style import ACCEPTED, REJECTED, empty_figure, styled
 
 DRAFTER_COLOURS = ("#0072B2", "#E69F00")
 PROMPT_COLUMN = "prompt #"
@@ -40,7 +41,7 @@ def breakdown_figure(atlas: dict | None, field: str, key: str, title: str, x_tit
                                                      f"({percent(row['alpha'])})") for row in rows]))
     if not fig.data:
         return empty_figure(title, "Run the atlas to fill this plot.")
-    return _layout(fig, title, x_title, "accepted", layout={"barmode": "group", "xaxis": {"type": "category"},
+    return styled(fig, title, x_title, "accepted", layout={"barmode": "group", "xaxis": {"type": "category"},
                                                              "yaxis": {"range": [0, 1.05], "tickformat": ".0%"}})
 
 
@@ -73,7 +74,7 @@ def binned_acceptance_figure(atlas: dict | None, field: str, estimate: str, titl
                                  hovertext=[hover_escape(f"{side['drafter']}: {b['drafted']} drafts {binned_as} "
                                                          f"{b['low']:.1f}–{b['high']:.1f}, "
                                                          f"{percent(b['alpha'])} accepted") for b in bins]))
-    return _layout(fig, title, x_title, "accepted", layout={"xaxis": {"range": [0, 1.02]}, "yaxis": {"range": [0, 1.05]}})
+    return styled(fig, title, x_title, "accepted", layout={"xaxis": {"range": [0, 1.02]}, "yaxis": {"range": [0, 1.05]}})
 
 
 def calibration_figure(atlas: dict | None) -> go.Figure:
@@ -105,7 +106,7 @@ def prompts_figure(atlas: dict | None) -> go.Figure:
                                  hovertext=[hover_escape(f"#{row['index'] + 1} {row['category']}: {row['prompt'][:60]}"
                                                          f" · τ {row['tau']:.2f} · α {percent(row['alpha'])}")
                                             for row in rows]))
-    return _layout(fig, title, "α (accepted / drafted)", "τ", layout={"xaxis": {"tickformat": ".0%"}})
+    return styled(fig, title, "α (accepted / drafted)", "τ", layout={"xaxis": {"tickformat": ".0%"}})
 
 
 def token_text(text) -> str:

@@ -4,7 +4,7 @@ and cues: docs/algorithms.md#token-states-and-colours (Okabe–Ito)."""
 from __future__ import annotations
 
 from ..events import Result, SMCCycleEvent, StepEvent, TokenRecord, TokenState
-from . import METHOD_LABELS
+from ..method_table import label_of
 from .escape import escape_attr, escape_text, plain_visible
 from .smc_panel import smc_body_html
 
@@ -183,7 +183,7 @@ def column_html(method: str, events: list, result: Result | None = None, error: 
     before this method's turn (``placeholder`` then says so)."""
     if pending and method == "smc" and events:
         events, pending = events[:-1], False
-    title = escape_text(METHOD_LABELS.get(method, method))
+    title = escape_text(label_of(method))
     head = (f'<div class="col-head"><span class="col-title">{title}</span>'
             f'{status_badge(result, error, running, skipped)}</div>')
     extra = (f'<div class="col-note">{escape_text(note)}</div>' if note else "") + (error_html(error) if error else "")

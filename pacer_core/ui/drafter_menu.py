@@ -83,10 +83,10 @@ class DrafterMenu:
     def __init__(self, target, drafters, preverifier=None):
         """``drafters``: what the loader built beside the target (``drafters.LoadedDrafters``), whose ``default`` is
         the page's own drafter; ``preverifier``: the one already loaded for it (found again when None)."""
-        self.target, self.drafters = target, drafters
+        self.target, self.loaded_drafters = target, drafters
         self.default_key = drafter_key(drafters.default)
-        self._drafters = {self.default_key: drafters.default}
-        self._preverifiers: dict = {} if preverifier is None else {self.default_key: preverifier}
+        self._drafter_by_key = {self.default_key: drafters.default}     # built so far, kept for the process
+        self._preverifier_by_key: dict = {} if preverifier is None else {self.default_key: preverifier}
         self._lock = threading.Lock()
         self.unavailable = {entry.key: entry.unavailable(target, drafters)   # key -> why not (None: offered)
                             for entry in KINDS}
@@ -107,9 +107,9 @@ class DrafterMenu:
             raise ValueError(f"The drafter '{key}' is not available here: {why}." if why else
                              f"Unknown drafter '{key}': this page offers {', '.join(self.keys)}.")
         with self._lock:
-            if key not in self._drafters:
-                self._drafters[key] = load_drafter(self.target, self.drafters, key)
-            return self._drafters[key]
+            if key not in self._drafter_by_key:
+                self._drafter_by_key[key] = load_drafter(self.target, self.loaded_drafters, key)
+            return self._drafter_by_key[key]
 
     def preverifier(self, key: str | None):
         """PACER's pre-verifier for the drafter: the layer trained for it, else the confidence rule (a broken
@@ -117,24 +117,24 @@ class DrafterMenu:
         key = key or self.default_key
         drafter = self.drafter(key)
         with self._lock:
-            if key not in self._preverifiers:
+            if key not in self._preverifier_by_key:
                 try:
-                    self._preverifiers[key] = default_preverifier(self.target, drafter)
+                    self._preverifier_by_key[key] = default_preverifier(self.target, drafter)
                 except Exception:  # noqa: BLE001 - a broken optional layer must not stop the app
                     traceback.print_exc(file=sys.stderr)
-                    self._preverifiers[key] = confidence_rule(self.target, drafter)
-            return self._preverifiers[key]
+                    self._preverifier_by_key[key] = confidence_rule(self.target, drafter)
+            return self._preverifier_by_key[key]
 
     def built(self, key: str) -> bool:
-        return key in self._drafters
+        return key in self._drafter_by_key
 
     def options(self) -> list[DrafterOption]:
         """Every key with its one-line description (a drafter not built yet is described from its kind)."""
-        device_type, own = self.target.device.type, self._drafters[self.default_key]
+        device_type, own = self.target.device.type, self._drafter_by_key[self.default_key]
         options = []
         for key in self.keys:
-            size = (size_text(self._drafters[key]) if key in self._drafters
-                    else estimated_size(self.target, self.drafters, key))
+            size = (size_text(self._drafter_by_key[key]) if key in self._drafter_by_key
+                    else estimated_size(self.target, self.loaded_drafters, key))
             options.append(DrafterOption(key, describe_option(key, size, measured_drafter(self.target, own, key),
                                                               device_type)))
         return options

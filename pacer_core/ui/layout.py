@@ -1,13 +1,12 @@
-"""``build_ui(pair)``: the Gradio Blocks app. It lays out components and wires events, nothing else:
+"""``build_ui(target, drafters)``: the Gradio Blocks app. It lays out components and wires events, nothing else:
 what the buttons do is ``handlers`` (plain functions returning ``ViewUpdate``s), what the page shows
-comes from the pure renderers (columns, narration, page, plots, tables).
+comes from the pure renderers (columns, narration, page, the charts of ``charts``, tables).
 
 Gradio handlers take one dict of input values (a set of components as ``inputs``) and return dicts
 keyed by component (``PageView.apply``), never positional tuples. Bad settings become a warning
 toast plus an error line in the page, never a stack trace; the app keeps serving."""
 from __future__ import annotations
 
-import contextlib
 import html
 import json
 import os
@@ -18,15 +17,19 @@ from pathlib import Path
 
 import gradio as gr
 
+from ..method_table import column_keys, label_of
 from ..settings import FIELD_BY_NAME, Limits
-from . import COLUMN_METHODS, METHOD_LABELS, columns, frames, handlers, live, narration, page, plots, tables
+from . import charts, columns, frames, handlers, live, narration, page, tables
+from .atlas_tab import atlas_tab
 from .drafter_menu import DrafterMenu
+from .drafter_switch import drafter_context
+from .page_types import AppContext, PageInputs, ViewUpdate
+from .queue_watch import client_still_there, quiet_queue
+from .reading_tabs import other_tabs
 from .replay_tab import replay_tab
+from .session import preverifier_kind
 from .starts import DRAFTER_STARTS, drafter_starts
 from .widgets import EXPLAIN_PATH, control, gpu as _gpu
-from .atlas_tab import atlas_tab
-from .handlers import AppContext, PageInputs, ViewUpdate
-from .session import preverifier_kind
 
 ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
 CSS_PATH = ASSETS / "style.css"
@@ -34,16 +37,6 @@ EXAMPLES_PATH = ASSETS / "examples.json"
 INTRO = ("# PACER Lab: speculative decoding, live\n"
          "A small **draft** model guesses the next tokens, the big **target** checks them all in one pass: "
          "**fixed-length SD**, **PACER** and **SMC-SD** side by side (tab *Explain*).")
-PLOTS = {"timeline": ("Wall-clock timeline", lambda: plots.timeline_figure({})),
-         "speedup": ("Speedup against acceptance", lambda: plots.speedup_figure({})),
-         "histogram": ("Accepted tokens per pass", lambda: plots.accepted_histogram_figure({})),
-         "lengths": ("Draft length per step", lambda: plots.draft_length_figure([], [])),
-         "accept": ("Acceptance by position", lambda: plots.acceptance_figure({})),
-         "blocks": ("PACER block scores", lambda: plots.block_scores_figure([])),
-         "weights": ("SMC particle weights", lambda: plots.smc_weights_figure([])),
-         "ess": ("SMC ESS", lambda: plots.smc_ess_figure([])),
-         "genealogy": ("SMC genealogy", lambda: plots.smc_genealogy_figure([]))}
-
 
 
 def load_examples(path: Path = EXAMPLES_PATH) -> list[dict]:
@@ -113,7 +106,7 @@ class PageView:
     session_state: gr.State
 
     def outputs(self) -> list:
-        return ([self.columns[m] for m in COLUMN_METHODS] + list(self.plots.values())
+        return (list(self.columns.values()) + list(self.plots.values())
                 + [self.status, self.narration, self.table, self.download_json, self.download_csv, self.session_state])
 
     def apply(self, update: ViewUpdate) -> dict:
@@ -141,10 +134,10 @@ def settings_panel(target, limits: Limits, starts: dict) -> tuple[dict, gr.Check
                       "top_k": control("top_k", limits), "top_p": control("top_p", limits)}
             chat = gr.Checkbox(value=bool(target.use_chat_template), label="Use the chat template")
         with gr.Column(min_width=200):
-            gr.Markdown(f"**{METHOD_LABELS['fixed']}**")
+            gr.Markdown(f"**{label_of('fixed')}**")
             fixed = {"gamma": control("gamma", limits, starts["gamma"])}
         with gr.Column(min_width=220):
-            gr.Markdown(f"**{METHOD_LABELS['pacer']}**")
+            gr.Markdown(f"**{label_of('pacer')}**")
             pacer = {"block_size": control("block_size", limits, starts["block_size"]),
                      "max_draft_len": control("max_draft_len", limits, starts["max_draft_len"])}
             own_threshold = gr.Checkbox(value=starts["own_threshold"], label="Use the pre-verifier's own threshold")
@@ -162,14 +155,14 @@ def settings_panel(target, limits: Limits, starts: dict) -> tuple[dict, gr.Check
                                           info=FIELD_BY_NAME["stop_rule"].help)
             pacer["phrase_len"] = control("phrase_len", limits, starts["phrase_len"])
         with gr.Column(min_width=200):
-            gr.Markdown(f"**{METHOD_LABELS['smc']}**")
+            gr.Markdown(f"**{label_of('smc')}**")
             smc = {name: control(name, limits, starts.get(name)) for name in ("n_particles", "draft_len", "ess_threshold")}
     return shared | fixed | pacer | smc, chat, own_threshold
 
 
 def live_outputs(session_state: gr.State) -> tuple[PageView, gr.Checkbox, gr.Checkbox]:
-    """The run status, the legend and the display switches on one line, the three columns, the narration, nine plots
-    (timeline first), the metrics table and the downloads. Returns the view and the two display switches
+    """The run status, the legend and the display switches on one line, the columns, the narration, the charts
+    (``charts.CHARTS``, by row), the metrics table and the downloads. Returns the view and the two display switches
     (show the step trace, show rejected drafts)."""
     with gr.Row(elem_id="view-row", equal_height=True):
         status = gr.HTML(page.run_status_html("Ready."), elem_id="run-status", label="Run status", scale=1,
@@ -181,25 +174,22 @@ def live_outputs(session_state: gr.State) -> tuple[PageView, gr.Checkbox, gr.Che
                                     container=False, scale=0, min_width=150)
     column_boxes = {}
     with gr.Row(elem_id="pacer-columns", equal_height=False):
-        for method in COLUMN_METHODS:
+        for method in column_keys():
             with gr.Column(min_width=280):
                 # No autoscroll: the answer stays at the top of the box while the trace grows beneath it.
                 # The template joins a running column's parts (ui/live.py), so a streamed update sends only
                 # what changed; a plain string shows as it is.
                 column_boxes[method] = gr.HTML(columns.column_html(method, []), elem_id=f"col-{method}",
-                                               label=METHOD_LABELS[method], elem_classes=["pacer-col-box"],
+                                               label=label_of(method), elem_classes=["pacer-col-box"],
                                                max_height=480, autoscroll=False, container=True, padding=True,
                                                html_template=live.COLUMN_TEMPLATE)
     narration_box = gr.HTML(narration.narration_html({}), elem_id="narration", label="Step-through narration")
-    plot_boxes = {}
-    plot_rows = (("timeline",), ("speedup", "histogram"), ("lengths", "accept", "blocks"),
-                 ("weights", "ess", "genealogy"))
-    for row in plot_rows:
+    plot_boxes, empty = {}, charts.ChartData()
+    for row in charts.chart_rows():
         with gr.Row():
-            for name in row:
-                label, empty = PLOTS[name]
-                plot_boxes[name] = gr.Plot(empty(), elem_id=f"plot-{name}", show_label=False, label=label,
-                                           elem_classes=["pacer-run-plot"])
+            for chart in row:
+                plot_boxes[chart.name] = gr.Plot(chart.figure(empty), elem_id=f"plot-{chart.name}", show_label=False,
+                                                 label=chart.title, elem_classes=["pacer-run-plot"])
     table = gr.Dataframe(tables.empty_frame(), label=tables.LABEL, interactive=False,
                          elem_id="metrics-table", wrap=True)
     with gr.Row():
@@ -207,43 +197,6 @@ def live_outputs(session_state: gr.State) -> tuple[PageView, gr.Checkbox, gr.Che
         download_csv = gr.DownloadButton("⬇ CSV metrics", value=None, elem_id="download-csv")
     view = PageView(column_boxes, plot_boxes, status, narration_box, table, download_json, download_csv, session_state)
     return view, show_trace, show_rejected
-
-
-def other_tabs(preverifier, explain_text: str) -> None:
-    with gr.Tab("Explain", id="explain"):
-        gr.HTML(page.legend_html())
-        gr.Markdown(explain_text or "See the README.", elem_id="explain-text")
-    with gr.Tab("Pre-verifier calibration", id="calibration"):
-        config = getattr(preverifier, "config", {}) if preverifier else {}
-        heldout, sampled = config.get("heldout_metrics"), config.get("sampling_heldout_metrics")
-        gr.Markdown(calibration_text(config), elem_id="calibration-text")
-        with gr.Row():
-            gr.Plot(plots.reliability_figure(heldout), elem_id="plot-reliability", show_label=False)
-            gr.Plot(plots.roc_figure(heldout), elem_id="plot-roc", show_label=False)
-        if sampled:
-            gr.Plot(plots.reliability_figure(sampled, f"Sampled tokens (T = {sampled.get('temperature', 0.7)}): "
-                                                      "estimate against acceptance probability", "mean acceptance"),
-                    elem_id="plot-reliability-sampled", show_label=False)
-
-
-def calibration_text(config: dict) -> str:
-    """What the calibration tab shows, in words: whose layer, on which tokens, and how it compares."""
-    heldout = config.get("heldout_metrics")
-    if not heldout:
-        return ("No trained pre-verification layer for the page's drafter: PACER uses the confidence rule "
-                "(Settings → Pre-verifier), so there is nothing to calibrate here.")
-    text = (f"How well PACER's trained pre-verification layer for **{html.escape(str(config.get('draft_id', '')))}** "
-            f"predicts whether the target accepts a drafted token, on {heldout.get('heldout_tokens', 0):,} held-out "
-            f"tokens from prompts never trained on. Greedy: ROC-AUC {heldout.get('roc_auc_greedy', 0):.3f} "
-            f"(confidence rule {heldout.get('roc_auc_confidence_rule', 0):.3f}), Brier "
-            f"{heldout.get('brier', 0):.4f} ({heldout.get('brier_confidence_rule', 0):.4f}).")
-    sampled = config.get("sampling_heldout_metrics")
-    if sampled:
-        text += (f" Sampled tokens (T = {sampled.get('temperature')}): Brier {sampled['brier']:.5f} against "
-                 f"{sampled['brier_constant_mean']:.5f} for the mean acceptance "
-                 f"({sampled['heldout_mean_acceptance']:.3f}) and {sampled['brier_confidence_rule']:.5f} for the "
-                 f"confidence rule: a drafter this close to its target leaves little to predict.")
-    return text
 
 
 def drafter_dropdown(menu: DrafterMenu) -> gr.Dropdown:
@@ -260,171 +213,169 @@ def left_out_text(left_out: dict[str, str]) -> str:
     return f"<small>Not offered here — {reasons}</small>"
 
 
-def client_still_there(demo: gr.Blocks, request) -> callable:
-    """A check that is False once Gradio has marked the session of ``request`` gone (its tab closed, its connection
-    dropped): Run asks it while a method is timed, when nothing is sent that Gradio could fail to deliver. It reads
-    Gradio's queue (``_queue.event_ids_to_events``: each event's ``session_hash``, ``closed``, ``alive``;
-    tests/test_ui_frames.py checks these exist); where they do not, it always says True."""
-    session = getattr(request, "session_hash", None)
-
-    def still_there() -> bool:
-        events = getattr(getattr(demo, "_queue", None), "event_ids_to_events", None)
-        if session is None or events is None:
-            return True
-        try:
-            mine = [event for event in list(events.values()) if getattr(event, "session_hash", None) == session]
-        except RuntimeError:          # changed while read (another thread): ask again at the next check
-            return True
-        return not any(getattr(event, "closed", False) or not getattr(event, "alive", True) for event in mine)
-
-    return still_there
-
-
-QUIET_POLL_S = 0.1    # how often Gradio's queue looks for work while a page's method is timed (its own: 1 ms)
-
-
-@contextlib.contextmanager
-def quiet_queue(demo: gr.Blocks):
-    """Held while a page's method decodes alone. Gradio's queue polls for work to start every 1 ms and for progress
-    to send every 10 ms: about 1,100 wake-ups a second of the server's event loop, on the cores and the GIL the
-    decoder uses. Nothing needs them then (the Run holds the decoding slot; Stop and the page's acknowledgements
-    start within a poll), so both slow to ``QUIET_POLL_S`` until the method ends, and are restored after."""
-    queue = getattr(demo, "_queue", None)
-    names = ("sleep_when_free", "progress_update_sleep_when_free")
-    if queue is None or not all(hasattr(queue, name) for name in names):
-        yield
-        return
-    before = {name: getattr(queue, name) for name in names}
-    for name, value in before.items():
-        setattr(queue, name, max(value, QUIET_POLL_S))
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            setattr(queue, name, value)
-
-
 def drafter_choice_view(context: AppContext, key: str, pair_note: str | None) -> dict:
     """What the page shows for a drafter: the pair line, and where its drafter-dependent controls start."""
-    chosen = handlers.drafter_context(context, key)
-    starts = drafter_starts(chosen.target, chosen.drafter, chosen.preverifier, key or context.drafters.default_key)
+    chosen = drafter_context(context, key)
+    starts = drafter_starts(chosen.target, chosen.drafter, chosen.preverifier, key or context.drafter_menu.default_key)
     return {"pair": page.pair_status_html(chosen.target.describe(chosen.drafter), chosen.preverifier_kind,
                                           pair_note)} | starts
+
+
+def app_context(target, drafters, preverifier=None, limits: Limits | None = None) -> AppContext:
+    """What every click of the app shares: the loader's drafter (``drafters.default``, a ``LoadedDrafters``), its
+    pre-verifier (the trained layer when there is one) and the menu of the other drafters the target offers."""
+    drafter = drafters.default
+    preverifier = preverifier if preverifier is not None else load_preverifier(target, drafter)
+    kind = getattr(preverifier, "kind", None) or preverifier_kind(target, drafter)
+    return AppContext(target, drafter, preverifier, kind, limits or Limits.from_env(),
+                      DrafterMenu(target, drafters, preverifier))
+
+
+@dataclass
+class LiveTab:
+    """The live tab's components that events are wired to."""
+    controls: Controls
+    view: PageView
+    pair_status: gr.HTML
+    run_button: gr.Button
+    step_button: gr.Button
+    stop_button: gr.Button
+    show_trace: gr.Checkbox
+    show_rejected: gr.Checkbox
+
+
+def prompt_column(context: AppContext, examples: list[dict]) -> tuple[gr.Textbox, dict, gr.Checkbox, gr.Checkbox,
+                                                                       gr.Dropdown]:
+    """The prompt, and beneath it the examples, the settings and the drafter choice. Returns (prompt, settings by
+    name, the chat-template switch, the own-threshold switch, the drafter menu)."""
+    menu = context.drafter_menu
+    with gr.Column(scale=4, min_width=300):
+        prompt = gr.Textbox(label="Prompt", show_label=False, lines=2, max_lines=6, elem_id="prompt",
+                            value=examples[0]["prompt"] if examples else "",
+                            placeholder="Type a prompt, or pick one of the workshop examples")
+        with gr.Row(equal_height=False, elem_id="options-row"):
+            with gr.Column(min_width=260):
+                with gr.Accordion(f"Workshop examples ({len(examples)})", open=False, elem_id="examples"):
+                    gr.Examples(examples=[[item["prompt"]] for item in examples], inputs=[prompt],
+                                example_labels=[item.get("label", item["prompt"][:30]) for item in examples],
+                                label=None)
+            with gr.Column(min_width=260):
+                starts = drafter_starts(context.target, context.drafter, context.preverifier, menu.default_key)
+                settings, chat, own_threshold = settings_panel(context.target, context.limits, starts)
+            with gr.Column(min_width=300, elem_id="drafter-column"):
+                drafter_menu = drafter_dropdown(menu)
+                if menu.left_out():
+                    gr.Markdown(left_out_text(menu.left_out()), elem_id="drafters-left-out")
+    return prompt, settings, chat, own_threshold, drafter_menu
+
+
+def live_tab(context: AppContext, pair_note: str | None, examples: list[dict], session_state: gr.State) -> LiveTab:
+    """One screen (1366x768): title and model line, prompt and buttons, examples and settings collapsed, then run
+    status, legend and the columns; narration, charts and table below."""
+    with gr.Tab("Live demo", id="live"):
+        with gr.Row(elem_id="pacer-header", equal_height=False):
+            gr.Markdown(INTRO, elem_id="pacer-title", scale=2, min_width=300)
+            pair_status = gr.HTML(page.pair_status_html(context.target.describe(context.drafter),
+                                                        context.preverifier_kind, pair_note),
+                                  elem_id="pair-status", scale=3, min_width=300)
+        with gr.Row(equal_height=False, elem_id="prompt-row"):
+            prompt, settings, chat, own_threshold, drafter_menu = prompt_column(context, examples)
+            with gr.Column(scale=1, min_width=240, elem_id="buttons"):
+                run_button = gr.Button("▶ Run", variant="primary", elem_id="run-button")
+                with gr.Row(elem_id="step-stop"):
+                    step_button = gr.Button("Step ▸", variant="secondary", elem_id="step-button", scale=1,
+                                            min_width=90)
+                    stop_button = gr.Button("■ Stop", variant="stop", elem_id="stop-button", scale=1, min_width=90)
+                measure_ar = gr.Checkbox(value=True, label="Measure the AR baseline too", elem_id="measure-ar",
+                                         container=False)
+        view, show_trace, show_rejected = live_outputs(session_state)
+        drawn = gr.Textbox("", visible="hidden", elem_id="pacer-drawn", show_label=False, container=False,
+                           label="Drawn frame")
+    controls = Controls(prompt, settings, chat, own_threshold, measure_ar, drafter_menu, drawn)
+    return LiveTab(controls, view, pair_status, run_button, step_button, stop_button, show_trace, show_rejected)
 
 
 def build_ui(target, drafters, preverifier=None, limits: Limits | None = None, pair_note: str | None = None,
              title: str = "PACER Lab") -> gr.Blocks:
     """The whole app for one Target loaded once per process, drafting with the loader's drafter
     (``drafters.default``, a ``drafters.LoadedDrafters``) until the page chooses another."""
-    limits = limits or Limits.from_env()
-    drafter = drafters.default
-    preverifier = preverifier if preverifier is not None else load_preverifier(target, drafter)
-    context = AppContext(target, drafter, preverifier,
-                         getattr(preverifier, "kind", None) or preverifier_kind(target, drafter), limits,
-                         DrafterMenu(target, drafters, preverifier))
-    examples = load_examples()
+    context = app_context(target, drafters, preverifier, limits)
     explain_text = EXPLAIN_PATH.read_text(encoding="utf-8") if EXPLAIN_PATH.exists() else ""
-
     with gr.Blocks(title=title, fill_width=True) as demo:
         session_state = gr.State(None, time_to_live=3600)   # per browser session, dropped after an hour idle
         with gr.Tabs():
-            with gr.Tab("Live demo", id="live"):
-                # One screen (1366x768): title and model line, prompt and buttons, examples and settings
-                # collapsed, then run status, legend and the three columns; narration, plots and table below.
-                with gr.Row(elem_id="pacer-header", equal_height=False):
-                    gr.Markdown(INTRO, elem_id="pacer-title", scale=2, min_width=300)
-                    pair_status = gr.HTML(page.pair_status_html(target.describe(drafter), context.preverifier_kind,
-                                                                pair_note),
-                                          elem_id="pair-status", scale=3, min_width=300)
-                with gr.Row(equal_height=False, elem_id="prompt-row"):
-                    with gr.Column(scale=4, min_width=300):
-                        prompt = gr.Textbox(label="Prompt", show_label=False, lines=2, max_lines=6, elem_id="prompt",
-                                            value=examples[0]["prompt"] if examples else "",
-                                            placeholder="Type a prompt, or pick one of the workshop examples")
-                        with gr.Row(equal_height=False, elem_id="options-row"):
-                            with gr.Column(min_width=260):
-                                with gr.Accordion(f"Workshop examples ({len(examples)})", open=False,
-                                                  elem_id="examples"):
-                                    gr.Examples(examples=[[item["prompt"]] for item in examples], inputs=[prompt],
-                                                example_labels=[item.get("label", item["prompt"][:30])
-                                                                for item in examples], label=None)
-                            with gr.Column(min_width=260):
-                                settings, chat, own_threshold = settings_panel(target, limits, drafter_starts(
-                                    target, drafter, preverifier, context.drafters.default_key))
-                            with gr.Column(min_width=300, elem_id="drafter-column"):
-                                drafter_menu = drafter_dropdown(context.drafters)
-                                if context.drafters.left_out():
-                                    gr.Markdown(left_out_text(context.drafters.left_out()), elem_id="drafters-left-out")
-                    with gr.Column(scale=1, min_width=240, elem_id="buttons"):
-                        run_button = gr.Button("▶ Run", variant="primary", elem_id="run-button")
-                        with gr.Row(elem_id="step-stop"):
-                            step_button = gr.Button("Step ▸", variant="secondary", elem_id="step-button", scale=1,
-                                                    min_width=90)
-                            stop_button = gr.Button("■ Stop", variant="stop", elem_id="stop-button", scale=1,
-                                                    min_width=90)
-                        measure_ar = gr.Checkbox(value=True, label="Measure the AR baseline too", elem_id="measure-ar",
-                                                 container=False)
-                view, show_trace, show_rejected = live_outputs(session_state)
-                drawn = gr.Textbox("", visible="hidden", elem_id="pacer-drawn", show_label=False, container=False,
-                                   label="Drawn frame")
-            other_tabs(preverifier, explain_text)
+            live = live_tab(context, pair_note, load_examples(), session_state)
+            other_tabs(context.preverifier, explain_text)
             replay_tab()
-            atlas_tab(context, prompt, settings, drafter_menu)
-        controls = Controls(prompt, settings, chat, own_threshold, measure_ar, drafter_menu, drawn)
-
-        def show(updates):
-            """ViewUpdates → Gradio update dicts; a warning also becomes a toast (HTML: escape it)."""
-            for update in handlers.guarded(updates):
-                if update.warning:
-                    gr.Warning(html.escape(update.warning))
-                yield view.apply(update)
-
-        @_gpu
-        def run_all(values: dict, request: gr.Request = None):   # None: called directly, not by Gradio
-            still_wanted = client_still_there(demo, request)
-            yield from show(handlers.run(context, controls.read(values), still_wanted=still_wanted,
-                                         quiet=lambda: quiet_queue(demo)))
-
-        @_gpu
-        def step_once(values: dict):
-            yield from show(handlers.step(context, controls.read(values), values[session_state]))
-
-        def stop(session):
-            return handlers.stop(session).status
-
-        @_gpu
-        def choose_drafter(key):
-            """Build the chosen drafter (once) and show it: the pair line, its measured fixed length and threshold."""
-            try:
-                shown = drafter_choice_view(context, key, pair_note)
-            except (ValueError, RuntimeError) as error:
-                gr.Warning(html.escape(str(error)))
-                return {pair_status: page.pair_status_html(target.describe(drafter), context.preverifier_kind,
-                                                           str(error))}
-            return ({pair_status: shown["pair"], own_threshold: shown["own_threshold"]}
-                    | {settings[name]: shown[name] for name in DRAFTER_STARTS})
-
-        decode = {"inputs": controls.inputs(session_state), "outputs": view.outputs(), "concurrency_id": "decode",
-                  "show_progress": "minimal"}
-        run_button.click(run_all, api_name="run", **decode)
-        prompt.submit(run_all, api_visibility="private", **decode)
-        step_button.click(step_once, api_name="step", **decode)
-        stop_button.click(stop, inputs=session_state, outputs=view.status, concurrency_limit=None, api_name="stop")
-        # The page drew a timing frame: off the queue, so it reaches the Run that is waiting for it.
-        drawn.change(context.frames.acknowledge, inputs=drawn, outputs=None, queue=False, show_progress="hidden",
-                    api_visibility="private")
-        drafter_menu.change(choose_drafter, inputs=drafter_menu,
-                            outputs=[pair_status, own_threshold] + [settings[n] for n in DRAFTER_STARTS],
-                            concurrency_id="decode", api_name="choose_drafter")
-        # Pure display toggle, in the browser only: hide struck-through drafts to read the final text.
-        show_rejected.change(None, inputs=show_rejected, js=(
-            "(show) => { document.body.classList.toggle('pacer-hide-rejected', !show); return show; }"),
-            api_visibility="private")
-        # Likewise: the clean answer alone, or with the coloured step trace beneath it.
-        show_trace.change(None, inputs=show_trace, js=(
-            "(show) => { document.body.classList.toggle('pacer-hide-trace', !show); return show; }"),
-            api_visibility="private")
+            atlas_tab(context, live.controls.prompt, live.controls.settings, live.controls.drafter)
+        wire_buttons(demo, context, live, session_state)
+        wire_drafter_choice(context, live, pair_note)
+        wire_display_switches(live)
     return demo
+
+
+def wire_buttons(demo: gr.Blocks, context: AppContext, live: LiveTab, session_state: gr.State) -> None:
+    """Run, Step (and Enter in the prompt) stream ViewUpdates onto the page; Stop ends the running session."""
+    controls, view = live.controls, live.view
+
+    def show(updates):
+        """ViewUpdates → Gradio update dicts; a warning also becomes a toast (HTML: escape it)."""
+        for update in handlers.guarded(updates):
+            if update.warning:
+                gr.Warning(html.escape(update.warning))
+            yield view.apply(update)
+
+    @_gpu
+    def run_all(values: dict, request: gr.Request = None):   # None: called directly, not by Gradio
+        still_wanted = client_still_there(demo, request)
+        yield from show(handlers.run(context, controls.read(values), still_wanted=still_wanted,
+                                     quiet=lambda: quiet_queue(demo)))
+
+    @_gpu
+    def step_once(values: dict):
+        yield from show(handlers.step(context, controls.read(values), values[session_state]))
+
+    def stop(session):
+        return handlers.stop(session).status
+
+    decode = {"inputs": controls.inputs(session_state), "outputs": view.outputs(), "concurrency_id": "decode",
+              "show_progress": "minimal"}
+    live.run_button.click(run_all, api_name="run", **decode)
+    controls.prompt.submit(run_all, api_visibility="private", **decode)
+    live.step_button.click(step_once, api_name="step", **decode)
+    live.stop_button.click(stop, inputs=session_state, outputs=view.status, concurrency_limit=None, api_name="stop")
+    # The page drew a timing frame: off the queue, so it reaches the Run that is waiting for it.
+    controls.drawn.change(context.frames.acknowledge, inputs=controls.drawn, outputs=None, queue=False,
+                          show_progress="hidden", api_visibility="private")
+
+
+def wire_drafter_choice(context: AppContext, live: LiveTab, pair_note: str | None) -> None:
+    """Choosing a drafter builds it (once) and shows it: the pair line, its measured fixed length and threshold."""
+    controls = live.controls
+
+    @_gpu
+    def choose_drafter(key):
+        try:
+            shown = drafter_choice_view(context, key, pair_note)
+        except (ValueError, RuntimeError) as error:
+            gr.Warning(html.escape(str(error)))
+            return {live.pair_status: page.pair_status_html(context.target.describe(context.drafter),
+                                                            context.preverifier_kind, str(error))}
+        return ({live.pair_status: shown["pair"], controls.own_threshold: shown["own_threshold"]}
+                | {controls.settings[name]: shown[name] for name in DRAFTER_STARTS})
+
+    controls.drafter.change(choose_drafter, inputs=controls.drafter,
+                            outputs=[live.pair_status, controls.own_threshold]
+                            + [controls.settings[name] for name in DRAFTER_STARTS],
+                            concurrency_id="decode", api_name="choose_drafter")
+
+
+def wire_display_switches(live: LiveTab) -> None:
+    """Pure display toggles, in the browser only: hide struck-through drafts to read the final text; the clean
+    answer alone, or with the coloured step trace beneath it."""
+    for switch, css_class in ((live.show_rejected, "pacer-hide-rejected"), (live.show_trace, "pacer-hide-trace")):
+        switch.change(None, inputs=switch, api_visibility="private", js=(
+            f"(show) => {{ document.body.classList.toggle('{css_class}', !show); return show; }}"))
 
 
 def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, concurrency: int | None = None,

@@ -22,7 +22,7 @@ No Gradio here."""
 from __future__ import annotations
 
 from ..events import SMCCycleEvent, StepEvent
-from . import METHOD_LABELS
+from ..method_table import label_of
 from .columns import TRACE_LABELS, column_html, counters_html, status_badge, step_html
 from .escape import escape_attr, escape_text
 from .genealogy import HistoryPiece, _fate, cycle_tokens
@@ -44,7 +44,7 @@ def column_markup(value) -> str:
 
 
 def _sticky(method: str, events: list, running: bool) -> str:
-    title = escape_text(METHOD_LABELS.get(method, method))
+    title = escape_text(label_of(method))
     head = f'<div class="col-head"><span class="col-title">{title}</span>{status_badge(None, None, running)}</div>'
     return (f'<div class="pacer-col" data-method="{escape_attr(method)}"><div class="col-sticky">{head}'
             f"{counters_html(events)}</div>")

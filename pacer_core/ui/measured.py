@@ -12,6 +12,7 @@ import json
 import math
 from pathlib import Path
 
+from ..method_table import exact_keys
 from ..methods import parse_method
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
@@ -101,7 +102,7 @@ def smc_error_note(describe: dict, n_particles: int, draft_len: int, temperature
 
 def this_run_text(logliks: dict) -> str:
     """SMC-SD's target log-likelihood per token on this run next to the exact columns' (sampling runs)."""
-    exact = [logliks[method] for method in ("ar", "fixed", "pacer") if method in logliks]
+    exact = [logliks[method] for method in exact_keys() if method in logliks]
     if "smc" not in logliks or not exact:
         return ""
     return (f"This run: the target's log-likelihood per token is {logliks['smc']:.2f} for SMC-SD's output and "

@@ -3,7 +3,7 @@ and the box itself. The sentences are plain text; ``narration_html`` escapes the
 from __future__ import annotations
 
 from ..events import Result, SMCCycleEvent, StepEvent, TokenRecord, TokenState
-from . import METHOD_LABELS
+from ..method_table import label_of
 from .columns import DRAFTED_STATES, pending_tokens
 from .escape import escape_text, plain_visible
 
@@ -203,6 +203,6 @@ def narration_html(lines: dict[str, str]) -> str:
     if not lines:
         return ('<div class="narration"><span class="placeholder">Press <b>Step</b> to walk through one target '
                 "forward pass at a time: first what each draft proposed, then the target's verdict.</span></div>")
-    rows = "".join(f'<p><span class="narr-method">{escape_text(METHOD_LABELS.get(method, method))}</span> '
+    rows = "".join(f'<p><span class="narr-method">{escape_text(label_of(method))}</span> '
                    f"{escape_text(text, newline_breaks=False)}</p>" for method, text in lines.items())
     return f'<div class="narration">{rows}</div>'

@@ -2,8 +2,8 @@
 
 A page that decodes three or four methods interleaved while it draws them measures its own load: the
 browser, Gradio's per-update work and the methods' caches taking turns share the cores the decoders use, so
-each column took 1.2-2.5x its decoder's own time and the printed speedups moved with the machine (issue 41;
-docs/measurements.md, "What the page shows"). So Run times each method alone, one after another: a method's
+each column took 1.2-2.5x its decoder's own time and the printed speedups moved with the machine
+(docs/measurements.md, "What the page shows"). So Run times each method alone, one after another: a method's
 turn is one frame, its decoding starts once the page has drawn it (``ui/frames.py``) and nothing is sent until it
 ends (a fixed wait for the browser holds on one host and fails on a faster one), recording when each event
 arrived on the method's own clock (``MethodRun.event_seconds``). Then the columns are replayed side by side at the pace
@@ -17,19 +17,18 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 
-from . import METHOD_LABELS
+from ..method_table import label_of, short_label_of
 from .columns import live_numbers
 
 RACE_FRAME_S = 0.3           # one replay frame at most this often (the oracle and likelihoods share the cores)
 REPLAY_SPEED = 2.0           # the race plays 2x faster than the methods ran: order, proportions and the clock
                              # (in the methods' own seconds) are the measured ones, and a Run waits for the timing
                              # plus half the slowest method instead of all of it, while the scoring (which the
-                             # replay's frames slow down) runs beside it (issue 41: a whole Run within 1.5x the
-                             # four decoders' own seconds)
+                             # replay's frames slow down) runs beside it (a whole Run within 1.5x the four
+                             # decoders' own seconds)
 CLIENT_CHECK_S = 0.5         # while a method is timed, whether its client is still there is checked this often
                              # (nothing is sent to a page; an API client gets an empty update, where Gradio ends a
                              # Run whose client left); Stop needs none
-SHORT_NAMES = {"ar": "AR", "fixed": "fixed SD", "pacer": "PACER", "smc": "SMC-SD"}
 STARTING = "Starting: its first pass is on the way…"   # a lane before its first event in the replay
 HOW_TIMED = "each method timed alone"      # the finished status line: "Done in 12.3 s, each method timed alone."
 
@@ -69,7 +68,7 @@ def duration(lanes: list[Lane]) -> float:
 
 
 def lane_word(lane: Lane, elapsed: float) -> str:
-    name = SHORT_NAMES.get(lane.method, lane.method)
+    name = short_label_of(lane.method)
     if finished(lane, elapsed):
         return f"{name} ✓ {lane.total_seconds:.2f} s"
     count = shown(lane, elapsed)
@@ -85,7 +84,7 @@ def race_line(lanes: list[Lane], elapsed: float) -> str:
 
 def timing_line(method: str, position: int, count: int, previous: str | None = None) -> str:
     """The timing phase's status at a method's turn: which method runs alone now (and what the last one took)."""
-    name = METHOD_LABELS.get(method, method)
+    name = label_of(method)
     took = f"; {previous}" if previous else ""
     return (f"Timing each method alone, one after another ({position} of {count}: {name}{took}). Nothing on the "
             f"page moves while a method decodes, so its seconds are its own. Then the columns replay side by side "
@@ -94,7 +93,7 @@ def timing_line(method: str, position: int, count: int, previous: str | None = N
 
 def took_line(run) -> str:
     """What a method timed alone took: "PACER took 1.92 s for 48 tokens"."""
-    return (f"{SHORT_NAMES.get(run.method, run.method)} took {run.busy_seconds:.2f} s for "
+    return (f"{short_label_of(run.method)} took {run.busy_seconds:.2f} s for "
             f"{live_numbers(run.events)['tokens']} tokens")
 
 

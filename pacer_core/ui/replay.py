@@ -1,5 +1,5 @@
 """Replay: a recorded run (an exported trace, ``pacer_core.trace``) shown again by the live page's own views
-(``handlers.columns_view``, ``plots_view``, ``table_view``, ``step_lines``, ``summary_lines``), step by step,
+(``views.columns_view``, ``plots_view``, ``table_view``, ``step_lines``, ``summary_lines``), step by step,
 with no model. No Gradio here: ``replay_tab`` lays it out.
 
 A ``Replay`` is a validated trace and a click count, and its views follow the live Step button click for
@@ -20,15 +20,16 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
+from ..method_table import column_keys, label_of
 from ..settings import FIELDS
 from ..trace import RecordedRun, TraceError, TraceLimits, parse_trace
-from . import COLUMN_METHODS, METHOD_LABELS, narration, page
+from . import charts, narration, page
 from .columns import column_html
 from .escape import escape_text
-from .handlers import (PLOT_NAMES, AppContext, ViewUpdate, columns_view, plots_view, step_lines, summary_lines,
-                       table_view)
+from .page_types import AppContext, ViewUpdate
 from .session import MethodRun, RunSession
 from .tables import empty_frame
+from .views import columns_view, plots_view, step_lines, summary_lines, table_view
 
 TRACES_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "traces"
 
@@ -59,7 +60,7 @@ class RecordedSession(RunSession):
         if finished and recorded.stopped:
             self.cancel.set()
         shown = passes if not finished else None
-        self.runs = {method: recorded_run(recorded, method, shown) for method in COLUMN_METHODS
+        self.runs = {method: recorded_run(recorded, method, shown) for method in column_keys()
                      if method in recorded.results or method in recorded.errors}
         self.ar = recorded_run(recorded, "ar", shown) if "ar" in recorded.results else None
         self.oracle, self.oracle_steps = (recorded.oracle, recorded.oracle_steps) if finished else (None, None)
@@ -92,7 +93,7 @@ class Replay:
     @cached_property
     def passes(self) -> int:
         """Target passes of the longest column (its Step clicks are 2 per pass, then one for the end)."""
-        return max((len(self.recorded.results[m].events) for m in COLUMN_METHODS if m in self.recorded.results),
+        return max((len(self.recorded.results[m].events) for m in column_keys() if m in self.recorded.results),
                    default=0)
 
     @property
@@ -185,7 +186,7 @@ def step_view(replay: Replay) -> ViewUpdate:
     if verify_phase:
         update.plots = plots_view(session)
     elif replay.clicks == 1:                  # a freshly opened trace: no figures yet, not the last trace's
-        update.plots = dict.fromkeys(PLOT_NAMES)
+        update.plots = dict.fromkeys(charts.chart_names())
     return update
 
 
@@ -211,7 +212,7 @@ def finished_status(session: RecordedSession) -> str:
     message = "Replay: the finished run" + (" (stopped with ■ Stop)." if session.cancel.is_set() else ".")
     for method, run in session.runs.items():
         if run.error:
-            message += f" {METHOD_LABELS.get(method, method)} did not finish: {run.error}"
+            message += f" {label_of(method)} did not finish: {run.error}"
     message += "".join(f" {note}" for note in (session.oracle_note, session.prompt_note) if note)
     return page.run_status_html(message, "done")
 
@@ -223,7 +224,7 @@ def error_view(message: str) -> ViewUpdate:
 
 def refused_view(message: str) -> ViewUpdate:
     """A trace refused on opening: the reason, and empty columns, narration and table (not the last run's)."""
-    return replace(error_view(message), columns={method: column_html(method, []) for method in COLUMN_METHODS},
+    return replace(error_view(message), columns={method: column_html(method, []) for method in column_keys()},
                    narration=narration.narration_html({}), table=empty_frame())
 
 

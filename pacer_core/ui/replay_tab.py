@@ -12,15 +12,15 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from . import COLUMN_METHODS, METHOD_LABELS, columns, live, narration, page, tables
-from .handlers import ViewUpdate
+from ..method_table import column_keys, label_of
+from . import charts, columns, live, narration, page, tables
+from .page_types import ViewUpdate
 from .replay import (Replay, TraceError, check_drawable, error_view, open_trace_file, recorded_html, refused_view,
                      replay_view, shipped_traces)
 
 INTRO = ("Replay a recorded run: pick one of the workshop's recorded runs, or upload a trace the Live demo "
          "exported (**⬇ JSON trace**). Nothing runs: press **Step ▸** to see each target pass drafted, then "
          "verified, as it was recorded; **▸▸ Whole run** shows the finished run.")
-PLOT_ROWS = (("timeline",), ("speedup", "histogram"), ("lengths", "accept", "blocks"), ("weights", "ess", "genealogy"))
 NOT_OPENED = '<div class="pair-status replay-meta"><span class="pair-item">No recorded run opened yet.</span></div>'
 
 
@@ -36,7 +36,7 @@ class ReplayView:
     state: gr.State
 
     def outputs(self) -> list:
-        return ([self.columns[m] for m in COLUMN_METHODS] + list(self.plots.values())
+        return (list(self.columns.values()) + list(self.plots.values())
                 + [self.status, self.narration, self.table, self.recorded, self.state])
 
     def apply(self, update: ViewUpdate, replay: Replay | None = None) -> dict:
@@ -99,18 +99,18 @@ def replay_outputs(state: gr.State) -> ReplayView:
         gr.HTML(page.legend_html(hint=False), elem_id="replay-legend", scale=5, min_width=300)
     boxes = {}
     with gr.Row(elem_id="replay-columns", equal_height=False):
-        for method in COLUMN_METHODS:
+        for method in column_keys():
             with gr.Column(min_width=280):
                 boxes[method] = gr.HTML(columns.column_html(method, []), elem_id=f"replay-col-{method}",
-                                        label=METHOD_LABELS[method], elem_classes=["pacer-col-box"], max_height=480,
+                                        label=label_of(method), elem_classes=["pacer-col-box"], max_height=480,
                                         autoscroll=False, container=True, padding=True,
                                         html_template=live.COLUMN_TEMPLATE)
     narration_box = gr.HTML(narration.narration_html({}), elem_id="replay-narration")
     plots = {}
-    for row in PLOT_ROWS:
+    for row in charts.chart_rows():
         with gr.Row():
-            for name in row:
-                plots[name] = gr.Plot(None, elem_id=f"replay-plot-{name}", show_label=False)
+            for chart in row:
+                plots[chart.name] = gr.Plot(None, elem_id=f"replay-plot-{chart.name}", show_label=False)
     table = gr.Dataframe(tables.empty_frame(), label="Metrics (speedup = tokens/s ÷ AR tokens/s)", interactive=False,
                          elem_id="replay-metrics-table", wrap=True)
     return ReplayView(boxes, plots, status, narration_box, table, recorded, state)

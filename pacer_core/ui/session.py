@@ -23,10 +23,10 @@ from ..decoders.pacer import stop_rule_summary
 from ..drafters import drafter_key
 from ..events import Result
 from ..models import ModelLoadError
-from ..request import RunRequest, chosen_names, encode_prompt, request_for
-from ..settings import Limits, SettingsError, validate_prompt, validate_settings
+from ..method_table import column_keys
+from ..request import RunRequest, run_inputs
+from ..settings import Limits, SettingsError
 from ..trace import trace_header
-from . import COLUMN_METHODS
 
 
 def pacer_rule_note(request, drafters_own) -> str:
@@ -97,24 +97,23 @@ class RunSession:
     its error instead."""
 
     def __init__(self, target, drafter, prompt: str, settings: dict, chat: bool | None = None,
-                 methods=COLUMN_METHODS, preverifier=None, measure_ar: bool = False, limits: Limits | None = None,
+                 methods=None, preverifier=None, measure_ar: bool = False, limits: Limits | None = None,
                  menu_key: str | None = None):
-        """``drafter``: what every method's run drafts with; ``menu_key``: the page's drafter key this session was
-        started with (None: the page's own drafter)."""
+        """``drafter``: what every method's run drafts with; ``methods``: the columns (None: the method table's
+        ``column_keys()``); ``menu_key``: the page's drafter key this session was started with (None: the page's own
+        drafter)."""
         self.target = target
         self.drafter = drafter
         self.menu_key = menu_key
         self.limits = limits if limits is not None else Limits.from_env()
-        self.prompt = validate_prompt(prompt, self.limits)
-        self.validated = validate_settings(self.limits, **settings)
-        self.settings = self.validated.to_dict()
+        self.inputs = run_inputs(target, prompt, settings, chat=chat, limits=self.limits)   # SettingsError here
+        self.prompt, self.settings = self.inputs.prompt, self.inputs.settings.to_dict()
+        self.prompt_ids, self.prompt_note = list(self.inputs.encoded.ids), self.inputs.encoded.note
         self.raw_settings = dict(settings)
         self.chat = chat
         self.preverifier = preverifier
         self.cancel = threading.Event()
-        self.encoded = encode_prompt(target, self.prompt, chat, self.limits)
-        self.prompt_ids, self.prompt_note = list(self.encoded.ids), self.encoded.note
-        self.runs = {method: self.new_run(method) for method in methods}
+        self.runs = {method: self.new_run(method) for method in (methods or column_keys())}
         self.pacer_rule = pacer_rule_note(self.runs["pacer"].request, self.preverifier) \
             if "pacer" in self.runs and self.runs["pacer"].request is not None else None
         # The AR baseline is a hidden fourth method: timed alone after the columns' methods (Run), or advanced
@@ -134,8 +133,7 @@ class RunSession:
     def new_run(self, method: str) -> MethodRun:
         """A method's run with its request, or with the message that refuses it."""
         try:
-            request = request_for(self.target, self.drafter, method, self.validated, chosen_names(self.raw_settings),
-                                  self.encoded, self.limits, self.preverifier)
+            request = self.inputs.request(self.target, self.drafter, method, self.preverifier)
         except SettingsError as error:
             return MethodRun(method, error=str(error))
         scored = method in SCORED_FROM_ROWS and not request.settings.greedy

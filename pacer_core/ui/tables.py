@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import METHOD_LABELS
+from ..method_table import label_of, method_keys
 
 COLUMNS = ["method", "drafter", "tau", "alpha", "target_calls", "draft_calls", "new_tokens", "seconds", "tokens_per_s",
            "speedup", "same_as_ar", "target_loglik"]
-ORDER = ("ar", "fixed", "pacer", "smc")
 LABEL = ("Metrics · each method timed alone, one after another, only a progress line drawn while it ran · "
          "speedup = tokens/s ÷ AR tokens/s")      # the live page's table; how it was timed, in one line
 
 
 def metrics_row(method: str, result, seconds: float | None = None, status: str | None = None) -> dict:
     """One table row; ``seconds`` overrides the decoder's own wall time (see module doc)."""
-    row = {"method": METHOD_LABELS.get(method, method), "drafter": None}
+    row = {"method": label_of(method), "drafter": None}
     if result is None:
         row.update({name: None for name in COLUMNS[1:]})
         if status:
@@ -42,11 +41,11 @@ def metrics_row(method: str, result, seconds: float | None = None, status: str |
 
 def metrics_frame(results: dict, seconds: dict | None = None, statuses: dict | None = None,
                   logliks: dict | None = None, drafter: str | None = None) -> pd.DataFrame:
-    """Rows AR, fixed, PACER, SMC (those present), with speedup = tokens_per_s / AR tokens_per_s; ``drafter``
+    """A row per method present, in the method table's order (AR first), with speedup = tokens_per_s / AR tokens_per_s; ``drafter``
     names who drafted for the speculative rows."""
     seconds, statuses, logliks = seconds or {}, statuses or {}, logliks or {}
     rows = []
-    for method in ORDER:
+    for method in method_keys():
         if method not in results and method not in statuses:
             continue
         rows.append((method, metrics_row(method, results.get(method), seconds.get(method), statuses.get(method))))

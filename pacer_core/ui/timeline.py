@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..events import SMCCycleEvent, StepEvent, TokenState
+from ..method_table import method_keys
 
-LANES = ("ar", "fixed", "pacer", "smc")
 KEPT_DRAFT, WASTED_DRAFT, VERIFY = "draft kept", "draft wasted", "verify"
 _WASTED_STATES = (TokenState.REJECTED, TokenState.DISCARDED)
 _DRAFT_STATES = (TokenState.ACCEPTED, TokenState.REJECTED, TokenState.DISCARDED)
@@ -74,6 +74,12 @@ def _passes(events) -> list:
     return [event for event in events or [] if isinstance(event, (StepEvent, SMCCycleEvent))]
 
 
+def lane_order(methods) -> list[str]:
+    """The lanes of ``methods`` top to bottom: the method table's order (AR first), then any it does not know."""
+    known = method_keys()
+    return [m for m in known if m in methods] + [m for m in methods if m not in known]
+
+
 def emitted_per_pass(events) -> list[int]:
     """Tokens each pass added to the output (from the running totals)."""
     counts, before = [], 0
@@ -110,9 +116,9 @@ def method_segments(method: str, events, group: int = 1) -> list[Segment]:
 
 
 def timeline_segments(events_by_method: dict, max_bars: int | None = None) -> list[Segment]:
-    """Every lane's segments, lanes in LANES order (methods not in LANES after them). ``max_bars``: a lane
+    """Every lane's segments, lanes in ``lane_order`` (the method table's order, AR first). ``max_bars``: a lane
     with more passes than that groups consecutive passes (the fewest per bar that fit)."""
-    order = [m for m in LANES if m in events_by_method] + [m for m in events_by_method if m not in LANES]
+    order = lane_order(events_by_method)
     segments = []
     for method in order:
         count = len(_passes(events_by_method[method]))
