@@ -56,6 +56,8 @@ class MethodEntry:
     judged: bool = True                          # the atlas judges its drafts token by token
     exact: bool = True                           # reproduces the target's distribution (greedy: AR's tokens)
     speculative: bool = True                     # drafts with a drafter (accepts ``@DRAFTER`` in the grammar)
+    scored: bool = False                         # sampled runs the page scores (oracle γ*, likelihood, divergence)
+    output_drafted: bool = False                 # every output token is a draft sample (nothing corrected)
 
 
 PAGE_METHOD_ROWS: list[MethodEntry] = [
@@ -68,12 +70,12 @@ PAGE_METHOD_ROWS: list[MethodEntry] = [
     MethodEntry("pacer", "PACER", "PACER", "#0072B2",
                 lazy_decoder("pacer_core.decoders.pacer", "Pacer", takes_preverifier=True), "pacer[:B:L[:T]]",
                 numbers_for("block_size", "max_draft_len", "threshold", converters=(int, int, float),
-                            required=(0, 2, 3))),
+                            required=(0, 2, 3)), scored=True),
     MethodEntry("smc", "SMC-SD (approximate)", "SMC-SD", "#CC79A7",
                 lazy_decoder("pacer_core.decoders.smc", "SMC"), "smc:N:K[:DRAFT_T]",
                 numbers_for("n_particles", "draft_len", "draft_temperature", converters=(int, int, float),
                             required=(2, 3)),
-                steps=False, judged=False, exact=False),
+                steps=False, judged=False, exact=False, scored=True, output_drafted=True),
 ]
 
 
@@ -106,6 +108,17 @@ def column_keys() -> tuple[str, ...]:
 def step_keys() -> tuple[str, ...]:
     """The methods whose traces hold one StepEvent per target pass."""
     return tuple(row.key for row in PAGE_METHOD_ROWS if row.steps)
+
+
+def scored_keys() -> tuple[str, ...]:
+    """The methods whose sampled outputs the page scores against the target (oracle, likelihood, divergence)."""
+    return tuple(row.key for row in PAGE_METHOD_ROWS if row.scored)
+
+
+def steps_by_pass(key: str) -> bool:
+    """Does this method's trace hold one StepEvent per target pass (unknown keys: yes)."""
+    row = find(key)
+    return row.steps if row else True
 
 
 def judged_keys() -> tuple[str, ...]:

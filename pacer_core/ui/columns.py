@@ -4,6 +4,7 @@ and cues: docs/algorithms.md#token-states-and-colours (Okabe–Ito)."""
 from __future__ import annotations
 
 from ..events import Result, SMCCycleEvent, StepEvent, TokenRecord, TokenState
+from .. import method_table
 from ..method_table import label_of
 from .escape import escape_attr, escape_text, plain_visible
 from .smc_panel import smc_body_html
@@ -169,8 +170,10 @@ def answer_html(method: str, events: list, result: Result | None = None, pending
             f'<div class="answer-text">{body}</div></div>')
 
 
-TRACE_LABELS = {"smc": "Trace · a bar per cycle, then every particle",
-                None: "Step trace · a bar per target pass · hover a token"}
+def trace_label(method: str) -> str:
+    if method_table.steps_by_pass(method):
+        return "Step trace · a bar per target pass · hover a token"
+    return "Trace · a bar per cycle, then every particle"
 
 
 def column_html(method: str, events: list, result: Result | None = None, error: str | None = None,
@@ -193,10 +196,10 @@ def column_html(method: str, events: list, result: Result | None = None, error: 
     if not events:
         empty = f'<span class="placeholder">{escape_text(placeholder)}</span>' if placeholder else PLACEHOLDER
         return f'{sticky}<div class="tokens">{empty}</div>{extra}</div>'
-    if method == "smc":
+    if not method_table.steps_by_pass(method):
         body = smc_body_html(events, result)
     else:
         body = tokens_body_html(events, pending)
-    label = TRACE_LABELS.get(method, TRACE_LABELS[None])
+    label = trace_label(method)
     trace = f'<div class="trace" data-role="trace"><div class="part-label">{label}</div>{body}</div>'
     return f"{sticky}{answer_html(method, events, result, pending)}{trace}{extra}</div>"

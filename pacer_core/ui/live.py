@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ..events import SMCCycleEvent, StepEvent
 from ..method_table import label_of
-from .columns import TRACE_LABELS, column_html, counters_html, status_badge, step_html
+from .columns import column_html, counters_html, status_badge, step_html, trace_label
 from .escape import escape_attr, escape_text
 from .genealogy import HistoryPiece, _fate, cycle_tokens
 from .smc_panel import PANEL_TAIL_TOKENS, ess_line, particle_row_html, piece_span
@@ -56,7 +56,7 @@ def _answer_open(method: str) -> str:
 
 
 def _trace_open(method: str) -> str:
-    label = TRACE_LABELS.get(method, TRACE_LABELS[None])
+    label = trace_label(method)
     return f'</div></div><div class="trace" data-role="trace"><div class="part-label">{label}</div><div class="tokens">'
 
 

@@ -6,7 +6,8 @@ import html
 
 import plotly.graph_objects as go
 
-from ..events import StepEvent, TokenState
+from ..acceptance import AcceptanceByPosition
+from ..events import StepEvent
 from ..method_table import colour_of, rows, short_label_of
 from .columns import DRAFTED_STATES
 from .escape import hover_escape
@@ -76,18 +77,9 @@ def add_oracle_trace(fig: go.Figure, oracle: list, oracle_steps: list | None, or
 
 
 def acceptance_by_position(events) -> tuple[list[int], list[float], list[int]]:
-    """For draft positions 1..G: fraction of verified drafted tokens at that position accepted."""
-    totals, accepted = {}, {}
-    for event in steps_of(events):
-        position = 0
-        for token in event.tokens:
-            if token.state not in (TokenState.ACCEPTED, TokenState.REJECTED):
-                continue
-            position += 1
-            totals[position] = totals.get(position, 0) + 1
-            accepted[position] = accepted.get(position, 0) + (token.state is TokenState.ACCEPTED)
-    positions = sorted(totals)
-    return positions, [accepted[p] / totals[p] for p in positions], [totals[p] for p in positions]
+    """For draft positions 1..G: the share of verified drafted tokens at that position that were accepted (every
+    verified token counts, those after a step's first rejection too; ``acceptance.AcceptanceByPosition``)."""
+    return AcceptanceByPosition.of_events(events).verified_rates()
 
 
 def acceptance_figure(runs: dict) -> go.Figure:

@@ -23,6 +23,7 @@ from ..decoders.pacer import stop_rule_summary
 from ..drafters import drafter_key
 from ..events import Result
 from ..models import ModelLoadError
+from .. import method_table
 from ..method_table import column_keys
 from ..request import RunRequest, run_inputs
 from ..settings import Limits, SettingsError
@@ -76,10 +77,6 @@ class MethodRun:
     @property
     def done(self) -> bool:
         return self.result is not None or self.error is not None
-
-
-SCORED_FROM_ROWS = ("pacer", "smc")   # sampling runs whose outputs the page scores (oracle, likelihood, divergence):
-                                      # they keep the target's rows that judged their tokens, a target pass fewer
 
 
 def recorded_log_likelihood(result) -> bool:
@@ -136,7 +133,7 @@ class RunSession:
             request = self.inputs.request(self.target, self.drafter, method, self.preverifier)
         except SettingsError as error:
             return MethodRun(method, error=str(error))
-        scored = method in SCORED_FROM_ROWS and not request.settings.greedy
+        scored = method in method_table.scored_keys() and not request.settings.greedy   # keeps the rows that judged
         return MethodRun(method, replace(request, keep_target_rows=True) if scored else request)
 
     def key(self) -> tuple:
@@ -235,13 +232,14 @@ class RunSession:
         """Sampling runs: the target's logits along PACER's output and SMC-SD's (and any other whose run did not
         record its own log-likelihood) and the drafter's along PACER's (its q, for the oracle) and SMC-SD's (full
         support, for the proposal divergence), from one target pass over the prompt (``analysis.output_logits``);
-        the target's come from the rows each run kept (``SCORED_FROM_ROWS``) where it kept them; ({}, {}) when
+        the target's come from the rows each scored run kept (``method_table.scored_keys``) where it kept them; ({}, {}) when
         greedy or when it fails (each figure then computes its own or is left out)."""
         if self.settings["temperature"] == 0:
             return {}, {}
         outputs = {method: list(result.token_ids) for method, result in self.results().items()
-                   if result.token_ids and (method in SCORED_FROM_ROWS or not recorded_log_likelihood(result))}
-        drafted = {method: method == "smc" for method in SCORED_FROM_ROWS if method in outputs}
+                   if result.token_ids and (method in method_table.scored_keys() or not recorded_log_likelihood(result))}
+        drafted = {method: method_table.entry(method).output_drafted for method in method_table.scored_keys()
+                   if method in outputs}
         kept = {method: result.target_rows.float().cpu() for method, result in self.results().items()
                 if method in outputs and result.target_rows is not None}
         try:
