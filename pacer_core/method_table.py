@@ -95,53 +95,60 @@ def find(key: str) -> MethodEntry | None:
     return next((row for row in PAGE_METHOD_ROWS if row.key == key), None)
 
 
+def keys_where(flag: Callable[[MethodEntry], bool]) -> tuple[str, ...]:
+    """The keys of the rows a flag holds for, in the table's order."""
+    return tuple(row.key for row in PAGE_METHOD_ROWS if flag(row))
+
+
 def method_keys() -> tuple[str, ...]:
     """The page's methods, AR first."""
-    return tuple(row.key for row in PAGE_METHOD_ROWS if row.on_page)
+    return keys_where(lambda row: row.on_page)
 
 
 def column_keys() -> tuple[str, ...]:
     """The methods with a column of their own."""
-    return tuple(row.key for row in PAGE_METHOD_ROWS if row.on_page and row.column)
+    return keys_where(lambda row: row.on_page and row.column)
 
 
 def step_keys() -> tuple[str, ...]:
     """The methods whose traces hold one StepEvent per target pass."""
-    return tuple(row.key for row in PAGE_METHOD_ROWS if row.steps)
+    return keys_where(lambda row: row.steps)
 
 
 def scored_keys() -> tuple[str, ...]:
     """The methods whose sampled outputs the page scores against the target (oracle, likelihood, divergence)."""
-    return tuple(row.key for row in PAGE_METHOD_ROWS if row.scored)
+    return keys_where(lambda row: row.scored)
+
+
+def judged_keys() -> tuple[str, ...]:
+    return keys_where(lambda row: row.judged)
+
+
+def exact_keys() -> tuple[str, ...]:
+    return keys_where(lambda row: row.exact)
+
+
+def field_of(key: str, name: str, fallback):
+    """One field of a method's row; ``fallback`` for a key the table does not know (an old trace's)."""
+    row = find(key)
+    return getattr(row, name) if row else fallback
 
 
 def steps_by_pass(key: str) -> bool:
     """Does this method's trace hold one StepEvent per target pass (unknown keys: yes)."""
-    row = find(key)
-    return row.steps if row else True
-
-
-def judged_keys() -> tuple[str, ...]:
-    return tuple(row.key for row in PAGE_METHOD_ROWS if row.judged)
-
-
-def exact_keys() -> tuple[str, ...]:
-    return tuple(row.key for row in PAGE_METHOD_ROWS if row.exact)
+    return field_of(key, "steps", True)
 
 
 def label_of(key: str) -> str:
-    row = find(key)
-    return row.label if row else key
+    return field_of(key, "label", key)
 
 
 def short_label_of(key: str) -> str:
-    row = find(key)
-    return row.short_label if row else key
+    return field_of(key, "short_label", key)
 
 
 def colour_of(key: str, fallback: str = "#000000") -> str:
-    row = find(key)
-    return row.colour if row else fallback
+    return field_of(key, "colour", fallback)
 
 
 def make_decoder(key: str, preverifier=None):

@@ -10,15 +10,20 @@ from .genealogy import Fate, lineage
 from .plots_style import (DUPLICATED, MAX_CYCLES_SHOWN, PARTICLE_COLOURS, STOPPED, cycles_of, empty_figure, styled,
                           thinned, thinned_title)
 
+def last_cycles(title: str, cycles: list, unit: str) -> tuple[str, list]:
+    """At most the last MAX_CYCLES_SHOWN cycles, and a title that says when some were left out."""
+    if len(cycles) <= MAX_CYCLES_SHOWN:
+        return title, cycles
+    return f"{title} (the last {MAX_CYCLES_SHOWN} of {len(cycles)}{unit})", cycles[-MAX_CYCLES_SHOWN:]
+
+
 def smc_weights_figure(smc_events) -> go.Figure:
     """Normalised particle weights per cycle as stacked bars (each particle one colour)."""
     title = "SMC-SD particle weights per cycle"
     cycles = cycles_of(smc_events)
     if not cycles:
         return empty_figure(title, "SMC-SD's particle weights appear here.")
-    if len(cycles) > MAX_CYCLES_SHOWN:
-        title = f"{title} (the last {MAX_CYCLES_SHOWN} of {len(cycles)})"
-        cycles = cycles[-MAX_CYCLES_SHOWN:]
+    title, cycles = last_cycles(title, cycles, "")
     n = max(len(c.weights) for c in cycles)
     fig = go.Figure()
     for row in range(n):
@@ -93,9 +98,7 @@ def smc_genealogy_figure(smc_events) -> go.Figure:
     lines = lineage(smc_events)
     if not lines:
         return empty_figure(title, "Which particle descends from which appears here.")
-    if len(lines) > MAX_CYCLES_SHOWN:
-        title = f"{title} (the last {MAX_CYCLES_SHOWN} of {len(lines)} cycles)"
-        lines = lines[-MAX_CYCLES_SHOWN:]
+    title, lines = last_cycles(title, lines, " cycles")
     edge_x, edge_y = _genealogy_edges(lines)
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=edge_x, y=edge_y, mode="lines", line={"color": "#9a9a9a", "width": 1.5},
