@@ -1,4 +1,4 @@
-"""Device check, part 2 (issue 17): where a decoding step's time goes on models of real shapes.
+"""Device check, part 2: where a decoding step's time goes on models of real shapes.
 
 The pair the app loads on this GPU with no target set (models.gpu_default_pair, by the GPU's memory: SmolLM2-1.7B
 with its 135M draft below 22 GB, Qwen2.5-7B with its 0.5B draft from a 24 GB card), at their real shapes, with RANDOM

@@ -46,7 +46,7 @@ RUN_TIMEOUT_S = 600
 WARM_UP_PROMPT = "Say hello."
 DRAWN_S = 1.0          # a quiet second after the browser reports idle, before the decoders run alone
 NEW_TOKENS = (48, 16)  # the page's default length, and a short run where a fixed cost per method would show
-SECONDS_BOUND, SPEEDUP_BOUND, RUN_BOUND = 1.10, 0.05, 1.5   # issue 54's figures
+SECONDS_BOUND, SPEEDUP_BOUND, RUN_BOUND = 1.10, 0.05, 1.5   # the page-fidelity bounds (docs/measurements.md)
 
 
 def examples(indices) -> list[dict]:

@@ -1,4 +1,4 @@
-"""The explainer on one screen (issue 18), in a real browser: app.py on the EMBEDDED pair, driven by
+"""The explainer on one screen, in a real browser: app.py on the EMBEDDED pair, driven by
 Playwright through Debian's chromium.
 
 * 1366x768 (a classroom laptop): before any scrolling the prompt, Run / Step / Stop and, after Run, the

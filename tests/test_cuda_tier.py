@@ -1,4 +1,4 @@
-"""The device tier (issue 17): the decoders' checks on one chosen device, with the tiny pairs moved there.
+"""The device tier: the decoders' checks on one chosen device, with the tiny pairs moved there.
 
     pytest tests/test_cuda_tier.py --device cuda        # or PACER_TEST_DEVICE=cuda pytest tests/test_cuda_tier.py
     pytest tests/test_cuda_tier.py                      # default --device cpu: the same checks, small and quick

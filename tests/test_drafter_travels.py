@@ -1,4 +1,4 @@
-"""The drafter travels with the run, not with the pair (issue 43): runs over one pair with different drafters each
+"""The drafter travels with the run, not with the pair: runs over one pair with different drafters each
 draft with their own, greedy runs still return AR's tokens, and the pair is the same object, unchanged."""
 from pacer_core import generate
 from pacer_core.testing.tiny import tiny_pair

@@ -1,5 +1,5 @@
 """The library (pacer_core without pacer_core.ui) imports and decodes without gradio or plotly installed,
-as on a GPU machine that has torch, transformers and pandas but not the UI's packages (issue 17).
+as on a GPU machine that has torch, transformers and pandas but not the UI's packages.
 
 A fresh interpreter gets an import hook that makes ``import gradio`` / ``import plotly`` (and their
 submodules) fail as if they were not installed; it then imports the public API and the CLIs' modules and

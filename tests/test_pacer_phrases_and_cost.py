@@ -1,4 +1,4 @@
-"""PACER's phrase drafts and cost-aware stopping (issue 16) keep the output exact: greedy identity with
+"""PACER's phrase drafts and cost-aware stopping keep the output exact: greedy identity with
 AR on tiny pairs, and one chi-square test of the sampling distribution with phrases in play. Phrase
 proposals are deterministic (q one-hot), which tests/test_sampling.py's exact identity covers for any q."""
 from collections import Counter

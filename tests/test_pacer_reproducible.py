@@ -1,4 +1,4 @@
-"""Seeded PACER runs repeat token for token (issue 37): its cost rule prices a block with the pair's stored cost
+"""Seeded PACER runs repeat token for token: its cost rule prices a block with the pair's stored cost
 model (measured_defaults.json's ``pacer_costs``, else fixed priors), never with the process's own timings, so a
 sampled run gives the same tokens before and after other runs in one process, and in another process on the
 same device, under the page's starting settings for every drafter. Tiny models for every drafter kind (the

@@ -1,4 +1,4 @@
-"""Reliability of the served app (issue 8): four clients at once each get their own, uncorrupted
+"""Reliability of the served app: four clients at once each get their own, uncorrupted
 result; Stop ends a run within about one step; a client that cancels or disconnects does not leave
 its run going; a decoder failing mid-run shows one error line and the app keeps serving; the CLIs
 report bad arguments in one line without a traceback.

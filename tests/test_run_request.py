@@ -1,4 +1,4 @@
-"""One run request from every front door (issue 14): the same inputs resolve to the same settings through
+"""One run request from every front door: the same inputs resolve to the same settings through
 the bench CLI, generate() and the UI; bad values give one clear message at each door; the limits given to
 build_ui are the ones validation applies; the app's controls take their ranges from settings.FIELDS."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A Hugging Face Space made from this repository starts, serves and runs the default example (issue 42).
+"""A Hugging Face Space made from this repository starts, serves and runs the default example.
 
 The slow test reproduces a Gradio-SDK Space: the repository's files copied to a new folder, a fresh venv built by
 the SDK's steps alone (packages.txt, pre-requirements.txt when present, requirements.txt, then gradio at the front
