@@ -143,3 +143,19 @@ def toy_method():
         method_table.numbers_for("max_new_tokens"))
     with method_table.registered(row):
         yield row
+
+
+@pytest.fixture(scope="module")
+def six_token_pair():
+    """The chi-square tests' pair: a 5-token vocabulary where target and draft differ, small enough to enumerate
+    the target's exact law."""
+    from pacer_core.testing.tiny import tiny_pair
+    return tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=16)
+
+
+@pytest.fixture(scope="module")
+def six_token_truth(request, six_token_pair):
+    """The target's exact law over ``N_TOKENS`` continuations of the test module's ``PROMPT`` at temperature 1."""
+    from pacer_core.testing.enumeration import target_sequence_distribution
+    target, _ = six_token_pair
+    return target_sequence_distribution(target.model, request.module.PROMPT, request.module.N_TOKENS, temperature=1.0)

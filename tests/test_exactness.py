@@ -78,17 +78,6 @@ N_TOKENS = 3
 RUNS = 1000                  # see the module docstring for the power reasoning
 
 
-@pytest.fixture(scope="module")
-def six_token_pair():
-    return tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=16)
-
-
-@pytest.fixture(scope="module")
-def six_token_truth(six_token_pair):
-    target, _ = six_token_pair
-    return target_sequence_distribution(target.model, PROMPT, N_TOKENS, temperature=1.0)
-
-
 FILTERED = {"temperature": 0.8, "top_k": 4}      # fixed SD's test also checks that the filters reach the decoder
 
 

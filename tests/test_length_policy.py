@@ -14,7 +14,7 @@ from pacer_core.methods import parse_method
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.settings import SettingsError
 from pacer_core.stopping import PRIOR_DRAFT_TOKENS, PacerCostModel, RunCosts, StepCosts
-from pacer_core.testing.enumeration import chi_square_p_value, target_sequence_distribution
+from pacer_core.testing.enumeration import chi_square_p_value
 from pacer_core.testing.runs import run_ids, sample_counts
 from pacer_core.testing.tiny import tiny_pair
 
@@ -148,19 +148,8 @@ RUNS = 1000
 SIGNIFICANCE = 1e-3
 
 
-@pytest.fixture(scope="module")
-def six_token_pair():
-    return tiny_pair(vocab_size=5, scale=6.0, draft_noise=None, target_layers=1, hidden=16)
-
-
-@pytest.fixture(scope="module")
-def truth(six_token_pair):
-    target, _ = six_token_pair
-    return target_sequence_distribution(target.model, PROMPT, N_TOKENS, temperature=1.0)
-
-
 @pytest.mark.statistical
-def test_sampled_pacer_on_its_runs_costs_matches_the_target(six_token_pair, truth):
+def test_sampled_pacer_on_its_runs_costs_matches_the_target(six_token_pair, six_token_truth):
     """The cost rule priced with the run's own timings stops where the drafted tokens and the run's past say, so the
     output keeps the target's law; with an unrelated draft its stops vary from step to step."""
     target, drafter = six_token_pair
@@ -171,14 +160,14 @@ def test_sampled_pacer_on_its_runs_costs_matches_the_target(six_token_pair, trut
                                                                                 **settings)))[:-1])
     assert stops["cost"] + stops["preverifier"] >= 10 and stops["budget"] + stops["max_len"] >= 10, stops
     counts = sample_counts(decoder, target, drafter, PROMPT, N_TOKENS, RUNS, **settings)
-    assert chi_square_p_value(counts, truth) > SIGNIFICANCE
+    assert chi_square_p_value(counts, six_token_truth) > SIGNIFICANCE
 
 
 @pytest.mark.statistical
-def test_sampled_fixed_dyn_matches_the_target(six_token_pair, truth):
+def test_sampled_fixed_dyn_matches_the_target(six_token_pair, six_token_truth):
     target, drafter = six_token_pair
     counts = sample_counts(FixedSpeculative(1, "dynamic"), target, drafter, PROMPT, N_TOKENS, RUNS, temperature=1.0)
-    assert chi_square_p_value(counts, truth) > SIGNIFICANCE
+    assert chi_square_p_value(counts, six_token_truth) > SIGNIFICANCE
 
 
 def test_the_draft_length_chart_says_what_stopped_each_pacer_draft_beside_the_oracle():
