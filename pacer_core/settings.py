@@ -4,7 +4,7 @@
 validator below and the app's controls both read it, so a range cannot differ between them. The front
 doors (the UI, ``generate()``/``stream()``, the benchmark and every script) validate once, through
 ``pacer_core.request``; a bad value raises ``SettingsError`` whose message a workshop attendee can act
-on. Space owners cap the expensive settings with environment variables (documented in README), read
+on. Space owners cap the expensive settings with environment variables (documented in docs/running.md), read
 once per process or call into ``Limits`` and passed down."""
 from __future__ import annotations
 
