@@ -46,7 +46,7 @@ from pacer_core.request import EncodedPrompt, RunRequest, chosen_names, request_
 from pacer_core.settings import Limits, validate_settings  # noqa: E402
 from benchmarks.results_writer import write_summary  # noqa: E402
 
-# Real shapes of the pairs the app loads on a GPU with no target set (models.GPU_DEFAULT_PAIRS, chosen by memory).
+# Real shapes of the pairs the app loads on a GPU with no target set (default_target.GPU_DEFAULT_PAIRS, chosen by memory).
 REAL_SHAPES = {
     "HuggingFaceTB/SmolLM2-1.7B-Instruct": ("llama", 49152, {"hidden_size": 2048, "num_hidden_layers": 24,
         "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 8192}),
@@ -131,9 +131,9 @@ def named_gpu_pair_ids(target_id: str) -> tuple[str, str]:
     """The hub ids of the GPU default pair whose target is ``target_id`` (--target)."""
     from pacer_core.default_target import GPU_DEFAULT_PAIRS
 
-    chosen = next((target for target in GPU_DEFAULT_PAIRS if target.model == target_id), None)
+    chosen = next((hub_pair for hub_pair in GPU_DEFAULT_PAIRS if hub_pair.target == target_id), None)
     if chosen is None:
-        raise SystemExit(f"device_check: --target must be one of {[target.model for target in GPU_DEFAULT_PAIRS]}")
+        raise SystemExit(f"device_check: --target must be one of {[hub_pair.target for hub_pair in GPU_DEFAULT_PAIRS]}")
     return chosen.target, chosen.draft
 
 

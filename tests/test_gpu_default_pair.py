@@ -67,6 +67,24 @@ def put_in_hub_cache(hub_cache: Path, repo_id: str, layers: int) -> None:
     byte_level_tokenizer().save_pretrained(snapshot)
 
 
+@pytest.mark.pure
+def test_the_device_check_names_each_default_pair_by_its_target():
+    """benchmarks/device_check.py --target picks a default pair by its target's hub id, and refuses any other id."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("device_check_script", ROOT / "benchmarks" / "device_check.py")
+    device_check = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = device_check          # its dataclasses resolve their module while it loads
+    try:
+        spec.loader.exec_module(device_check)
+        for hub_pair in GPU_DEFAULT_PAIRS:
+            assert device_check.named_gpu_pair_ids(hub_pair.target) == (hub_pair.target, hub_pair.draft)
+        with pytest.raises(SystemExit, match="--target must be one of"):
+            device_check.named_gpu_pair_ids("no/such-model")
+    finally:
+        del sys.modules[spec.name]
+
+
 @pytest.fixture(scope="module")
 def hub_home(tmp_path_factory) -> Path:
     """$HF_HOME holding both default pairs (tiny, random weights)."""
