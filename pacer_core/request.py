@@ -141,7 +141,7 @@ def run_inputs(target, prompt: str, raw: dict | None = None, *, chat: bool | Non
     raw = dict(raw or {})
     settings = validate_settings(limits, **raw)
     encoded = encode_prompt(target, prompt, chat, limits)
-    return RunInputs(validate_prompt(prompt, limits), encoded, settings, chosen_names(raw), limits)
+    return RunInputs(prompt, encoded, settings, chosen_names(raw), limits)   # encode_prompt validated it
 
 
 def build_request(target, drafter, method: str, prompt: str, raw: dict | None = None, *, chat: bool | None = None,
