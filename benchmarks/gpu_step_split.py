@@ -151,7 +151,7 @@ def main() -> None:
     if args.dry_run:
         models = [("tiny random draft", ("llama", DRY_VOCAB_SIZE, DRY_DRAFT_SHAPE))]
     else:
-        models = [(model_id, REAL_SHAPES[model_id]) for target in GPU_PAIRS for model_id in target]
+        models = [(model_id, REAL_SHAPES[model_id]) for hub_pair in GPU_PAIRS for model_id in hub_pair]
     rows = [model_row(model_id, entry, device, dtype, args.steps, args.prompt_tokens, args.dry_run)
             for model_id, entry in models]
     import transformers

@@ -11,9 +11,10 @@ from .settings import Limits, SettingsError
 
 def make_decoder(method: str, preverifier=None):
     """A fresh decoder for a method key (``method_table``); it reads every setting from the run's."""
-    if method_table.find(method) is None:
+    row = method_table.find(method)
+    if row is None:
         raise SettingsError(f"Unknown method {method!r}.")
-    return method_table.make_decoder(method, preverifier)
+    return row.build(preverifier)
 
 
 def run_request(target, request: RunRequest, cancel=None) -> Iterator:

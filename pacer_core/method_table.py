@@ -84,15 +84,15 @@ def rows() -> tuple[MethodEntry, ...]:
     return tuple(PAGE_METHOD_ROWS)
 
 
-def entry(key: str) -> MethodEntry:
-    for row in PAGE_METHOD_ROWS:
-        if row.key == key:
-            return row
-    raise KeyError(f"no method {key!r}; known: {', '.join(method_keys())}")
-
-
 def find(key: str) -> MethodEntry | None:
     return next((row for row in PAGE_METHOD_ROWS if row.key == key), None)
+
+
+def entry(key: str) -> MethodEntry:
+    row = find(key)
+    if row is None:
+        raise KeyError(f"no method {key!r}; known: {', '.join(method_keys())}")
+    return row
 
 
 def keys_where(flag: Callable[[MethodEntry], bool]) -> tuple[str, ...]:

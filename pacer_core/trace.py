@@ -213,7 +213,7 @@ def checked_result(method: str, value, limits: TraceLimits) -> Result:
         raise TraceError(f"{where}.events: expected a list.")
     if len(raw_events) > limits.max_events:
         raise TraceError(f"{where}: {len(raw_events):,} steps, more than a trace may hold ({limits.max_events:,}).")
-    event_class = StepEvent if method_table.entry(method).steps else SMCCycleEvent
+    event_class = StepEvent if method_table.steps_by_pass(method) else SMCCycleEvent
     events = coerce(raw_events, list[event_class], f"{where}.events", limits)
     result = build(Result, value | {"events": []}, where, limits)
     if result.method != method or any(event.method != method for event in events):

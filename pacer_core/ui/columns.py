@@ -170,8 +170,9 @@ def answer_html(method: str, events: list, result: Result | None = None, pending
             f'<div class="answer-text">{body}</div></div>')
 
 
-def trace_label(method: str) -> str:
-    if method_table.steps_by_pass(method):
+def trace_label(by_pass: bool) -> str:
+    """The trace's heading: a bar per target pass (step methods) or per cycle (SMC-SD's particles)."""
+    if by_pass:
         return "Step trace · a bar per target pass · hover a token"
     return "Trace · a bar per cycle, then every particle"
 
@@ -184,7 +185,8 @@ def column_html(method: str, events: list, result: Result | None = None, error: 
     but not yet verified (SMC: the newest cycle is not shown yet). ``placeholder``: plain text shown
     instead of the trace while the column has no events to show (Run's timing phase). ``skipped``: Stop came
     before this method's turn (``placeholder`` then says so)."""
-    if pending and method == "smc" and events:
+    by_pass = method_table.steps_by_pass(method)
+    if pending and not by_pass and events:          # a cycle's verdict is its weights: not shown before them
         events, pending = events[:-1], False
     title = escape_text(label_of(method))
     head = (f'<div class="col-head"><span class="col-title">{title}</span>'
@@ -196,10 +198,7 @@ def column_html(method: str, events: list, result: Result | None = None, error: 
     if not events:
         empty = f'<span class="placeholder">{escape_text(placeholder)}</span>' if placeholder else PLACEHOLDER
         return f'{sticky}<div class="tokens">{empty}</div>{extra}</div>'
-    if not method_table.steps_by_pass(method):
-        body = smc_body_html(events, result)
-    else:
-        body = tokens_body_html(events, pending)
-    label = trace_label(method)
+    body = tokens_body_html(events, pending) if by_pass else smc_body_html(events, result)
+    label = trace_label(by_pass)
     trace = f'<div class="trace" data-role="trace"><div class="part-label">{label}</div>{body}</div>'
     return f"{sticky}{answer_html(method, events, result, pending)}{trace}{extra}</div>"

@@ -22,6 +22,7 @@ No Gradio here."""
 from __future__ import annotations
 
 from ..events import SMCCycleEvent, StepEvent
+from .. import method_table
 from ..method_table import label_of
 from .columns import column_html, counters_html, status_badge, step_html, trace_label
 from .escape import escape_attr, escape_text
@@ -56,7 +57,7 @@ def _answer_open(method: str) -> str:
 
 
 def _trace_open(method: str) -> str:
-    label = trace_label(method)
+    label = trace_label(method_table.steps_by_pass(method))
     return f'</div></div><div class="trace" data-role="trace"><div class="part-label">{label}</div><div class="tokens">'
 
 
