@@ -21,24 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pacer_core.default_target import target_from_env  # noqa: E402
 from pacer_core.trace import parse_trace  # noqa: E402
 from pacer_core.ui import handlers  # noqa: E402
-from pacer_core.ui.drafter_switch import drafter_context  # noqa: E402
-from pacer_core.ui.drafter_menu import DrafterMenu  # noqa: E402
+from pacer_core.ui.drafter_switch import app_context, drafter_context  # noqa: E402
 from pacer_core.ui.page_types import AppContext, PageInputs  # noqa: E402
-from pacer_core.preverifier import default_preverifier as load_preverifier  # noqa: E402
-from pacer_core.ui.session import preverifier_kind  # noqa: E402
 from pacer_core.ui.workshop import load_workshop, recorded_runs, starting_settings  # noqa: E402
 
 WORKSHOP_DRAFTER = "small"   # the guide's "16M-parameter draft" (tests/conftest.py's embedded_pair drafts with it too)
-
-
-def app_context(target, drafters) -> AppContext:
-    """The context ``layout.build_ui`` makes for the pair and what the loader built beside it: the loader's drafter,
-    its pre-verifier and the drafter menu."""
-    drafter = drafters.default
-    preverifier = load_preverifier(target, drafter)
-    return AppContext(target, drafter, preverifier,
-                      getattr(preverifier, "kind", None) or preverifier_kind(target, drafter),
-                      drafter_menu=DrafterMenu(target, drafters, preverifier))
 
 
 def page_inputs(context: AppContext, run) -> PageInputs:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import html
 import json
 import os
-import sys
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,12 +20,11 @@ from ..settings import FIELD_BY_NAME, Limits
 from . import charts, columns, frames, handlers, live, narration, page, tables
 from .atlas_tab import atlas_tab
 from .drafter_menu import DrafterMenu
-from .drafter_switch import drafter_context
+from .drafter_switch import app_context, drafter_context
 from .page_types import AppContext, PageInputs, ViewUpdate
 from .queue_watch import client_still_there, quiet_queue
 from .reading_tabs import other_tabs
 from .replay_tab import replay_tab
-from .session import preverifier_kind
 from .starts import DRAFTER_STARTS, drafter_starts
 from .widgets import EXPLAIN_PATH, control, gpu as _gpu
 
@@ -56,18 +53,6 @@ def launch_options() -> dict:
                                                "DejaVu Sans Mono", "monospace"]),
             "footer_links": ["api"],
             "js": frames.DRAWN_JS}     # the page acknowledges each timing frame once drawn (ui/frames.py)
-
-
-def load_preverifier(target, drafter):
-    """The trained pre-verifier for the pair's target and ``drafter``, or None (PACER then uses its heuristic
-    rule)."""
-    try:
-        from ..preverifier import default_preverifier
-
-        return default_preverifier(target, drafter)
-    except Exception:  # noqa: BLE001 - a broken optional layer must not stop the app
-        traceback.print_exc(file=sys.stderr)
-        return None
 
 
 @dataclass
@@ -219,16 +204,6 @@ def drafter_choice_view(context: AppContext, key: str, pair_note: str | None) ->
     starts = drafter_starts(chosen.target, chosen.drafter, chosen.preverifier, key or context.drafter_menu.default_key)
     return {"pair": page.pair_status_html(chosen.target.describe(chosen.drafter), chosen.preverifier_kind,
                                           pair_note)} | starts
-
-
-def app_context(target, drafters, preverifier=None, limits: Limits | None = None) -> AppContext:
-    """What every click of the app shares: the loader's drafter (``drafters.default``, a ``LoadedDrafters``), its
-    pre-verifier (the trained layer when there is one) and the menu of the other drafters the target offers."""
-    drafter = drafters.default
-    preverifier = preverifier if preverifier is not None else load_preverifier(target, drafter)
-    kind = getattr(preverifier, "kind", None) or preverifier_kind(target, drafter)
-    return AppContext(target, drafter, preverifier, kind, limits or Limits.from_env(),
-                      DrafterMenu(target, drafters, preverifier))
 
 
 @dataclass

@@ -41,16 +41,6 @@ def pacer_rule_note(request, drafters_own) -> str:
     return note + "."
 
 
-def preverifier_kind(target, drafter) -> str:
-    """"trained" when a trained pre-verifier layer exists for this pair's target and ``drafter``, else "heuristic"."""
-    try:
-        from ..preverifier import default_preverifier
-
-        return getattr(default_preverifier(target, drafter), "kind", "heuristic")
-    except Exception:  # noqa: BLE001 - a broken optional layer must not stop the app
-        return "heuristic"
-
-
 def user_message(error: BaseException) -> str:
     """A one-line message for the UI (never a stack trace)."""
     if isinstance(error, (SettingsError, ModelLoadError)):
