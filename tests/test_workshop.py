@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from app_process import browser_marks
 
+from pacer_core.testing.app_runner import set_max_new_tokens
 from pacer_core.ui import handlers, timeline
 from pacer_core.ui.drafter_menu import DrafterMenu
 from pacer_core.ui.drafter_switch import drafter_context
@@ -246,11 +247,7 @@ def test_the_step_through_exercise_in_the_browser(app_url, chromium_browser, emb
         page.get_by_text(run.example, exact=True).click()
         page.wait_for_function(f"document.querySelector('#prompt textarea').value === {json.dumps(run.prompt)}")
         if "max_new_tokens" in changed:
-            page.click("#settings button.label-wrap")
-            box = page.locator("#max-new-tokens input[type=number]")
-            box.fill(str(changed["max_new_tokens"]))
-            box.press("Enter")
-            page.click("#settings button.label-wrap")
+            set_max_new_tokens(page, changed["max_new_tokens"])
         states = "m => [...document.querySelectorAll(`#col-${m} .tok`)].map(e => e.dataset.state)"
         page.click("#step-button")
         page.wait_for_function("document.querySelector('#run-status').innerText.includes('step 1 drafted')")
