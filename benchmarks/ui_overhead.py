@@ -43,7 +43,7 @@ from pacer_core.preverifier import default_preverifier  # noqa: E402
 from pacer_core.ui import handlers  # noqa: E402
 from pacer_core.ui.handlers import AppContext, PageInputs  # noqa: E402
 from pacer_core.ui.replay import RecordedTarget  # noqa: E402
-from pacer_core.ui.session import RunSession  # noqa: E402
+from pacer_core.ui.session import MethodRun, RunSession  # noqa: E402
 
 PROMPT = "Write a Python function that checks whether a string is a palindrome."
 
@@ -74,7 +74,7 @@ def timed_model_work(totals: list, calls: list | None = None):
     def timed(method):
         @functools.wraps(method)
         def wrapper(self, *args, **kwargs):
-            run = args[0] if args else None
+            run = args[0] if args and isinstance(args[0], MethodRun) else None   # the scoring passes take logits
             before = (len(run.events), run.result) if run is not None else None
             started = time.perf_counter()
             try:
@@ -143,12 +143,10 @@ class VirtualClock:
 
 def replay_session_class(clock: VirtualClock, recorded: dict):
     """A RunSession of the code on the path whose model calls hand out the recorded items in order."""
-    from pacer_core.ui.session import MethodRun
-
     class ReplaySession(RunSession):
         def __init__(self, *args, **kwargs):      # noqa: D401 - no model, no validation: the recorded run's
             self.target, self.prompt, self.chat = RecordedTarget(recorded["describe"]), recorded["prompt"], recorded["chat"]
-            self.settings = self.validated = dict(recorded["session_settings"])
+            self.settings = dict(recorded["session_settings"])
             self.raw_settings, self.preverifier, self.limits = dict(recorded["settings"]), None, None
             self.cancel, self.prompt_ids, self.prompt_note = threading.Event(), recorded["prompt_ids"], None
             self.runs = {method: MethodRun(method, error=recorded["errors"].get(method))
@@ -156,7 +154,6 @@ def replay_session_class(clock: VirtualClock, recorded: dict):
             self.ar = MethodRun("ar") if recorded["measure_ar"] else None
             self.oracle = self.oracle_steps = self.oracle_note = self.proposal_kl = self.pending_verdict = None
             self.oracle_greedy, self.logliks, self.created, self.drafter = True, {}, time.time(), "small"
-            self.encoded = None
             self._queue = list(recorded["steps"])
 
         def _take(self, name: str, method: str | None):
