@@ -51,9 +51,7 @@ class MethodEntry:
     grammar: str                                 # how the bench writes it, e.g. "pacer[:B:L[:T]]"
     parse_numbers: Callable[[list[str]], dict]   # the grammar's numbers after ``key:`` -> settings
     steps: bool = True                           # yields one StepEvent per target pass (else SMCCycleEvent)
-    on_page: bool = True                         # run by the page (a lane of its race and timeline)
     column: bool = True                          # has a column of its own (AR is the yardstick, shown in lanes)
-    judged: bool = True                          # the atlas judges its drafts token by token
     exact: bool = True                           # reproduces the target's distribution (greedy: AR's tokens)
     speculative: bool = True                     # drafts with a drafter (accepts ``@DRAFTER`` in the grammar)
     scored: bool = False                         # sampled runs the page scores (oracle γ*, likelihood, divergence)
@@ -63,7 +61,7 @@ class MethodEntry:
 PAGE_METHOD_ROWS: list[MethodEntry] = [
     MethodEntry("ar", "Autoregressive (AR)", "AR", "#000000",
                 lazy_decoder("pacer_core.decoders.autoregressive", "Autoregressive"), "ar", numbers_for(),
-                column=False, judged=False, speculative=False),
+                column=False, speculative=False),
     MethodEntry("fixed", "Fixed-length SD", "fixed SD", "#56B4E9",
                 lazy_decoder("pacer_core.decoders.fixed", "FixedSpeculative"), "fixed:G",
                 numbers_for("gamma")),
@@ -75,7 +73,7 @@ PAGE_METHOD_ROWS: list[MethodEntry] = [
                 lazy_decoder("pacer_core.decoders.smc", "SMC"), "smc:N:K[:DRAFT_T]",
                 numbers_for("n_particles", "draft_len", "draft_temperature", converters=(int, int, float),
                             required=(2, 3)),
-                steps=False, judged=False, exact=False, scored=True, output_drafted=True),
+                steps=False, exact=False, scored=True, output_drafted=True),
 ]
 
 
@@ -102,17 +100,12 @@ def keys_where(flag: Callable[[MethodEntry], bool]) -> tuple[str, ...]:
 
 def method_keys() -> tuple[str, ...]:
     """The page's methods, AR first."""
-    return keys_where(lambda row: row.on_page)
+    return keys_where(lambda row: True)
 
 
 def column_keys() -> tuple[str, ...]:
     """The methods with a column of their own."""
-    return keys_where(lambda row: row.on_page and row.column)
-
-
-def step_keys() -> tuple[str, ...]:
-    """The methods whose traces hold one StepEvent per target pass."""
-    return keys_where(lambda row: row.steps)
+    return keys_where(lambda row: row.column)
 
 
 def scored_keys() -> tuple[str, ...]:
@@ -120,8 +113,10 @@ def scored_keys() -> tuple[str, ...]:
     return keys_where(lambda row: row.scored)
 
 
-def judged_keys() -> tuple[str, ...]:
-    return keys_where(lambda row: row.judged)
+def drafting_keys() -> tuple[str, ...]:
+    """The methods that draft step by step (a StepEvent per target pass, with a drafter): the ones whose drafts the
+    atlas judges token by token and the draft charts draw."""
+    return keys_where(lambda row: row.steps and row.speculative)
 
 
 def exact_keys() -> tuple[str, ...]:

@@ -52,8 +52,9 @@ def test_the_derived_lists_follow_the_rows_flags():
     keys = method_table.method_keys()
     assert keys[0] == "ar" and len(set(keys)) == len(keys)
     assert set(method_table.column_keys()) == {row.key for row in method_table.rows() if row.column}
-    assert set(method_table.step_keys()) == {row.key for row in method_table.rows() if row.steps}
-    assert set(method_table.judged_keys()) <= set(keys) and set(method_table.exact_keys()) <= set(keys)
+    stepping = [row.key for row in method_table.rows() if row.steps]
+    assert [key for key in keys if method_table.steps_by_pass(key)] == stepping
+    assert set(method_table.drafting_keys()) <= set(keys) and set(method_table.exact_keys()) <= set(keys)
     assert all(method_table.label_of(key) == method_table.entry(key).label for key in keys)
 
 
@@ -141,7 +142,7 @@ def test_a_trace_of_the_toy_reads_back_as_step_events(toy_method, target, drafte
 
 
 def test_the_atlas_judges_the_toy(toy_method, target, drafter):
-    assert "toy" in method_table.judged_keys()
+    assert "toy" in method_table.drafting_keys()
     prompts = [AtlasPrompt("t1 t2", "chat", "p1"), AtlasPrompt("t3 t4", "code", "p2")]
     lane = atlas_lane(target, drafter, None, "small", "toy:4", {}, prompts, Limits())
     runs = list(run_prompts(prompts, [lane]))

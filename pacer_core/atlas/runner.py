@@ -68,8 +68,8 @@ def atlas_lane(target, drafter, preverifier, key: str, method: str, raw: dict, p
     named ``key``: its settings are the bench's for METHOD@KEY (the drafter's measured starting settings, then
     ``raw``, then the method's own)."""
     spec = parse_method(method)
-    if spec.kind not in method_table.judged_keys() or spec.drafter:
-        judged = " or ".join(method_table.entry(key).grammar for key in method_table.judged_keys())
+    if spec.kind not in method_table.drafting_keys() or spec.drafter:
+        judged = " or ".join(method_table.entry(key).grammar for key in method_table.drafting_keys())
         raise SettingsError(f"The atlas counts the target's verdicts on drafted tokens: use {judged} "
                             f"(got {method!r}; the drafter is a separate choice).")
     spec.drafter = key

@@ -14,7 +14,8 @@ from typing import Callable
 
 import plotly.graph_objects as go
 
-from .plots_drafts import acceptance_figure, block_scores_figure, draft_length_figure, drafting_keys
+from ..method_table import drafting_keys
+from .plots_drafts import acceptance_figure, block_scores_figure, draft_length_figure
 from .plots_smc import smc_ess_figure, smc_genealogy_figure, smc_weights_figure
 from .plots_time import accepted_histogram_figure, speedup_figure, timeline_figure
 

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from ..acceptance import AcceptanceByPosition
 from ..events import StepEvent
-from ..method_table import colour_of, rows, short_label_of
+from ..method_table import colour_of, drafting_keys, short_label_of
 from .columns import DRAFTED_STATES
 from .escape import hover_escape
 from .plots_style import ACCEPTED, STOPPED, empty_figure, hline, steps_of, styled, thinned, thinned_title
@@ -25,11 +25,6 @@ def _draft_tokens_hover(event: StepEvent) -> str:
     stopped = f"<br>stopped by {STOPPED_BY[event.stop_reason]}" if event.stop_reason in STOPPED_BY else ""
     return (f"step {event.step + 1}<br>drafted {event.n_drafted}, accepted {event.n_accepted}{stopped}<br>"
             f"draft: {hover_escape(text[:80])}")
-
-
-def drafting_keys() -> list[str]:
-    """The page's methods that draft step by step (the method table's rows that step and draft), in its order."""
-    return [row.key for row in rows() if row.on_page and row.steps and row.speculative]
 
 
 def draft_length_figure(events_by_method: dict, oracle: list | None = None,
