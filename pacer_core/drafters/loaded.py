@@ -47,4 +47,5 @@ class LoadedDrafters(DraftModels):
     def around(cls, drafter, gguf_file: str = "") -> "LoadedDrafters":
         """The record of a load whose drafter is an independent draft model (``IndependentDrafter``): that model is
         also the ``small`` drafters' model (tests and tools that build a target from models in-process)."""
-        return cls(default=drafter, small_model=drafter.model, small_model_id=drafter.model_id, gguf_file=gguf_file)
+        return cls.beside(DraftModels(small_model=drafter.model, small_model_id=drafter.model_id, gguf_file=gguf_file),
+                          drafter)
