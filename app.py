@@ -91,6 +91,8 @@ def main(argv=None) -> int:
     for key, why in DrafterMenu(target, drafters).left_out().items():
         print(f"[pacer] drafter {key} not offered: {why}", file=sys.stderr, flush=True)
     demo = build_ui(target, drafters, pair_note=target.load_note or None)   # e.g. why a GPU default fell back
+    from pacer_core.compute_thread import release_openmp_workers
+    release_openmp_workers()          # the loading thread's; the page decodes on one compute thread (its docstring)
     serve(demo, host=args.host, port=args.port, concurrency=args.concurrency)
     return 0
 

@@ -17,6 +17,7 @@ import threading
 import traceback
 from dataclasses import dataclass
 
+from ..compute_thread import on_compute_thread
 from ..drafters import KINDS, SELF_DRAFTERS, drafter_key, entry_for_key, load_drafter, measured_drafter
 from ..preverifier import confidence_rule, default_preverifier
 from ..quantized_linear import INT4_GROUP_SIZE
@@ -108,7 +109,7 @@ class DrafterMenu:
                              f"Unknown drafter '{key}': this page offers {', '.join(self.keys)}.")
         with self._lock:
             if key not in self._drafter_by_key:
-                self._drafter_by_key[key] = load_drafter(self.target, self.loaded_drafters, key)
+                self._drafter_by_key[key] = on_compute_thread(load_drafter, self.target, self.loaded_drafters, key)
             return self._drafter_by_key[key]
 
     def preverifier(self, key: str | None):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from ..analysis import oracle_lengths, output_logits, proposal_divergence, target_log_likelihood
 from ..api import run_request
+from ..compute_thread import on_compute_thread
 from ..decoders.pacer import stop_rule_summary
 from ..drafters import drafter_key
 from ..events import Result
@@ -142,7 +143,7 @@ class RunSession:
         try:
             if run.generator is None:
                 self._start(run)
-            item = next(run.generator)
+            item = on_compute_thread(next, run.generator)    # every decoder steps on the one compute thread
         except StopIteration:
             run.error, run.generator = run.error or "The decoder ended without a result.", None
             return True
@@ -208,9 +209,13 @@ class RunSession:
                                             and run.result.finish_reason == "cancelled" for run in self.all_runs())
 
     def analyse(self) -> None:
-        """After the decoding: oracle γ* and the target log-likelihoods, once (Run starts it during the replay)."""
+        """After the decoding: oracle γ* and the target log-likelihoods, once (Run starts it during the replay), on
+        the compute thread like the decoding."""
         if self.analysed:
             return
+        on_compute_thread(self._analyse)
+
+    def _analyse(self) -> None:
         target_logits, draft_logits = self.teacher_force()
         self.compute_likelihoods(target_logits, draft_logits.get("smc"))
         self.compute_oracle(target_logits.get("pacer"), draft_logits.get("pacer"))

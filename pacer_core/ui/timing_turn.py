@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Iterator
 
+from ..compute_thread import on_compute_thread
 from . import columns, page, race
 from .frames import DrawnFrames
 from .page_types import ViewUpdate
@@ -104,8 +105,8 @@ def time_each_alone(session: RunSession, frames: DrawnFrames | None = None, chec
             started = clock()
             frames.wait(token)
             session.phase_seconds["drawing"] = session.phase_seconds.get("drawing", 0.0) + clock() - started
-            with quiet():
-                decode_alone(session, current, check, clock, check_s)
+            with quiet():                      # the whole method on the compute thread: no hand-off per step
+                on_compute_thread(decode_alone, session, current, check, clock, check_s)
         else:
             checked = clock()
             while not current.done:
