@@ -69,9 +69,12 @@ def main(argv=None) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")   # works offline; sends nothing anywhere
     if args.replay_only:
         return serve_replay_only(args)
+    from pacer_core.compute_thread import COMPUTE_THREAD
     from pacer_core.default_target import target_from_env
     from pacer_core.models import ModelLoadError
-    from pacer_core.ui.layout import build_ui, serve
+    from pacer_core.ui.layout import build_ui
+
+    COMPUTE_THREAD.adopt_current_thread()     # this thread loads the models and runs the page's model work
 
     print("[pacer] loading the model pair (once per process)…", file=sys.stderr, flush=True)
     try:
@@ -91,10 +94,22 @@ def main(argv=None) -> int:
     for key, why in DrafterMenu(target, drafters).left_out().items():
         print(f"[pacer] drafter {key} not offered: {why}", file=sys.stderr, flush=True)
     demo = build_ui(target, drafters, pair_note=target.load_note or None)   # e.g. why a GPU default fell back
-    from pacer_core.compute_thread import release_openmp_workers
-    release_openmp_workers()          # the loading thread's; the page decodes on one compute thread (its docstring)
-    serve(demo, host=args.host, port=args.port, concurrency=args.concurrency)
+    serve_on_main_thread(demo, args)
     return 0
+
+
+def serve_on_main_thread(demo, args: argparse.Namespace) -> None:
+    """Gradio serves from its own threads while this thread, which loaded the models, runs the page's model work
+    (``pacer_core.compute_thread``: one OpenMP team in the process, so the page decodes at a script's speed)."""
+    from pacer_core.compute_thread import COMPUTE_THREAD
+    from pacer_core.ui.layout import serve
+
+    serve(demo, host=args.host, port=args.port, concurrency=args.concurrency, prevent_thread_lock=True)
+    try:
+        COMPUTE_THREAD.serve_forever()
+    except KeyboardInterrupt:
+        print("[pacer] stopping", file=sys.stderr, flush=True)
+        demo.close()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Chromium: an example's prompt typed, Run clicked, the finished table awaited (th
 recorded), the run's JSON trace downloaded. Then, in this process, the same four decoders run alone through
 the library (``pacer_core.generate``) with exactly the settings the page ran (read from that trace), one after
 another in the page's order once the browser has finished drawing, on a pair loaded the way app.py loads it
-(``default_target.target_from_env``). Both sides are on this machine in the same hour, interleaved round by round, so what differs
+(``default_target.target_from_env``), three passes a round by default (each method's median kept: the page
+gives one sample a round, the alone side a steadier one). Both sides are on this machine in the same hour, interleaved round by round, so what differs
 is only how the page measures.
 
 Every example runs at each of ``--new-tokens`` (default 48, the page's own, and 16: a short run shows what a fixed
@@ -118,18 +119,22 @@ def wait_until_drawn(page) -> None:
     time.sleep(DRAWN_S)
 
 
-def alone_round(target, drafter, trace: dict) -> dict:
-    """The page's four decoders alone, one after another in the page's order, with the settings the page ran."""
+def alone_round(target, drafter, trace: dict, repeats: int = 1) -> dict:
+    """The page's four decoders alone, one after another in the page's order, with the settings the page ran;
+    ``repeats`` passes over the four, each method's seconds the median of its passes (one page Run is one sample,
+    the alone side can afford a steadier one)."""
     from pacer_core import generate
 
     settings = {name: value for name, value in trace["settings"].items() if value is not None}
-    out = {}
-    for method in page_order(trace):
-        started = time.perf_counter()
-        result = generate(target, drafter, method, trace["prompt"], chat=trace.get("chat_template"), **settings)
-        out[method] = {"seconds": time.perf_counter() - started, "tokens": result.metrics.new_tokens,
-                       "token_ids": list(result.token_ids)}
-    return out
+    seconds, out = {method: [] for method in page_order(trace)}, {}
+    for _ in range(repeats):
+        for method in seconds:
+            started = time.perf_counter()
+            result = generate(target, drafter, method, trace["prompt"], chat=trace.get("chat_template"), **settings)
+            seconds[method].append(time.perf_counter() - started)
+            out[method] = {"tokens": result.metrics.new_tokens, "token_ids": list(result.token_ids)}
+    return {method: {"seconds": statistics.median(seconds[method]), "passes": seconds[method]} | out[method]
+            for method in seconds}
 
 
 def speedups(methods: dict) -> dict:
@@ -196,7 +201,8 @@ def report(results: dict) -> str:
     lines = [f"# The page against the decoders alone ({results['date']})", "",
              f"{results['machine']['cpus']} CPUs, {results['machine']['processor']}; pair: "
              f"{results['pair']['target']} on {results['pair']['target_engine']}, drafter "
-             f"{results['pair']['drafter']}; {results['rounds']} rounds per example, medians; page settings as "
+             f"{results['pair']['drafter']}; {results['rounds']} rounds per example, medians (alone: "
+             f"{results.get('alone_repeats', 1)} passes a round, each method's median); page settings as "
              f"the page starts (each run's settings in results.json).", "",
              "| example | method | page s | alone s | page/alone s | page speedup | alone speedup | "
              "page/alone speedup | same tokens |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -244,7 +250,7 @@ def measure(args) -> dict:
         for round_index in range(args.rounds):
             for item in chosen:
                 on_page = page_round(page, item["prompt"], downloads, item["new_tokens"])
-                alone = alone_round(target, drafters.default, on_page["trace"])
+                alone = alone_round(target, drafters.default, on_page["trace"], args.alone_repeats)
                 entry = {"round": round_index, "load_1min": os.getloadavg()[0],
                          "click_to_table_s": on_page["click_to_table_s"],
                          "phase_seconds": on_page["trace"].get("phase_seconds"),
@@ -263,7 +269,7 @@ def measure(args) -> dict:
             for side in ("page", "alone"):
                 for row in entry[side].values():
                     row.pop("token_ids", None)
-    results = {"date": datetime.date.today().isoformat(), "rounds": args.rounds,
+    results = {"date": datetime.date.today().isoformat(), "rounds": args.rounds, "alone_repeats": args.alone_repeats,
                "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
                "pair": target.describe(drafters.default) | {"drafter": chosen and rounds[chosen[0]["label"]][0]["drafter"]},
                "examples": []}
@@ -279,6 +285,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="results folder (results.json, report.md)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--alone-repeats", type=int, default=3, dest="alone_repeats",
+                        help="passes over the four decoders alone per round, each method's median kept (default 3)")
     parser.add_argument("--examples", type=lambda text: [int(part) for part in text.split(",")],
                         default=list(DEFAULT_EXAMPLES), help="indices into assets/examples.json (default 0,4,3)")
     parser.add_argument("--new-tokens", type=lambda text: [int(part) for part in text.split(",")],

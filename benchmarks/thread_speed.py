@@ -1,11 +1,12 @@
 """Does a decoder run as fast off the main thread as on it? (docs/measurements.md, "Threads and OpenMP waiting")
 
 Times the default pair's AR (and fixed SD) on one prompt in three places, repeats interleaved, medians:
-  main       the script's own thread, as every benchmark decodes;
-  worker     a fresh thread while the main thread's OpenMP team is still alive: how the page decoded before it
-             had a compute thread (Gradio runs each handler on whichever worker thread is free);
-  compute    ``pacer_core.compute_thread``'s thread after the main thread handed its team back: how the page
-             decodes now.
+  main       the script's own thread, as every benchmark decodes, and as the page decodes now (app.py's main
+             thread loads the models and serves the page's model work: ``pacer_core.compute_thread``);
+  worker     a fresh thread while the main thread's OpenMP team is still alive: how the page decoded before
+             (Gradio runs each handler on whichever worker thread is free);
+  compute    a compute thread of its own (``on_compute_thread`` in a process that did not lend its main thread)
+             after the main thread handed its team back.
 Each place hands its own OpenMP team back after its run, so the next place starts as the only team in the process.
 
     python benchmarks/thread_speed.py --out benchmarks/results/thread-speed

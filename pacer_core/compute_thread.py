@@ -10,9 +10,11 @@ on the thread that loaded the model and 29 ms on any other thread, and AR on the
 1.40 s. Gradio runs each handler, even each pull of one Run's generator, on whichever worker thread is free, so
 the page's decoders ran at the slower speed while the benchmarks, on the main thread, ran at the faster one.
 
-So the page steps every decoder on one long-lived thread (``on_compute_thread``), and the thread that loaded
-the models hands its workers back (``release_openmp_workers``): the process then holds one team, as a script
-on its main thread does."""
+So the page steps every decoder on one long-lived thread (``on_compute_thread``): app.py makes its main thread,
+the one that loaded the models, that thread (``COMPUTE_THREAD.adopt_current_thread`` and ``serve_forever``,
+Gradio serving from its own threads), so the process holds one team, as a script on its main thread does. A
+process that cannot lend its main thread gets a thread of its own on the first call; the thread that loaded the
+models should then hand its workers back (``release_openmp_workers``)."""
 from __future__ import annotations
 
 import ctypes
@@ -25,6 +27,7 @@ from typing import Callable, TypeVar
 
 Value = TypeVar("Value")
 
+WAKE_S = 0.5               # how often an idle compute thread wakes (the main thread sees signals then)
 OMP_PAUSE_SOFT = 1          # OpenMP 5.0's omp_pause_soft: free the runtime's threads, keep its settings
 
 
@@ -72,6 +75,22 @@ class ComputeThread:
         self._calls.put((outcome, function, args, kwargs))
         return outcome.result()
 
+    def adopt_current_thread(self) -> None:
+        """Make the calling thread this compute thread (before any call is handed over): calls made from other
+        threads wait in order until it ``serve_forever``s; calls made on it run at once. The app adopts its main
+        thread, the one that loaded the models, so the page decodes where a script does."""
+        with self._start_guard:
+            if self._thread is not None and self._thread is not threading.current_thread():
+                raise RuntimeError(f"the compute thread is already {self._thread.name}")
+            self._thread = threading.current_thread()
+
+    def serve_forever(self) -> None:
+        """Run the calls handed over, in order, on the adopted thread, until the process ends (Ctrl-C raises
+        KeyboardInterrupt here)."""
+        if not self.is_current():
+            raise RuntimeError("serve_forever runs on the thread adopt_current_thread made the compute thread")
+        self._serve()
+
     def _ensure_started(self) -> None:
         with self._start_guard:
             if self._thread is None:
@@ -80,10 +99,15 @@ class ComputeThread:
 
     def _serve(self) -> None:
         while True:
-            outcome, function, args, kwargs = self._calls.get()
+            try:
+                outcome, function, args, kwargs = self._calls.get(timeout=WAKE_S)
+            except queue.Empty:
+                continue              # a wake-up now and then lets the main thread see Ctrl-C
+            if not outcome.set_running_or_notify_cancel():
+                continue
             try:
                 outcome.set_result(function(*args, **kwargs))
-            except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+            except Exception as error:  # noqa: BLE001 - raised again in the caller's thread
                 outcome.set_exception(error)
 
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,26 @@ def test_an_exception_is_raised_in_the_caller_and_the_thread_keeps_serving():
 def test_a_call_made_on_the_thread_itself_runs_at_once():
     compute = ComputeThread(name="test-compute-nested")
     assert compute.call(lambda: compute.call(current_thread_name)) == "test-compute-nested"
+
+
+def test_an_adopted_thread_serves_the_calls_handed_to_it():
+    """app.py's way: the thread that loaded the models adopts the compute thread, then serves; a call handed over
+    meanwhile waits for it, and a second thread cannot take the role."""
+    compute, adopted = ComputeThread(), threading.Event()
+
+    def host():
+        compute.adopt_current_thread()
+        adopted.set()
+        time.sleep(0.2)               # a call handed over before serving starts waits for it
+        compute.serve_forever()
+    threading.Thread(target=host, name="test-host", daemon=True).start()
+    adopted.wait(10)
+    assert compute.call(current_thread_name) == "test-host"
+    assert compute.call(lambda: 6 * 7) == 42
+    with pytest.raises(RuntimeError, match="already test-host"):
+        compute.adopt_current_thread()
+    with pytest.raises(RuntimeError, match="serve_forever runs on"):
+        compute.serve_forever()
 
 
 def threads_of_this_process() -> int:
