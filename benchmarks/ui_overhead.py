@@ -39,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from any folder
 
 from pacer_core import load_target, method_table  # noqa: E402
+from pacer_core.compute_thread import on_compute_thread, release_openmp_workers  # noqa: E402
 from pacer_core.preverifier import default_preverifier  # noqa: E402
 from pacer_core.ui import handlers  # noqa: E402
 from pacer_core.ui.handlers import AppContext, PageInputs  # noqa: E402
@@ -243,6 +244,7 @@ def main():
         print(json.dumps(report, indent=2))
         return
     target, drafters = load_target("embedded", "embedded")
+    release_openmp_workers()    # all model work from here on runs on the compute thread, the page's and headless alike
     if args.ignore_eos:
         from scaling import without_stops
 
@@ -256,7 +258,7 @@ def main():
     headless, with_ui, render, calls, session = [], [], [], [], None
     for _ in range(args.repeats):
         if not args.no_headless:
-            headless.append(headless_seconds(context, inputs))
+            headless.append(on_compute_thread(headless_seconds, context, inputs))
         calls.clear()
         total, rendering, session = with_ui_seconds(context, inputs, calls)
         with_ui.append(total)
