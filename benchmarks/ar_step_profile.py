@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results_writer import write_folder  # noqa: E402
+from benchmarks.results_writer import write_folder_or_print  # noqa: E402
 
 LLAMA_CONTEXT = {"flash_attn_type": -1, "type_k": 1, "type_v": 1}     # llama-completion's defaults
 ROWS = ("ours ar", "engine", "plain call, llama.cpp's context", "llama-completion")
@@ -177,10 +177,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     report = measure(args)
-    if args.out:
-        write_folder(args.out, report, markdown(report))
-    else:
-        print(markdown(report))
+    write_folder_or_print(args.out, report, markdown(report))
     return 0
 
 

@@ -28,6 +28,14 @@ def write_folder(out: str | Path, report: dict, markdown: str) -> None:
     print(markdown)
 
 
+def write_folder_or_print(out: str | Path | None, report: dict, markdown: str) -> None:
+    """``write_folder`` when a folder is given, else the markdown printed."""
+    if out:
+        write_folder(out, report, markdown)
+    else:
+        print(markdown)
+
+
 def write_summary(out: str | Path | None, json_name: str, report: dict, summary: str) -> None:
     """The summary printed; with ``out``, ``out``/``json_name`` (the report) and ``out``/summary.txt (the folder
     made)."""

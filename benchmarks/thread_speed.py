@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from any folder
 
-from benchmarks.results_writer import write_folder  # noqa: E402
+from benchmarks.results_writer import write_folder_or_print  # noqa: E402
 from pacer_core import generate, load_target  # noqa: E402
 from pacer_core.compute_thread import on_compute_thread, release_openmp_workers  # noqa: E402
 
@@ -119,10 +119,7 @@ def main(argv=None) -> int:
     target, drafters = load_target(args.target)
     seconds = measure(target, drafters.default, args.methods.split(","), args.repeats, args.max_new_tokens)
     report = report_of(seconds, args, target.describe(drafters.default))
-    if args.out:
-        write_folder(args.out, report, markdown(report))
-    else:
-        print(markdown(report))
+    write_folder_or_print(args.out, report, markdown(report))
     return 0
 
 

@@ -14,7 +14,9 @@ So the page steps every decoder on one long-lived thread (``on_compute_thread``)
 the one that loaded the models, that thread (``COMPUTE_THREAD.adopt_current_thread`` and ``serve_forever``,
 Gradio serving from its own threads), so the process holds one team, as a script on its main thread does. A
 process that cannot lend its main thread gets a thread of its own on the first call; the thread that loaded the
-models should then hand its workers back (``release_openmp_workers``)."""
+models should then hand its workers back (``release_openmp_workers``). An adopted thread must be free to serve:
+if it waits on another thread that hands it work, both wait for ever (a script that iterates the page's handlers
+itself, as benchmarks/ui_overhead.py does, keeps a thread of its own instead)."""
 from __future__ import annotations
 
 import ctypes
@@ -37,7 +39,7 @@ def _openmp_runtime():
         if not name:
             continue
         try:
-            runtime = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+            runtime = ctypes.CDLL(name, mode=getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_NOW", 0))
         except OSError:
             continue
         if hasattr(runtime, "omp_pause_resource_all"):
