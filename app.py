@@ -93,7 +93,8 @@ def main(argv=None) -> int:
     from pacer_core.ui.drafter_menu import DrafterMenu
     for key, why in DrafterMenu(target, drafters).left_out().items():
         print(f"[pacer] drafter {key} not offered: {why}", file=sys.stderr, flush=True)
-    demo = build_ui(target, drafters, pair_note=target.load_note or None)   # e.g. why a GPU default fell back
+    # pair_note: e.g. why a GPU default fell back; warm: every method once, so the first Run is timed like later ones
+    demo = build_ui(target, drafters, pair_note=target.load_note or None, warm=True)
     serve_on_main_thread(demo, args)
     return 0
 

@@ -207,3 +207,24 @@ def test_the_replay_s_first_frame_says_each_lane_is_starting(context):
     first = next(race_replay.replay_race(context, session, clock=lambda: 0.0, sleep=lambda seconds: None))
     for method in session.runs:
         assert race.STARTING in first.columns[method] and "Press Run" not in first.columns[method], method
+
+
+def test_the_warm_up_runs_every_method_and_scores_them_with_the_page_s_starting_settings(context, monkeypatch):
+    """app.py warms every method once before serving, so a visitor's first Run is timed like every later one."""
+    from pacer_core.ui import session as session_module
+    stepped, analysed = set(), []
+    advance_one, analyse = session_module.RunSession.advance_one, session_module.RunSession.analyse
+
+    def recording_advance_one(self, run):
+        stepped.add(run.method)
+        return advance_one(self, run)
+
+    def recording_analyse(self):
+        analysed.append((self.settings["temperature"], self.settings["max_new_tokens"]))
+        return analyse(self)
+    monkeypatch.setattr(session_module.RunSession, "advance_one", recording_advance_one)
+    monkeypatch.setattr(session_module.RunSession, "analyse", recording_analyse)
+    assert handlers.warm_up(context, prompt="t1 t2") > 0
+    assert stepped >= set(column_keys()) | {"ar"}
+    assert (0.7, 4) in analysed       # the page starts sampling, so the scoring passes are warmed too (other
+                                      # tests' replays may still be scoring on their own threads meanwhile)

@@ -35,6 +35,27 @@ def new_session(context: AppContext, inputs: PageInputs) -> RunSession:
                       menu_key=inputs.drafter or None)
 
 
+WARM_UP_PROMPT = "Say hello."
+
+
+def warm_up(context: AppContext, prompt: str = WARM_UP_PROMPT, new_tokens: int = 4) -> float:
+    """At start-up: one short Run of every method, AR too, with the settings the page starts with and nothing
+    drawn, then its scoring. A visitor's first Run then times its decoders rather than their first-call costs
+    (llama.cpp contexts allocated, the drafter's pool laid out beside the target's, lazy layers loaded), which
+    otherwise land in the first method timed. Returns its seconds."""
+    from .workshop import starting_settings
+
+    started = time.perf_counter()
+    settings = starting_settings(context.target, context.drafter, context.preverifier, context.limits)
+    session = new_session(context, PageInputs(prompt, settings | {"max_new_tokens": new_tokens},
+                                              chat=context.target.use_chat_template, measure_ar=True))
+    for run in session.timing_queue():
+        while not run.done:
+            session.advance_one(run)
+    session.analyse()
+    return time.perf_counter() - started
+
+
 def finish_run(context: AppContext, session: RunSession, measure_ar: bool, started: float | None,
                prepared: ViewUpdate | None = None) -> Iterator[ViewUpdate]:
     """After the columns: the AR baseline (if asked and not yet run), the oracle, likelihoods, table and

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from .page_types import AppContext, PageInputs, ViewUpdate
 from .queue_watch import client_still_there, quiet_queue
 from .reading_tabs import other_tabs
 from .replay_tab import replay_tab
+from .session import user_message
 from .starts import DRAFTER_STARTS, drafter_starts
 from .widgets import EXPLAIN_PATH, control, gpu as _gpu
 
@@ -271,10 +273,13 @@ def live_tab(context: AppContext, pair_note: str | None, examples: list[dict], s
 
 
 def build_ui(target, drafters, preverifier=None, limits: Limits | None = None, pair_note: str | None = None,
-             title: str = "PACER Lab") -> gr.Blocks:
+             title: str = "PACER Lab", warm: bool = False) -> gr.Blocks:
     """The whole app for one Target loaded once per process, drafting with the loader's drafter
-    (``drafters.default``, a ``drafters.LoadedDrafters``) until the page chooses another."""
+    (``drafters.default``, a ``drafters.LoadedDrafters``) until the page chooses another. ``warm``: run
+    ``handlers.warm_up`` first (app.py does), so that the first visitor's Run is timed like every later one."""
     context = app_context(target, drafters, preverifier, limits)
+    if warm:
+        warm_up_or_say_why(context)
     explain_text = EXPLAIN_PATH.read_text(encoding="utf-8") if EXPLAIN_PATH.exists() else ""
     with gr.Blocks(title=title, fill_width=True) as demo:
         session_state = gr.State(None, time_to_live=3600)   # per browser session, dropped after an hour idle
@@ -287,6 +292,18 @@ def build_ui(target, drafters, preverifier=None, limits: Limits | None = None, p
         wire_drafter_choice(context, live, pair_note)
         wire_display_switches(live)
     return demo
+
+
+def warm_up_or_say_why(context: AppContext) -> None:
+    """``handlers.warm_up``, its seconds in the log; a failure is logged and the app serves anyway (the first Run
+    then pays the first-call costs, or shows the same error in its columns)."""
+    try:
+        seconds = handlers.warm_up(context)
+    except Exception as error:  # noqa: BLE001 - the page reports a real Run's errors itself
+        print(f"[pacer] warm-up failed ({user_message(error)}); the first Run will include first-call costs",
+              file=sys.stderr, flush=True)
+        return
+    print(f"[pacer] warmed up every method in {seconds:.1f} s", file=sys.stderr, flush=True)
 
 
 def wire_buttons(demo: gr.Blocks, context: AppContext, live: LiveTab, session_state: gr.State) -> None:
