@@ -3,6 +3,8 @@ of their arithmetic and their tiny forms."""
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,3 +17,12 @@ def load_script(relative_path: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def run_script(relative_path: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``ROOT / relative_path`` with ``args`` in a child Python from the repository root; assert it exits 0
+    (its stderr's tail in the failure)."""
+    completed = subprocess.run([sys.executable, str(ROOT / relative_path), *args], cwd=ROOT, capture_output=True,
+                               text=True, timeout=timeout)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,8 +14,8 @@ import torch
 
 from pacer_core.compute_thread import COMPUTE_THREAD, ComputeThread, on_compute_thread, release_openmp_workers
 from pacer_core.testing.tiny import tiny_pair
+from script_module import run_script
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -136,10 +134,7 @@ def test_the_page_steps_its_decoders_on_the_compute_thread(monkeypatch, target, 
 @pytest.mark.embedded
 def test_thread_speed_runs_in_its_tiny_form(tmp_path):
     out = tmp_path / "thread-speed"
-    completed = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "thread_speed.py"), "--repeats", "1",
-                                "--max-new-tokens", "8", "--out", str(out)], cwd=ROOT, capture_output=True,
-                               text=True, timeout=600)
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    run_script("benchmarks/thread_speed.py", "--repeats", "1", "--max-new-tokens", "8", "--out", str(out))
     report = json.loads((out / "results.json").read_text())
     assert set(report["median_seconds"]) == {"ar", "fixed"}
     assert all(seconds > 0 for by in report["median_seconds"].values() for seconds in by.values())

@@ -3,22 +3,15 @@ Run handler and headless, so a change to the session or the handlers cannot leav
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from script_module import run_script
 
 
 @pytest.mark.embedded
 def test_ui_overhead_runs_in_its_tiny_form(tmp_path):
     out = tmp_path / "ui_overhead.json"
-    completed = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ui_overhead.py"), "--repeats", "1",
-                                "--max-new-tokens", "8", "--out", str(out)], cwd=ROOT, capture_output=True,
-                               text=True, timeout=600)
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    run_script("benchmarks/ui_overhead.py", "--repeats", "1", "--max-new-tokens", "8", "--out", str(out))
     report = json.loads(out.read_text())
     assert report["settings"]["max_new_tokens"] == 8
     assert set(report["new_tokens"]) >= {"fixed", "pacer", "smc", "ar"}
