@@ -57,14 +57,14 @@ def released_after(function, *args) -> float:
 
 
 def timed_in(place: str, target, drafter, method: str, new_tokens: int) -> float:
-    """One run's seconds in ``place``; the main thread's team is alive only while a worker place is timed."""
+    """One run's seconds in ``place``; the main thread's team is alive only while a worker place is timed (``measure``
+    hands it back after every place; a fresh thread's team ends with the thread)."""
     args = (target, drafter, method, new_tokens)
     if place == "main":
         return decode_seconds(*args)
     if place == "worker":
         decode_seconds(target, drafter, method, 1)            # the main thread's team alive, as in an app process
-        return released_after(in_fresh_thread, decode_seconds, *args)
-    release_openmp_workers()
+        return in_fresh_thread(decode_seconds, *args)
     return on_compute_thread(released_after, decode_seconds, *args)
 
 

@@ -17,7 +17,6 @@ from pacer_core.testing.tiny import tiny_pair
 from script_module import run_script
 
 
-
 @pytest.fixture(scope="module")
 def tiny():
     return tiny_pair()

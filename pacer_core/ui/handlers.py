@@ -23,7 +23,7 @@ from .drafter_switch import contexts_for
 from .page_types import AppContext, PageInputs, ViewUpdate, error_update
 from .race_replay import replay_race
 from .session import RunSession, user_message
-from .timing_turn import timed_alone, timing_columns
+from .timing_turn import time_each_alone, timed_alone, timing_columns
 from .views import columns_view, finished_view, final_status, plots_view, step_lines, steps_so_far, table_view
 
 
@@ -49,9 +49,8 @@ def warm_up(context: AppContext, prompt: str = WARM_UP_PROMPT, new_tokens: int =
     settings = starting_settings(context.target, context.drafter, context.preverifier, context.limits)
     session = new_session(context, PageInputs(prompt, settings | {"max_new_tokens": new_tokens},
                                               chat=context.target.use_chat_template, measure_ar=True))
-    for run in session.timing_queue():
-        while not run.done:
-            session.advance_one(run)
+    for _ in time_each_alone(session):      # each method alone, as Run times them, with nothing drawn
+        pass
     session.analyse()
     return time.perf_counter() - started
 
