@@ -4,7 +4,10 @@ per unit of time (docs/algorithms.md#cost-aware-stopping).
 A step that drafts k tokens, each accepted with probability a_i given that the ones before it were,
 yields E(k) = 1 + A_1 + … + A_k tokens (A_i = a_1 ⋯ a_i: the first i all accepted; the 1 is the target's
 corrected or bonus token) and costs C(k) = o + k · c_draft + v(k + 1), with v(n) the time of one target pass
-over n tokens and o the step's time outside both models. On a GPU v is nearly flat in n; on a CPU it is not,
+over n tokens and o what a step costs whatever its length outside that pass: its bookkeeping, and the part of its
+drafting that does not grow with k (the first draft call feeds the token the target added, two after a draft kept
+whole; measured on the 2-core host at T = 0.7 that is 0.35 AR steps a step beside 0.48 a drafted token,
+docs/measurements.md "PACER against fixed lengths"). On a GPU v is nearly flat in n; on a CPU it is not,
 so it is measured, not assumed. Drafting b more tokens adds ΔE = A_k (a + a² + … + a^b) for ΔC = b · c_draft +
 v(k + b + 1) − v(k + 1); it pays when ΔE / ΔC > E(k) / C(k), i.e. when the step's rate goes up.
 Times are in units of one autoregressive step, so the numbers read as "AR steps" and E(k) / C(k) is the
@@ -45,20 +48,39 @@ def interpolate(points: tuple[tuple[float, float], ...], x: float) -> float:
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
-def least_squares_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """(intercept, slope) of the least-squares line through the points; slope 0 when every x is the same."""
-    if not xs or len(xs) != len(ys):
-        raise ValueError("need one y per x, and at least one point")
-    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-    variance = sum((x - mean_x) ** 2 for x in xs)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / variance if variance > 0 else 0.0
+def least_squares_line(xs: list[float], ys: list[float], weights: list[float] | None = None) -> tuple[float, float]:
+    """(intercept, slope) of the (weighted) least-squares line through the points; slope 0 when every x is the
+    same."""
+    weights = [1.0] * len(xs) if weights is None else weights
+    if not xs or len(xs) != len(ys) or len(xs) != len(weights) or sum(weights) <= 0:
+        raise ValueError("need one y and one positive weight per x, and at least one point")
+    total = sum(weights)
+    mean_x = sum(w * x for x, w in zip(xs, weights)) / total
+    mean_y = sum(w * y for y, w in zip(ys, weights)) / total
+    variance = sum(w * (x - mean_x) ** 2 for x, w in zip(xs, weights))
+    slope = sum(w * (x - mean_x) * (y - mean_y) for x, y, w in zip(xs, ys, weights)) / variance if variance > 0 else 0.0
     return mean_y - slope * mean_x, slope
+
+
+def per_step_and_per_token(lengths: list[float], seconds: list[float],
+                           weights: list[float] | None = None) -> tuple[float, float] | None:
+    """A step's drafting cost split into what the step pays once and what each drafted token adds: the (weighted)
+    least-squares line of ``seconds`` on draft ``lengths``. A step's first draft call feeds what the target added
+    (one token, two after a draft kept whole), so drafting k tokens costs more than k one-token calls: an average
+    per token hides that and prices long drafts too high. None where the line cannot say: every step drafted the
+    same length, or a part came out negative (noise)."""
+    weights = [1.0] * len(lengths) if weights is None else weights
+    intercept, slope = least_squares_line(lengths, seconds, weights)
+    if intercept >= 0 and slope > 0 and len(set(lengths)) > 1:
+        return intercept, slope
+    return None
 
 
 @dataclass(frozen=True)
 class StepCosts:
     """Costs in AR steps: per drafted token, a target pass over n tokens (``verify_points``, measured (n, cost)
-    pairs, else 1 + ``verify_slope`` · (n − 1)), and the step's time outside both models."""
+    pairs, else 1 + ``verify_slope`` · (n − 1)), and what a step costs whatever its length outside that pass
+    (``step_overhead``: its bookkeeping and its drafting's fixed part, ``per_step_and_per_token``)."""
     draft_per_token: float
     verify_slope: float = PRIOR_VERIFY_SLOPE
     verify_points: tuple[tuple[int, float], ...] = ()
@@ -220,43 +242,45 @@ class PacerCostModel:
         return record
 
 
-# How many verify passes and drafted tokens the stored costs count for once a run's own steps come in.
+# How many steps the stored costs count for at each end of the run's lines once a run's own steps come in.
 PRIOR_PASSES = 2.0
-PRIOR_DRAFT_TOKENS = 4.0
 RUN_COSTS_SPAN = 17   # the run's verify line is stored as its values at 1 and this many tokens
+PRIOR_SPREAD = 4.0    # the prior's drafting line enters at the run's mean draft length ± this many tokens
 
 
 @dataclass
 class RunCosts:
-    """A run's own step costs, read from its steps' draft and verify seconds as it goes (the first step, which may
-    include a prefill, left out by the caller): the host's and this prompt's prices, which a stored model measured
-    elsewhere only approximates.
+    """A run's own step costs, read from its steps' seconds as it goes (the first step, which may include a
+    prefill, left out by the caller): the host's and this prompt's prices, which a stored model measured elsewhere
+    only approximates.
 
     ``costs(prior)`` gives StepCosts in units of the run's one-token target pass (about one AR step), with the
-    ``prior`` (the stored model, in AR steps) counting as ``PRIOR_PASSES`` verify passes and ``PRIOR_DRAFT_TOKENS``
-    drafted tokens at the run's scale s = Σ seconds / Σ prior.verify(n) over the run's passes:
+    ``prior`` (the stored model, in AR steps) counting as ``PRIOR_PASSES`` steps at each of two points of each line:
 
-        c_draft = (Σ draft seconds + m_d · s · prior.c_draft) / (Σ drafted + m_d)
         v(n) = α + β (n − 1): the weighted least-squares line through the run's (n, seconds) passes and the prior's
-               line at n = 1 and ``RUN_COSTS_SPAN`` scaled by s (weight m_v each), so one pass size cannot tilt it
-        unit = α (the line at one token); the step's time outside both models stays the prior's, scaled.
+               line at n = 1 and ``RUN_COSTS_SPAN`` at the run's scale s = Σ seconds / Σ prior.verify(n) over its
+               passes, so one pass size cannot tilt it
+        w(k) = o + c_draft · k: a step's seconds outside its verify pass (drafting and bookkeeping) by its draft
+               length, ``per_step_and_per_token`` through the run's steps and the prior's o + c_draft · k at the
+               run's level, ``PRIOR_SPREAD`` tokens either side of the run's mean length (``_outside_line``)
+        unit = α (the line at one token).
 
-    Worked example: prior c_draft 0.5, v(n) = 1 + 0.1 (n − 1); the run drafted 20 tokens in 0.2 s and verified
-    passes of 5 tokens at 0.028 s twice: s = 0.056 / 2.8 = 0.02 s, the line is 0.02 + 0.002 (n − 1) s (the prior's
-    points at that scale, and the run's lie on it), c_draft = (0.2 + 4 · 0.02 · 0.5) / 24 = 0.01 s = 0.5 AR steps,
-    v(17) = 2.6 AR steps."""
-    drafted: int = 0
-    draft_seconds: float = 0.0
+    Worked example: prior c_draft 0.5, o 0.05, v(n) = 1 + 0.1 (n − 1); the run drafted 10 tokens in 0.1 s with
+    0.001 s of bookkeeping and verified 11 tokens in 0.04 s, twice: s = 0.08 / 4 = 0.02 s, v = 0.02 + 0.002 (n − 1)
+    s (the run's passes lie on the prior's line at that scale), w(10) = 0.101 s = 0.02 s times the prior's 0.05 + 0.5 ·
+    10, so c_draft = 0.5 and o = 0.05 AR steps again."""
     passes: list[tuple[int, float]] = field(default_factory=list)    # (tokens verified incl. the bonus, seconds)
+    outside: list[tuple[int, float]] = field(default_factory=list)   # (tokens drafted, seconds outside the pass)
 
-    def observe(self, drafted: int, draft_seconds: float, verified_tokens: int, verify_seconds: float) -> None:
+    def observe(self, drafted: int, draft_seconds: float, verified_tokens: int, verify_seconds: float,
+                other_seconds: float = 0.0) -> None:
         """One step: ``drafted`` tokens drafted in ``draft_seconds``, a target pass over ``verified_tokens`` tokens
-        (drafted and sent, plus the target's own) in ``verify_seconds``."""
-        if draft_seconds < 0 or verify_seconds < 0 or verified_tokens < 1:
+        (drafted and sent, plus the target's own) in ``verify_seconds``, and ``other_seconds`` of the step's own
+        bookkeeping."""
+        if min(draft_seconds, verify_seconds, other_seconds) < 0 or verified_tokens < 1:
             raise ValueError("a step's seconds are at least 0 and a verify pass covers at least one token")
-        self.drafted += drafted
-        self.draft_seconds += draft_seconds
         self.passes.append((verified_tokens, verify_seconds))
+        self.outside.append((drafted, draft_seconds + other_seconds))
 
     @property
     def steps(self) -> int:
@@ -269,21 +293,40 @@ class RunCosts:
         if not self.passes or prior_seconds <= 0 or seconds <= 0:
             return prior
         scale = seconds / prior_seconds
-        points = [(float(tokens), spent, 1.0) for tokens, spent in self.passes] + \
-                 [(float(n), scale * prior.verify(n), PRIOR_PASSES) for n in (1, RUN_COSTS_SPAN)]
-        weight = sum(w for _, _, w in points)
-        mean_n = sum(w * n for n, _, w in points) / weight
-        mean_s = sum(w * spent for _, spent, w in points) / weight
-        spread = sum(w * (n - mean_n) ** 2 for n, _, w in points)
-        slope = sum(w * (n - mean_n) * (spent - mean_s) for n, spent, w in points) / spread
-        one_token = mean_s + slope * (1.0 - mean_n)
-        if one_token <= 0 or slope < 0:       # noise outweighed the prior's shape: keep that shape at the run's scale
-            one_token, slope = scale * prior.verify(1), scale * (prior.verify(2) - prior.verify(1))
-        draft = (self.draft_seconds + PRIOR_DRAFT_TOKENS * scale * prior.draft_per_token) / \
-            (self.drafted + PRIOR_DRAFT_TOKENS)
-        return StepCosts(draft / one_token,
+        one_token, slope = self._verify_line(prior, scale)
+        overhead, per_token = self._outside_line(prior)
+        return StepCosts(per_token / one_token,
                          verify_points=((1, 1.0), (RUN_COSTS_SPAN, 1.0 + slope * (RUN_COSTS_SPAN - 1) / one_token)),
-                         step_overhead=prior.step_overhead * scale / one_token)
+                         step_overhead=overhead / one_token)
+
+    def _outside_line(self, prior: StepCosts) -> tuple[float, float]:
+        """(seconds a step pays whatever its length, seconds a drafted token adds) outside the verify pass: the run's
+        steps with the prior's line at the run's level (the prior's o + c_draft · k times the run's mean seconds over
+        the prior's cost at the run's mean length) ``PRIOR_SPREAD`` tokens either side of that mean, so the run sets
+        the level and, as its lengths spread, the split; the prior's split at that level where the line cannot
+        say."""
+        lengths = [float(drafted) for drafted, _ in self.outside]
+        spent = [spent for _, spent in self.outside]
+        mean_length, mean_spent = sum(lengths) / len(lengths), sum(spent) / len(spent)
+        prior_at_mean = prior.step_overhead + prior.draft_per_token * mean_length
+        if prior_at_mean <= 0:
+            return mean_spent, 0.0
+        level = mean_spent / prior_at_mean
+        ends = (max(mean_length - PRIOR_SPREAD, 0.0), mean_length + PRIOR_SPREAD)
+        split = per_step_and_per_token(lengths + list(ends),
+                                       spent + [level * (prior.step_overhead + prior.draft_per_token * k) for k in ends],
+                                       [1.0] * len(lengths) + [PRIOR_PASSES, PRIOR_PASSES])
+        return split or (level * prior.step_overhead, level * prior.draft_per_token)
+
+    def _verify_line(self, prior: StepCosts, scale: float) -> tuple[float, float]:
+        """(seconds of a one-token pass, seconds per further token): the run's passes with the prior's line."""
+        sizes = [float(tokens) for tokens, _ in self.passes] + [1.0, float(RUN_COSTS_SPAN)]
+        spent = [spent for _, spent in self.passes] + [scale * prior.verify(n) for n in (1, RUN_COSTS_SPAN)]
+        intercept, slope = least_squares_line(sizes, spent, [1.0] * len(self.passes) + [PRIOR_PASSES, PRIOR_PASSES])
+        one_token = intercept + slope
+        if one_token <= 0 or slope < 0:       # noise outweighed the prior's shape: keep that shape at the run's scale
+            return scale * prior.verify(1), scale * (prior.verify(2) - prior.verify(1))
+        return one_token, slope
 
 
 def step_costs(record: dict) -> StepCosts:

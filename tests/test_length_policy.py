@@ -13,7 +13,7 @@ from pacer_core.decoders.pacer import cost_stop_reason, effective_stop_rule, use
 from pacer_core.methods import parse_method
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.settings import SettingsError
-from pacer_core.stopping import PRIOR_DRAFT_TOKENS, PacerCostModel, RunCosts, StepCosts
+from pacer_core.stopping import PacerCostModel, RunCosts, StepCosts, per_step_and_per_token
 from pacer_core.testing.enumeration import chi_square_p_value
 from pacer_core.testing.runs import run_ids, sample_counts
 from pacer_core.testing.tiny import tiny_pair
@@ -24,26 +24,48 @@ PRIOR = StepCosts(0.5, verify_points=((1, 1.0), (17, 2.6)), step_overhead=0.05)
 def test_run_costs_are_the_prior_before_any_step_and_reproduce_its_worked_example():
     costs = RunCosts()
     assert costs.costs(PRIOR) == PRIOR
-    costs.observe(10, 0.1, 5, 0.028)
-    costs.observe(10, 0.1, 5, 0.028)
+    costs.observe(10, 0.1, 11, 0.04, other_seconds=0.001)
+    costs.observe(10, 0.1, 11, 0.04, other_seconds=0.001)
     measured = costs.costs(PRIOR)
     assert measured.draft_per_token == pytest.approx(0.5)
     assert measured.verify(1) == pytest.approx(1.0) and measured.verify(17) == pytest.approx(2.6)
     assert measured.step_overhead == pytest.approx(0.05)
 
 
-def test_run_costs_follow_a_host_where_drafting_is_cheaper_than_the_prior_says():
-    """The prior prices a drafted token at 0.5 of a one-token pass; this host drafts one at 0.2 of it and verifies
-    on the prior's line: the run's estimate moves to 0.2 as its tokens outnumber the prior's."""
+def test_run_costs_follow_a_host_whose_drafting_has_a_fixed_part_per_step():
+    """The prior prices a drafted token at 0.5 of a one-token pass and a step's own work at 0.05; this host drafts a
+    token at 0.2 of the pass and pays 0.3 a step whatever its length (the first draft call's catch-up feed), and
+    verifies on the prior's line: the run's estimates leave the prior for the host's as its steps come in."""
+    unit = 0.025                                          # a one-token pass: 25 ms
+
+    def observed(steps: int) -> StepCosts:
+        costs = RunCosts()
+        for index in range(steps):
+            drafted = (3, 7, 11, 5, 8)[index % 5]
+            costs.observe(drafted, unit * (0.3 + 0.2 * drafted), drafted + 1, unit * PRIOR.verify(drafted + 1))
+        return costs.costs(PRIOR)
+
+    few, many = observed(5), observed(60)
+    assert abs(few.draft_per_token - 0.2) < abs(PRIOR.draft_per_token - 0.2)
+    assert abs(few.step_overhead - 0.3) < abs(PRIOR.step_overhead - 0.3)
+    assert many.draft_per_token == pytest.approx(0.2, abs=0.02) and many.step_overhead == pytest.approx(0.3, abs=0.05)
+    assert many.verify(9) == pytest.approx(PRIOR.verify(9))
+
+
+def test_a_step_cost_splits_into_a_part_per_step_and_a_part_per_token_only_where_the_line_can_say():
+    assert per_step_and_per_token([2, 4, 8], [0.5, 0.9, 1.7]) == pytest.approx((0.1, 0.2))
+    assert per_step_and_per_token([4, 4], [1.0, 1.4]) is None                  # one length
+    assert per_step_and_per_token([1, 2, 3], [0.1, 0.5, 0.6]) is None          # a negative part per step
+    assert per_step_and_per_token([1, 9], [1.0, 0.8]) is None                  # longer drafts cheaper: noise
+
+
+def test_run_costs_of_steps_of_one_length_keep_the_priors_split_at_the_runs_level():
     costs = RunCosts()
-    pass_seconds = lambda n: 0.025 * PRIOR.verify(n)    # noqa: E731 (one-token pass: 25 ms)
-    for n in (4, 8, 12, 6, 9):
-        costs.observe(n - 1, 0.2 * 0.025 * (n - 1), n, pass_seconds(n))
+    for _ in range(6):
+        costs.observe(8, 0.08, 9, 0.025 * PRIOR.verify(9), other_seconds=0.0)       # 0.08 s outside: 3.2 passes
     measured = costs.costs(PRIOR)
-    drafted = 3 + 7 + 11 + 5 + 8
-    assert measured.draft_per_token == pytest.approx((0.2 * drafted + 0.5 * PRIOR_DRAFT_TOKENS) /
-                                                     (drafted + PRIOR_DRAFT_TOKENS))
-    assert measured.verify(9) == pytest.approx(PRIOR.verify(9))
+    assert measured.step_overhead + 8 * measured.draft_per_token == pytest.approx(3.2)       # the run's level
+    assert measured.step_overhead / measured.draft_per_token == pytest.approx(0.05 / 0.5)    # the prior's split
 
 
 def test_run_costs_read_a_steeper_verify_line_from_the_run_and_keep_the_prior_shape_on_noise():
@@ -107,6 +129,26 @@ def test_greedy_pacer_on_the_cost_rule_equals_ar_and_says_what_stopped_each_draf
     assert reasons["preverifier" if cost_source == "stored" else "cost"] > 0, reasons
     if cost_source == "stored":
         assert all(event.n_drafted == 2 for event in events if event.stop_reason == "preverifier")
+
+
+def test_a_pacer_run_reads_every_step_after_the_first_with_its_bookkeeping():
+    """The run's costs take one observation a step from the second on (the first may include a prefill): its
+    drafted tokens, and its seconds outside the verify pass, which hold the drafting and the step's own work."""
+    target, drafter = tiny_pair(scale=6.0, draft_noise=0.1, eos_token_id=63)
+    seen = []
+
+    class Watched(Pacer):
+        def step(self, target, state, settings, step):
+            event = super().step(target, state, settings, step)
+            seen.append((state.run_costs.steps, list(state.run_costs.outside), event))
+            return event
+
+    *events, _ = Watched(1, 32, None, RiskySecondToken()).run(
+        target, drafter, [1, 2, 3], validate_settings(max_new_tokens=40, cost_source="run", phrase_len=0))
+    assert len(events) > 3 and [steps for steps, _, _ in seen] == list(range(len(events)))
+    *_, (_, outside, _) = seen
+    for (drafted, seconds), event in zip(outside, events[1:]):
+        assert drafted == event.n_drafted and seconds >= event.draft_seconds
 
 
 def test_the_schedule_grows_by_two_after_a_full_accept_and_shrinks_by_one_otherwise():

@@ -145,3 +145,10 @@ def test_measured_step_costs_leave_out_each_runs_prefill_and_first_step():
     model = observed.model("test")
     assert model.costs.draft_per_token == pytest.approx(0.1)                         # 0.01 s a drafted token
     assert model.costs.step_overhead == pytest.approx(0.1)                           # 0.01 s a step, prefill out
+    observed = Observations()
+    observed.add_ar([step(0.0, 0.5, 0)] + [step(0.0, 0.1, 0)] * 4, run(0.5 + 4 * 0.1, 5))
+    longer = [step(0.9, 0.7, 2), step(0.03, 0.12, 2), step(0.05, 0.14, 4)]           # drafting: 0.01 s + 0.01 s a token
+    observed.add_fixed(longer, run(1.0 + 1.6 + 0.34 + 3 * 0.01, 11), [[0.1, 0.2]] * 3, False, prefill_seconds=1.0)
+    model = observed.model("test")
+    assert model.costs.draft_per_token == pytest.approx(0.1)
+    assert model.costs.step_overhead == pytest.approx(0.1 + 0.1)                     # and 0.01 s of drafting a step

@@ -15,6 +15,7 @@ tokens, so the output keeps the target's distribution exactly. on_fail="discard"
 exact under greedy decoding only (approximate under sampling, and labelled so)."""
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import torch
@@ -87,12 +88,14 @@ class Pacer(SpeculativeDecoder):
         return draft.proposal(PacerProposal, token_phrase=list(draft.phrase_flags), **plan.proposal_fields())
 
     def step(self, target, state: PacerState, settings: DecodeSettings, step: int) -> StepEvent:
-        """The shared step, then what the cost rule learns from it: its draft and verify seconds (after the first
-        step, whose calls may include a prefill) and whether the target rejected a drafted token."""
+        """The shared step, then what the cost rule learns from it: its draft, verify and bookkeeping seconds (after
+        the first step, whose calls may include a prefill) and whether the target rejected a drafted token."""
+        started = time.perf_counter()
         event = super().step(target, state, settings, step)
         if step > 0:
+            other_seconds = time.perf_counter() - started - event.draft_seconds - event.verify_seconds
             state.run_costs.observe(len(event.tokens) - 1, event.draft_seconds, event.n_drafted + 1,
-                                    event.verify_seconds)
+                                    event.verify_seconds, max(other_seconds, 0.0))
         state.rejections += int(event.n_accepted < event.n_drafted)
         return event
 

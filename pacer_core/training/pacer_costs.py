@@ -11,12 +11,17 @@ sampled from and its acceptance probability min(1, p(x)/q(x)). A run's time befo
 prefill that the drafter adopts or reads, timed once per prompt) and its first step (which may include a prefill)
 are a cost per run, not per step, and are left out of the step costs. From those:
 
-  draft_per_token         seconds drafting / drafted tokens, in AR steps
+  draft_per_token         what each drafted token adds to a step's drafting seconds, in AR steps: the slope of the
+                          least-squares line of a step's drafting seconds on its draft length
+                          (``stopping.per_step_and_per_token``); its intercept, what a step's drafting costs
+                          whatever its length (the first call feeds the token the target added), goes to
+                          step_overhead
   verify                  a verify pass by tokens verified (drafted + 1), in AR steps: the least-squares line
                           through every pass's seconds, stored as its two ends (one pass per step is too
                           noisy to read point by point on a shared CPU)
-  step_overhead           a step's seconds outside both models (judging, commit, events), in AR steps (at least 0:
-                          on long prompts the separately timed prefill can exceed the run's own by more than this)
+  step_overhead           a step's seconds outside both models (judging, commit, events; at least 0: on long
+                          prompts the separately timed prefill can exceed the run's own by more than this) plus the
+                          drafting line's intercept, in AR steps
   acceptance_by_entropy   mean acceptance by bins of the draft's entropy (AcceptanceByEntropy.fit)
   mean_acceptance         mean acceptance of every drafted token
 
@@ -53,7 +58,7 @@ from ..prompts import load_prompts
 from ..request import encode_prompt
 from ..settings import Limits, validate_settings
 from ..stopping import (AcceptanceByEntropy, PacerCostModel, StepCosts, entropy_nats, expected_tokens,
-                        least_squares_line)
+                        least_squares_line, per_step_and_per_token)
 
 GAMMAS = (1, 2, 4, 8, 12, 16, 24, 32)
 
@@ -76,7 +81,7 @@ class Observations:
 
     def __init__(self):
         self.ar_seconds, self.ar_tokens = 0.0, 0
-        self.draft_seconds, self.drafted = 0.0, 0
+        self.draft_steps: list[tuple[int, float]] = []       # (tokens drafted, seconds drafting) per step
         self.verify_seconds: dict[int, list[float]] = defaultdict(list)
         self.outside_seconds, self.steps = 0.0, 0
         self.entropies: list[float] = []
@@ -92,8 +97,7 @@ class Observations:
                   prefill_seconds: float) -> None:
         for index, (event, step_entropies) in enumerate(zip(events, entropies)):
             if index > 0:
-                self.draft_seconds += event.draft_seconds
-                self.drafted += event.n_drafted
+                self.draft_steps.append((event.n_drafted, event.draft_seconds))
                 self.verify_seconds[event.n_drafted + 1].append(event.verify_seconds)
             path = [(entropy, token.accept_prob) for entropy, token in zip(step_entropies, event.tokens[:event.n_drafted])]
             self.entropies += [entropy for entropy, _ in path]
@@ -109,8 +113,10 @@ class Observations:
         sizes = [tokens for tokens, seconds in self.verify_seconds.items() for _ in seconds]
         intercept, slope = least_squares_line(sizes, [s for seconds in self.verify_seconds.values() for s in seconds])
         verify = tuple((tokens, (intercept + slope * tokens) / unit) for tokens in (1, max(sizes)))
-        costs = StepCosts(self.draft_seconds / max(self.drafted, 1) / unit, verify_points=verify,
-                          step_overhead=max(0.0, self.outside_seconds / max(self.steps, 1) / unit))
+        lengths, seconds = [float(k) for k, _ in self.draft_steps], [spent for _, spent in self.draft_steps]
+        per_step, per_token = per_step_and_per_token(lengths, seconds) or (0.0, sum(seconds) / max(sum(lengths), 1))
+        costs = StepCosts(per_token / unit, verify_points=verify,
+                          step_overhead=(max(0.0, self.outside_seconds / max(self.steps, 1)) + per_step) / unit)
         return PacerCostModel(costs, AcceptanceByEntropy.fit(self.entropies, self.accept_probs),
                               sum(self.accept_probs) / len(self.accept_probs), source)
 
