@@ -69,7 +69,6 @@ def per_step_and_per_token(lengths: list[float], seconds: list[float],
     (one token, two after a draft kept whole), so drafting k tokens costs more than k one-token calls: an average
     per token hides that and prices long drafts too high. None where the line cannot say: every step drafted the
     same length, or a part came out negative (noise)."""
-    weights = [1.0] * len(lengths) if weights is None else weights
     intercept, slope = least_squares_line(lengths, seconds, weights)
     if intercept >= 0 and slope > 0 and len(set(lengths)) > 1:
         return intercept, slope
@@ -242,7 +241,7 @@ class PacerCostModel:
         return record
 
 
-# How many steps the stored costs count for at each end of the run's lines once a run's own steps come in.
+# How many steps the stored costs count for at each of their two points on each of the run's lines.
 PRIOR_PASSES = 2.0
 RUN_COSTS_SPAN = 17   # the run's verify line is stored as its values at 1 and this many tokens
 PRIOR_SPREAD = 4.0    # the prior's drafting line enters at the run's mean draft length ± this many tokens
