@@ -276,3 +276,42 @@ def test_auto_samples_with_the_cost_rule_priced_by_a_layer_trained_for_sampled_t
     assert block_acceptance(model, sampled, rows, [0.9], trained_for_sampling(random_trained(16))) == [0.5]
     assert "the trained layer's acceptance estimates" in stop_rule_summary(scalar_trained(), sampling, 0.7)
     assert "entropy" in stop_rule_summary(ConfidencePreVerifier(), sampling, 0.3)
+
+
+def test_softmax_summary_matches_the_softmax_it_does_not_build():
+    """q(x), H(q) and the top-1 − top-2 margin from five passes over the logits equal those of softmax, top-2 and
+    −Σ q log q, masked (−inf) ids included, on a draft-sized vocabulary and a tiny one."""
+    from pacer_core.preverifier.features import softmax_summary
+
+    generator = torch.Generator().manual_seed(0)
+    masked = torch.randn(64, generator=generator) * 4
+    masked[[5, 17]] = float("-inf")
+    for logits in (torch.randn(49152, generator=generator) * 3, masked, torch.zeros(4), torch.tensor([2.0, -1.0])):
+        probs = torch.softmax(logits.double(), dim=-1)
+        top_two = torch.topk(probs, 2).values
+        entropy = float(-(probs * torch.log(probs.clamp_min(1e-300))).sum())
+        for chosen_id in (0, 1, len(logits) - 1):
+            draft_prob, summary_entropy, margin = softmax_summary(logits, chosen_id)
+            assert math.isclose(draft_prob, float(probs[chosen_id]), rel_tol=1e-5, abs_tol=1e-9)
+            assert math.isclose(summary_entropy, entropy, rel_tol=1e-5, abs_tol=1e-6)
+            assert math.isclose(margin, float(top_two[0] - top_two[1]), rel_tol=1e-5, abs_tol=1e-7)
+
+
+@pytest.mark.parametrize("scalar_count", [5, 8])
+def test_a_scalar_layer_scored_in_plain_python_equals_the_torch_module(scalar_count):
+    """``scalar_layer_probs`` (the path a llama.cpp drafter's tokens take) against the module it stands in for, on
+    random weights and features, including a re-read after the weights change in place."""
+    from pacer_core.preverifier.model import block_scalars
+
+    torch.manual_seed(scalar_count)
+    layer = PreVerifierLayer(0, scalar_count=scalar_count)
+    trained = TrainedPreVerifier(layer, layer.shape() | {"threshold_greedy": 0.5})
+    block = [token_features(torch.randn(50) * 2, torch.zeros(0), token_id, position,
+                            history_context(position + 3, position, position % 2 == 0))
+             for position, token_id in enumerate((3, 7, 11))]
+    for _ in range(2):
+        with torch.no_grad():
+            expected = torch.sigmoid(layer(torch.zeros(3, 0), block_scalars(block, scalar_count == 8))).tolist()
+        assert trained.token_probs(block) == pytest.approx(expected, rel=1e-5, abs=1e-7)
+        with torch.no_grad():
+            layer.mlp[0].weight.mul_(3.0)
