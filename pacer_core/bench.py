@@ -18,8 +18,9 @@ from pathlib import Path
 import torch
 
 from . import method_table
-from .bench_report import (RunRecord, add_drafters_and_identity, add_log_likelihoods, add_proposal_divergences,
-                           add_relative_speeds, machine_info, summarise, write_outputs)
+from .bench_report import (RunRecord, add_drafters_and_identity, add_log_likelihoods, add_luck_free_speeds,
+                           add_proposal_divergences, add_relative_speeds, machine_info, step_tokens, summarise,
+                           write_outputs)
 from .decoders.oracle import OracleLength
 from .drafters import load_drafter
 from .methods import HF_METHODS, MethodSpec, parse_method
@@ -109,7 +110,8 @@ def run_ours(target, spec: MethodSpec, request: RunRequest, reference) -> RunRec
     metrics = result.metrics
     return RunRecord(seconds, metrics.new_tokens, metrics.target_calls, metrics.draft_calls, metrics.drafted_tokens,
                      metrics.accepted_tokens, sum(e.draft_seconds for e in events),
-                     sum(e.verify_seconds for e in events), result.token_ids, result.text)
+                     sum(e.verify_seconds for e in events), result.token_ids, result.text,
+                     step_tokens(events))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -201,6 +203,7 @@ def run_benchmark(args) -> int:
     rows = [summarise(spec.label, runs[spec.label]) | {"settings": settings_for[spec.label].to_dict()}
             for spec in specs]
     add_relative_speeds(rows)
+    add_luck_free_speeds(rows)
     add_drafters_and_identity(own, rows, specs, runs, base.greedy)
     if args.loglik:
         add_log_likelihoods(target, own, rows, specs, runs, prompt_ids)

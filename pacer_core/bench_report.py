@@ -29,6 +29,27 @@ class RunRecord:
     verify_seconds: float
     token_ids: list
     text: str
+    step_tokens: tuple[int, float] | None = None   # ``step_tokens(events)``: what its steps emitted, and would
+    #                                                  emit in expectation; None without judged drafted tokens
+
+
+def step_tokens(events) -> tuple[int, float] | None:
+    """What a run's steps emitted before any cut at EOS or the budget, Σ (accepted + 1), and what they would emit
+    in expectation over the target's accept draws given the drafts made, Σ (1 + Σ_i Π_{j≤i} a_j) with a_j =
+    min(1, p/q) of drafted token j (greedy: 1 or 0, so the two agree). At T > 0 the draws' luck moves a 12-prompt
+    row's tokens by a few percent; the ratio takes it out of the row's speed (``add_luck_free_speeds``). None for a
+    run without judged drafted tokens (AR, SMC-SD)."""
+    realized, expected, judged = 0, 0.0, False
+    for event in events:
+        probs = [token.accept_prob for token in getattr(event, "tokens", [])[: getattr(event, "n_drafted", 0)]]
+        if getattr(event, "kind", "") != "step" or any(prob is None for prob in probs):
+            continue
+        kept, step_expected = 1.0, 1.0
+        for prob in probs:
+            kept *= prob
+            step_expected += kept
+        realized, expected, judged = realized + event.n_accepted + 1, expected + step_expected, judged or bool(probs)
+    return (realized, expected) if judged else None
 
 
 def add_relative_speeds(rows: list[dict]) -> None:
@@ -43,6 +64,20 @@ def add_relative_speeds(rows: list[dict]) -> None:
         row["speedup_vs_ar"] = row["tokens_per_s"] / ar_rate if ar_rate else None
         if best_fixed:
             row["speedup_vs_fixed"] = row["tokens_per_s"] / best_fixed
+
+
+def add_luck_free_speeds(rows: list[dict]) -> None:
+    """``tokens_per_s_luck_free``: tokens/s times the row's expected over realized step tokens (all repeats), and
+    ``speedup_vs_fixed_luck_free`` against the fastest fixed:G row on the same footing; only where every row of
+    that comparison has its expectation (sampled runs; greedy ones equal their tokens/s)."""
+    for row in rows:
+        realized, expected = row.get("step_tokens"), row.get("expected_step_tokens")
+        row["tokens_per_s_luck_free"] = row["tokens_per_s"] * expected / realized if realized and expected else None
+    fixed = [row["tokens_per_s_luck_free"] for row in rows
+             if is_fixed_length(parse_method(row["method"])) and row.get("tokens_per_s_luck_free")]
+    for row in rows:
+        if fixed and row["tokens_per_s_luck_free"]:
+            row["speedup_vs_fixed_luck_free"] = row["tokens_per_s_luck_free"] / max(fixed)
 
 
 def is_fixed_length(spec: MethodSpec) -> bool:
@@ -171,7 +206,18 @@ def summarise(label: str, runs_by_repeat: list[list[RunRecord]]) -> dict:
         "prompt_seconds": [statistics.median(runs[i].seconds for runs in runs_by_repeat) for i in range(len(first))],
         "prompt_tokens": [statistics.median(runs[i].new_tokens for runs in runs_by_repeat) for i in range(len(first))],
         "texts": [run.text for run in first],
+        **luck_totals(runs_by_repeat),
     }
+
+
+def luck_totals(runs_by_repeat: list[list[RunRecord]]) -> dict:
+    """Over every repeat: the tokens a row's steps emitted and would emit in expectation (``step_tokens``); {} for a
+    row without them."""
+    runs = [run for runs in runs_by_repeat for run in runs]
+    if not runs or any(run.step_tokens is None for run in runs):
+        return {}
+    return {"step_tokens": sum(run.step_tokens[0] for run in runs),
+            "expected_step_tokens": sum(run.step_tokens[1] for run in runs)}
 
 
 def machine_info(target, drafter) -> dict:
@@ -191,6 +237,8 @@ def write_outputs(out_dir: Path, report: dict) -> None:
         columns.append("same_as_ar")
     if "speedup_vs_fixed" in report["methods"][0]:
         columns.append("speedup_vs_fixed")
+    if any(row.get("speedup_vs_fixed_luck_free") for row in report["methods"]):
+        columns += ["tokens_per_s_luck_free", "speedup_vs_fixed_luck_free"]
     if "target_loglik_per_token" in report["methods"][0]:
         columns += ["target_loglik_per_token", "loglik_gap_vs_ar_pct", "loglik_gap_ci95"]
     if any("proposal_kl_per_token" in row for row in report["methods"]):
@@ -230,6 +278,10 @@ def markdown_report(report: dict, columns: list[str]) -> str:
               "Profile columns: time inside draft forwards, inside target verification, and the rest "
               "(sampling, bookkeeping, detokenisation) for the median repeat."]
     lines += identity_flags(report["methods"])
+    if "speedup_vs_fixed_luck_free" in columns:
+        lines += ["", "tokens_per_s_luck_free = tokens_per_s × the row's expected over realized step tokens over all "
+                  "repeats (per step 1 + Σ_i Π_{j≤i} min(1, p/q) of its drafted tokens: what its drafts emit on "
+                  "average over the target's accept draws); speedup_vs_fixed_luck_free compares those."]
     if "target_loglik_per_token" in columns:
         lines += ["", "target_loglik_per_token: the target's mean log-probability (temperature 1) of the generated "
                   "tokens over all repeats; loglik_gap_vs_ar_pct: how much lower it is than AR's, in percent of "

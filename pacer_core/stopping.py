@@ -134,6 +134,19 @@ def decide_extension(accept_probs: list[float], next_accept: float, block: int, 
     return ExtendDecision(gain / extra > rate if extra > 0 else gain > 0, gain, extra, rate)
 
 
+ESTIMATE_FLOOR = 1e-6          # an acceptance estimate is clipped to [floor, 1 − floor] before its logit
+
+
+def clipped_logit(probability: float) -> float:
+    probability = min(max(probability, ESTIMATE_FLOOR), 1.0 - ESTIMATE_FLOOR)
+    return math.log(probability / (1.0 - probability))
+
+
+def platt(estimate: float, slope: float, offset: float) -> float:
+    """An estimate through a Platt map, σ(slope · logit(e) + offset) (the identity at slope 1, offset 0)."""
+    return 1.0 / (1.0 + math.exp(-(slope * clipped_logit(estimate) + offset)))
+
+
 def entropy_nats(probs: torch.Tensor) -> torch.Tensor:
     """H(q) = −Σ q log q over the last dimension, in nats ([..., V] → [...]); 0 · log 0 = 0."""
     probs = probs.double()

@@ -101,3 +101,37 @@ def test_report_flags_a_greedy_row_that_differs_from_ar():
     assert identity_flags([{"method": "ar", "same_as_ar": "12/12"}, {"method": "fixed:3", "same_as_ar": "12/12"}]) == []
     flags = identity_flags([{"method": "ar", "same_as_ar": "12/12"}, {"method": "pacer", "same_as_ar": "9/12"}])
     assert len(flags) == 2 and "pacer" in flags[1] and "3 of 12" in flags[1]
+
+
+def test_step_tokens_are_what_the_steps_emitted_and_their_expectation_over_the_accept_draws():
+    from pacer_core.bench_report import step_tokens
+    from pacer_core.events import StepEvent, TokenRecord
+
+    def step(accept_probs, accepted):
+        tokens = [TokenRecord(token_id=1, text="a", state="accepted", accept_prob=prob) for prob in accept_probs]
+        return StepEvent(method="fixed", step=0, tokens=tokens + [TokenRecord(2, "b", "bonus")], emitted_ids=[],
+                         emitted_text="", n_drafted=len(accept_probs), n_accepted=accepted, draft_seconds=0.0,
+                         verify_seconds=0.0, total_new_tokens=0)
+
+    realized, expected = step_tokens([step([0.5, 0.5], 2), step([1.0, 0.0, 1.0], 1)])
+    assert realized == 3 + 2 and expected == pytest.approx((1 + 0.5 + 0.25) + 2)
+    assert step_tokens([]) is None
+
+
+def test_a_sampled_bench_run_reports_luck_free_speeds_and_a_greedy_one_has_no_luck(tmp_path):
+    target_dir, draft_dir, prompts = saved_pair_and_prompts(tmp_path)
+    for temperature in ("0.7", "0"):
+        out = tmp_path / f"out-{temperature}"
+        assert main(["--methods", "ar,fixed:2,fixed:4,pacer", "--prompts", str(prompts), "--max-new-tokens", "12",
+                     "--repeats", "2", "--temperature", temperature, "--target", target_dir, "--draft", draft_dir,
+                     "--device", "cpu", "--dtype", "float32", "--out", str(out)]) == 0
+        rows = {row["method"]: row for row in json.loads((out / "results.json").read_text())["methods"]}
+        assert rows["ar"]["tokens_per_s_luck_free"] is None
+        for method in ("fixed:2", "fixed:4", "pacer"):
+            row = rows[method]
+            expected_ratio = row["expected_step_tokens"] / row["step_tokens"]
+            assert row["tokens_per_s_luck_free"] == pytest.approx(row["tokens_per_s"] * expected_ratio)
+            if temperature == "0":
+                assert expected_ratio == pytest.approx(1.0)
+        assert max(rows[m]["speedup_vs_fixed_luck_free"] for m in ("fixed:2", "fixed:4")) == pytest.approx(1.0)
+        assert "tokens_per_s_luck_free" in (out / "report.md").read_text()

@@ -32,6 +32,7 @@ LAYERS = (
                     "pacer_core.default_target")),
     ("decoders", ("pacer_core.decoders",)),
     ("api", ("pacer_core", "pacer_core.api", "pacer_core.request", "pacer_core.methods", "pacer_core.trace",
+             "pacer_core.long_drafts",
              "pacer_core.trace_checks", "pacer_core.atlas")),
     ("front doors", ("app", "pacer_core.ui", "pacer_core.bench", "pacer_core.bench_report", "pacer_core.training",
                      "pacer_core.testing", "benchmarks", "scripts")),

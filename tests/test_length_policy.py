@@ -223,3 +223,29 @@ def test_the_draft_length_chart_says_what_stopped_each_pacer_draft_beside_the_or
     hovers = [hover for hover, event in zip(pacer_drafted.hovertext, events) if event.stop_reason == "preverifier"]
     assert hovers and all("stopped by the pre-verifier" in hover for hover in hovers)
     assert any(trace.name == "oracle γ*" for trace in figure.data)
+
+
+def test_the_cost_rule_prices_a_trained_layers_greedy_estimates_through_its_calibration():
+    """A layer sure of every token (its last bias at 30) drafts to the cap on the stored prior; with a calibration
+    that reads its certainty as a coin flip, the cost rule stops after the first token. Either way greedy PACER
+    returns AR's tokens."""
+    import torch
+
+    from pacer_core.preverifier.model import PreVerifierLayer, TrainedPreVerifier
+
+    layer = PreVerifierLayer(0)
+    with torch.no_grad():
+        layer.mlp[-1].bias.fill_(30.0)
+    config = layer.shape() | {"threshold_greedy": 0.5}
+    sure = TrainedPreVerifier(layer, config)
+    doubting = TrainedPreVerifier(layer, config | {"greedy_calibration": {"slope": 0.0, "offset": 0.0}})
+    target, drafter = tiny_pair(scale=6.0, draft_noise=0.1)
+    prompt = [1, 2, 3]
+    reference = run_ids(Autoregressive(), target, drafter, prompt, max_new_tokens=24)
+    settings = validate_settings(max_new_tokens=24, stop_rule="auto", cost_source="stored", phrase_len=0)
+    lengths = {}
+    for name, preverifier in (("sure", sure), ("doubting", doubting)):
+        *events, result = Pacer(1, 8, None, preverifier).run(target, drafter, prompt, settings)
+        assert result.token_ids == reference
+        lengths[name] = max(event.n_drafted for event in events)
+    assert lengths == {"sure": 8, "doubting": 1}

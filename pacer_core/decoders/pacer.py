@@ -72,9 +72,10 @@ class Pacer(SpeculativeDecoder):
             context = features[-1].context.after(features[-1].draft_prob)   # the next block's first token's
             block_score, token_probs = self.preverifier.score_block(features)
             passed = model is not None or block_score >= threshold
+            estimates = cost_rule_estimates(self.preverifier, features, token_probs) if model is not None else []
             plan.add(BlockDecision(len(plan.blocks), len(features), float(block_score), threshold, passed,
                                    phrase=phrase.describe() if phrase else None), token_probs,
-                     block_acceptance(model, features, draft.rows[block_start:], token_probs,
+                     block_acceptance(model, features, draft.rows[block_start:], estimates,
                                       trained_for_sampling(self.preverifier)))
             if not passed:
                 plan.stop("preverifier", stopped_from=block_start,
@@ -243,6 +244,16 @@ class BlockPlan:
         return {"blocks": self.blocks, "token_blocks": self.token_blocks, "token_preverifier_probs": self.token_probs,
                 "stopped_from": self.stopped_from, "discarded": self.discarded, "stop_reason": self.stop_reason,
                 "stop_note": self.stop_note}
+
+
+def cost_rule_estimates(preverifier, features: list, token_probs) -> list[float]:
+    """A block's pre-verifier estimates as the cost rule reads them: through the pre-verifier's
+    ``cost_rule_estimate`` where it has one (a trained layer's calibration of its greedy estimates), else as they
+    are."""
+    read = getattr(preverifier, "cost_rule_estimate", None)
+    if read is None:
+        return [float(prob) for prob in token_probs]
+    return [read(float(prob), feature.sampled) for feature, prob in zip(features, token_probs)]
 
 
 def block_acceptance(model: PacerCostModel | None, features: list, draft_rows: list[torch.Tensor],

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..stopping import platt
 from .features import TokenFeatures
 
 FEATURE_SPEC = ["hidden (projected)", "q(x)", "log q(x)", "entropy(q)", "top1 - top2", "position / 16"]
@@ -129,6 +130,16 @@ class TrainedPreVerifier:
         if cached is None or cached[0] != versions:
             cached = self._scalar_weights[id(layer)] = (versions, scalar_layer_weights(layer))
         return cached[1]
+
+    def cost_rule_estimate(self, estimate: float, sampled: bool) -> float:
+        """What the cost rule reads of a token's estimate: a greedy one through the layer's ``greedy_calibration`` (a
+        Platt map fitted to the target's verdicts on prompts outside the held-out sets, training/calibration.py) when
+        it has one, since the rule multiplies estimates into the chance a prefix is kept; a sampled one as it is (that
+        layer is trained on the acceptance probabilities themselves)."""
+        calibration = self.config.get("greedy_calibration")
+        if sampled or not calibration:
+            return estimate
+        return platt(estimate, float(calibration["slope"]), float(calibration["offset"]))
 
     def score_block(self, block: list[TokenFeatures]) -> tuple[float, list[float]]:
         token_probs = self.token_probs(block)
