@@ -1,7 +1,8 @@
 """Where a step's time goes with the gguf drafter: per drafted token, the time inside llama.cpp's decode and
 the rest of drafting (logit copy, softmax, sampling, pre-verifier features, bookkeeping); per verify pass, the
-time inside the target's forward and the rest (acceptance loop, residual, commit, the step event). The first
-verify of a run also runs the prompt through the target, so per-verify forward time includes a share of prefill.
+time inside the target's forward and the rest (acceptance loop, residual, commit, the step event). The target's
+forward time counts only inside a verify pass: the prompt is run through the target when a run is set up, before
+its first step, and that prefill is reported apart (``prefill_forward_ms``, per run).
 
     python benchmarks/gguf_split.py --methods fixed:8,pacer --prompts assets/prompts/validation.jsonl --limit 4 \\
         --temperature 0.7 --out benchmarks/results/gguf-split/after-t0.7.json
@@ -23,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from pacer_core.api import run_request  # noqa: E402
+from pacer_core.decoders.base import SpeculativeDecoder  # noqa: E402
 from pacer_core.drafters import measured_settings  # noqa: E402
 from pacer_core.llama.cache import GGUFCache  # noqa: E402
 from pacer_core.llama.target import LlamaTargetCache  # noqa: E402
@@ -46,6 +48,8 @@ def timed(owner, name: str, totals: dict, key: str):
             return original(*args, **kwargs)
         finally:
             counted = "target_forward" if args and isinstance(args[0], LlamaTargetCache) else key
+            if counted == "target_forward" and not totals["inside_verify"]:
+                counted = "prefill_forward"
             totals[counted] += time.perf_counter() - started
     setattr(owner, name, wrapper)
     try:
@@ -54,13 +58,32 @@ def timed(owner, name: str, totals: dict, key: str):
         setattr(owner, name, original)
 
 
+@contextmanager
+def marked_verify(totals: dict):
+    """``totals["inside_verify"]`` is 1 while a decoder's verify pass runs (``SpeculativeDecoder.verify``)."""
+    original = SpeculativeDecoder.verify
+
+    def wrapper(*args, **kwargs):
+        totals["inside_verify"] += 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            totals["inside_verify"] -= 1
+    SpeculativeDecoder.verify = wrapper
+    try:
+        yield
+    finally:
+        SpeculativeDecoder.verify = original
+
+
 def split_one(target, drafter, spec_text: str, prompts: list, settings_text: dict, limits) -> dict:
     """Run one method over the prompts; the per-token and per-verify split in milliseconds."""
     spec = parse_method(spec_text)
-    totals = {"llama_cpp": 0.0, "target_forward": 0.0}
+    totals = {"llama_cpp": 0.0, "target_forward": 0.0, "prefill_forward": 0.0, "inside_verify": 0}
     draft_s = verify_s = 0.0
     drafted = verifies = tokens = 0
-    with timed(GGUFCache, "_decode_once", totals, "llama_cpp"), timed(CachedModel, "_run", totals, "target_forward"):
+    with timed(GGUFCache, "_decode_once", totals, "llama_cpp"), timed(CachedModel, "_run", totals, "target_forward"), \
+            marked_verify(totals):
         for prompt_ids in prompts:
             raw = measured_settings(target, drafter, "gguf", spec.kind) | settings_text | spec.overrides
             request = request_for(target, drafter, spec.kind, validate_settings(limits, **raw), frozenset(raw),
@@ -75,7 +98,8 @@ def split_one(target, drafter, spec_text: str, prompts: list, settings_text: dic
             "per_drafted_token_ms": {"llama_cpp": 1000 * totals["llama_cpp"] / max(drafted, 1),
                                      "rest": 1000 * (draft_s - totals["llama_cpp"]) / max(drafted, 1)},
             "per_verify_ms": {"target_forward": 1000 * totals["target_forward"] / max(verifies, 1),
-                              "rest": 1000 * (verify_s - totals["target_forward"]) / max(verifies, 1)}}
+                              "rest": 1000 * (verify_s - totals["target_forward"]) / max(verifies, 1)},
+            "prefill_forward_ms": 1000 * totals["prefill_forward"] / max(len(prompts), 1)}
 
 
 def main(argv=None) -> int:
