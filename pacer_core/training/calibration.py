@@ -6,6 +6,9 @@ estimates into the chance a whole prefix is kept, so it needs them calibrated, a
 `gguf` layer's were not: tokens it put at 0.54-0.98 (mean 0.88) were kept 78% of the time
 (docs/measurements.md, "PACER against fixed lengths").
 
+Run it again after ``python -m pacer_core.training.preverifier`` retrains the layer: that writes config.json anew,
+without the map.
+
     .venv/bin/python -m pacer_core.training.calibration --drafter gguf
 """
 from __future__ import annotations
