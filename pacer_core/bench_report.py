@@ -15,6 +15,7 @@ import torch
 
 from .analysis import proposal_divergence, target_log_likelihood
 from .methods import MethodSpec, parse_method, takes_drafter
+from .stopping import expected_tokens
 
 
 @dataclass
@@ -35,20 +36,17 @@ class RunRecord:
 
 def step_tokens(events) -> tuple[int, float] | None:
     """What a run's steps emitted before any cut at EOS or the budget, Σ (accepted + 1), and what they would emit
-    in expectation over the target's accept draws given the drafts made, Σ (1 + Σ_i Π_{j≤i} a_j) with a_j =
-    min(1, p/q) of drafted token j (greedy: 1 or 0, so the two agree). At T > 0 the draws' luck moves a 12-prompt
-    row's tokens by a few percent; the ratio takes it out of the row's speed (``add_luck_free_speeds``). None for a
-    run without judged drafted tokens (AR, SMC-SD)."""
+    in expectation over the target's accept draws given the drafts made, Σ E(k) (``stopping.expected_tokens`` of the
+    drafted tokens' min(1, p/q); greedy: 1 or 0, so the two agree). At T > 0 the draws' luck moves a 12-prompt row's
+    tokens by a few percent; the ratio takes it out of the row's speed (``add_luck_free_speeds``). None for a run
+    without judged drafted tokens (AR, SMC-SD)."""
     realized, expected, judged = 0, 0.0, False
     for event in events:
         probs = [token.accept_prob for token in getattr(event, "tokens", [])[: getattr(event, "n_drafted", 0)]]
         if getattr(event, "kind", "") != "step" or any(prob is None for prob in probs):
             continue
-        kept, step_expected = 1.0, 1.0
-        for prob in probs:
-            kept *= prob
-            step_expected += kept
-        realized, expected, judged = realized + event.n_accepted + 1, expected + step_expected, judged or bool(probs)
+        realized, expected = realized + event.n_accepted + 1, expected + expected_tokens(probs)
+        judged = judged or bool(probs)
     return (realized, expected) if judged else None
 
 

@@ -3,6 +3,7 @@ of their arithmetic and their tiny forms."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -26,3 +27,10 @@ def run_script(relative_path: str, *args: str, timeout: float = 600) -> subproce
                                text=True, timeout=timeout)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return completed
+
+
+def run_script_report(relative_path: str, out: Path, *args: str, report: Path | None = None) -> dict:
+    """``run_script`` with ``--out out`` after ``args``; the JSON it wrote to ``report`` (default: ``out`` itself,
+    for a script whose --out names a file; a folder's results.json otherwise)."""
+    run_script(relative_path, *args, "--out", str(out))
+    return json.loads((report or out).read_text())

@@ -4,12 +4,11 @@ Each test checks what the script wrote (or printed), not only that it exited 0."
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 from pathlib import Path
 
 import pytest
-from script_module import ROOT, run_script
+from script_module import ROOT, run_script, run_script_report
 
 
 @pytest.mark.embedded
@@ -18,9 +17,8 @@ def test_atlas_overhead_runs_in_its_tiny_form(tmp_path):
     prompts = tmp_path / "two.jsonl"
     prompts.write_text("\n".join((ROOT / "assets/prompts/atlas.jsonl").read_text().splitlines()[:2]) + "\n")
     out = tmp_path / "atlas-overhead"
-    run_script("benchmarks/atlas_overhead.py", "--prompts", str(prompts), "--repeats", "1", "--max-new-tokens", "8",
-               "--out", str(out))
-    report = json.loads((out / "overhead.json").read_text())
+    report = run_script_report("benchmarks/atlas_overhead.py", out, "--prompts", str(prompts), "--repeats", "1",
+                               "--max-new-tokens", "8", report=out / "overhead.json")
     assert report["max_new_tokens"] == 8 and report["method"] == "pacer" and report["drafter"] == "small"
     [repeat] = report["repeats"]
     assert len(repeat["paired_ratios"]) == 2 and all(ratio > 0 for ratio in repeat["paired_ratios"])
@@ -33,8 +31,7 @@ def test_atlas_overhead_runs_in_its_tiny_form(tmp_path):
 @pytest.mark.embedded
 def test_draft_call_cost_runs_in_its_tiny_form(tmp_path):
     out = tmp_path / "draft-call-cost.json"
-    run_script("benchmarks/draft_call_cost.py", "--repeats", "1", "--out", str(out))
-    report = json.loads(out.read_text())
+    report = run_script_report("benchmarks/draft_call_cost.py", out, "--repeats", "1")
     assert report["repeats"] == 1
     assert set(report["median_microseconds"]) == {"llama_decode", "row copy", "logger reset", "greedy math before",
                                                   "greedy math after", "token features"}
@@ -46,9 +43,8 @@ def test_draft_call_cost_runs_in_its_tiny_form(tmp_path):
 def test_draft_call_profile_runs_in_its_tiny_form(tmp_path):
     """One length (the shortest, 40 prompt tokens), one repeat, 8 new tokens, one step alone."""
     out = tmp_path / "draft-call-profile"
-    run_script("benchmarks/draft_call_profile.py", "--lengths", "40", "--tokens", "8", "--repeats", "1",
-               "--alone-repeats", "1", "--out", str(out))
-    summary = json.loads((out / "profile.json").read_text())
+    summary = run_script_report("benchmarks/draft_call_profile.py", out, "--lengths", "40", "--tokens", "8",
+                                "--repeats", "1", "--alone-repeats", "1", report=out / "profile.json")
     assert summary["tokens"] == 8
     [round_] = summary["rounds"]
     assert round_["length"] == 40 and round_["repeat"] == 0 and round_["prompt_tokens"] > 0
@@ -73,9 +69,8 @@ def test_drafter_step_costs_runs_in_its_tiny_form():
 def test_gguf_split_runs_in_its_tiny_form(tmp_path):
     """Both default methods (fixed:8 and pacer) on one prompt, 8 new tokens."""
     out = tmp_path / "gguf-split.json"
-    run_script("benchmarks/gguf_split.py", "--methods", "fixed:8,pacer", "--limit", "1", "--max-new-tokens", "8",
-               "--out", str(out))
-    report = json.loads(out.read_text())
+    report = run_script_report("benchmarks/gguf_split.py", out, "--methods", "fixed:8,pacer", "--limit", "1",
+                               "--max-new-tokens", "8")
     assert report["limit"] == 1 and report["temperature"] == 0.0
     assert [row["method"] for row in report["rows"]] == ["fixed:8", "pacer"]
     for row in report["rows"]:
@@ -94,9 +89,8 @@ def test_llama_build_flags_runs_in_its_dry_form(tmp_path):
         pytest.skip("llama_cpp (llama-cpp-python) is not installed")
     site = Path(spec.origin).resolve().parent.parent
     out = tmp_path / "llama-build-flags.json"
-    run_script("benchmarks/llama_build_flags.py", "--other", str(site), "--label-other", "itself", "--repeats", "1",
-               "--out", str(out))
-    report = json.loads(out.read_text())
+    report = run_script_report("benchmarks/llama_build_flags.py", out, "--other", str(site), "--label-other", "itself",
+                               "--repeats", "1")
     assert report["repeats"] == 1 and report["file"].endswith(".gguf")
     assert set(report["median_step_ms"]) == {f"{label} {rows} row(s)" for label in ("project flags", "itself")
                                              for rows in (1, 4)}
@@ -111,9 +105,8 @@ def test_pass_costs_runs_in_its_tiny_form(tmp_path):
     from pacer_core.packed_linear import packing_available
 
     out = tmp_path / "pass-costs.json"
-    run_script("benchmarks/pass_costs.py", "--dtypes", "float32", "--packed", "both", "--repeats", "1",
-               "--out", str(out))
-    report = json.loads(out.read_text())
+    report = run_script_report("benchmarks/pass_costs.py", out, "--dtypes", "float32", "--packed", "both",
+                               "--repeats", "1")
     assert report["repeats"] == 1 and report["context"] == 60
     labels = ("float32", "float32 packed") if packing_available() else ("float32",)
     assert set(report["medians"]) == {f"{role} {label}" for role in ("target", "draft") for label in labels}

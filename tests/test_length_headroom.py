@@ -2,10 +2,9 @@
 embedded pair with the gguf drafter."""
 from __future__ import annotations
 
-import json
 
 import pytest
-from script_module import load_script, run_script
+from script_module import load_script, run_script_report
 
 headroom = load_script("benchmarks/length_headroom.py")
 
@@ -62,9 +61,8 @@ def test_calibration_bins_and_slope():
 @pytest.mark.embedded
 def test_length_headroom_runs_in_its_tiny_form(tmp_path):
     out = tmp_path / "headroom"
-    run_script("benchmarks/length_headroom.py", "--limit", "1", "--samples", "1", "--max-new-tokens", "16",
-               "--max-draft-len", "3", "--out", str(out))
-    report = json.loads((out / "results.json").read_text())
+    report = run_script_report("benchmarks/length_headroom.py", out, "--limit", "1", "--samples", "1",
+                               "--max-new-tokens", "16", "--max-draft-len", "3", report=out / "results.json")
     found = report["headroom"]
     assert found["steps"] >= 1 and set(found["fixed"]) == {"1", "2", "3"}
     assert all(len(step["estimates"]) == 3 and all(0.0 <= a <= 1.0 for a in step["accept_probs"])
