@@ -3,6 +3,7 @@ with a trained layer in the loop (greedy identity). Under sampling, in submit mo
 decides where drafting stops, from the draft's own state: a stopping rule that reads only the drafted tokens
 leaves speculative sampling exact; tests/test_exactness.py runs PACER's sampling chi-square test with the
 confidence rule and with a trained layer for sampled tokens."""
+import itertools
 import math
 
 import pytest
@@ -279,9 +280,10 @@ def test_auto_samples_with_the_cost_rule_priced_by_a_layer_trained_for_sampled_t
 
 
 def test_softmax_summary_matches_the_softmax_it_does_not_build():
-    """q(x), H(q) and the top-1 − top-2 margin from five passes over the logits equal those of softmax, top-2 and
-    −Σ q log q, masked (−inf) ids included, on a draft-sized vocabulary and a tiny one."""
-    from pacer_core.preverifier.features import softmax_summary
+    """q(x), H(q) and the top-1 − top-2 margin from a few passes over the logits (numpy's on the CPU, torch's
+    elsewhere) equal those of softmax, top-2 and −Σ q log q, masked (−inf) ids included, on a draft-sized vocabulary
+    and a tiny one."""
+    from pacer_core.preverifier.features import _torch_softmax_summary, softmax_summary
 
     generator = torch.Generator().manual_seed(0)
     masked = torch.randn(64, generator=generator) * 4
@@ -290,8 +292,8 @@ def test_softmax_summary_matches_the_softmax_it_does_not_build():
         probs = torch.softmax(logits.double(), dim=-1)
         top_two = torch.topk(probs, 2).values
         entropy = float(-(probs * torch.log(probs.clamp_min(1e-300))).sum())
-        for chosen_id in (0, 1, len(logits) - 1):
-            draft_prob, summary_entropy, margin = softmax_summary(logits, chosen_id)
+        for chosen_id, summary in itertools.product((0, 1, len(logits) - 1), (softmax_summary, _torch_softmax_summary)):
+            draft_prob, summary_entropy, margin = summary(logits, chosen_id)
             assert math.isclose(draft_prob, float(probs[chosen_id]), rel_tol=1e-5, abs_tol=1e-9)
             assert math.isclose(summary_entropy, entropy, rel_tol=1e-5, abs_tol=1e-6)
             assert math.isclose(margin, float(top_two[0] - top_two[1]), rel_tol=1e-5, abs_tol=1e-7)

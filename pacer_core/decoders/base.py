@@ -338,12 +338,26 @@ class DraftBuilder:
         """Draft one more token; returns (id, raw logits row [V], hidden row [H] or None)."""
         token_id, draft_probs, logits_row, hidden_row = draft_one(self.target, self.state, self.sequence,
                                                                   self.settings, with_hidden)
+        self._append(token_id, draft_probs, shown_draft_prob(draft_probs, logits_row, token_id, self.settings))
+        return token_id, logits_row, hidden_row
+
+    def draw_described(self, describe):
+        """Draft one more token with its hidden row and describe it: ``describe(raw logits row [V], hidden row [H],
+        id)`` returns what a pre-verifier reads, whose ``draft_prob`` is q(x) at temperature 1. Greedy, that is the
+        q(x) shown, so the row's softmax is taken once. Returns (id, the description)."""
+        token_id, draft_probs, logits_row, hidden_row = draft_one(self.target, self.state, self.sequence,
+                                                                  self.settings, with_hidden=True)
+        described = describe(logits_row, hidden_row, token_id)
+        shown = described.draft_prob if self.settings.greedy else float(draft_probs[token_id])
+        self._append(token_id, draft_probs, shown)
+        return token_id, described
+
+    def _append(self, token_id: int, draft_probs: torch.Tensor, shown: float) -> None:
         self.drafted_ids.append(token_id)
         self.rows.append(draft_probs)
-        self.shown.append(shown_draft_prob(draft_probs, logits_row, token_id, self.settings))
+        self.shown.append(shown)
         self.phrase_flags.append(False)
         self.sequence.append(token_id)
-        return token_id, logits_row, hidden_row
 
     def add_phrase(self, token_ids) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
         """Append copied tokens as a deterministic proposal (q one-hot on each: exact, see

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import partial
 
 import torch
 
@@ -104,13 +105,13 @@ class Pacer(SpeculativeDecoder):
                           context: DraftContext) -> tuple[list, bool]:
         """Draft ``size`` tokens with the drafter; their pre-verifier features (``context``: the block's first
         token's), and whether EOS was drafted."""
-        features = []
+        features, sampled = [], not draft.settings.greedy
         for _ in range(size):
             position = len(draft.drafted_ids)
-            token_id, logits_row, hidden_row = draft.draw(with_hidden=True)
-            features.append(token_features(logits_row, hidden_row, token_id, position, context,
-                                           sampled=not draft.settings.greedy))
-            context = context.after(features[-1].draft_prob)
+            token_id, feature = draft.draw_described(partial(token_features, position=position, context=context,
+                                                             sampled=sampled))
+            features.append(feature)
+            context = context.after(feature.draft_prob)
             if token_id in state.eos_ids:
                 return features, True
         return features, False
