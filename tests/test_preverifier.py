@@ -317,3 +317,17 @@ def test_a_scalar_layer_scored_in_plain_python_equals_the_torch_module(scalar_co
         assert trained.token_probs(block) == pytest.approx(expected, rel=1e-5, abs=1e-7)
         with torch.no_grad():
             layer.mlp[0].weight.mul_(3.0)
+
+
+def test_greedy_pacer_shows_the_draft_probability_fixed_sd_shows():
+    """Greedy, the q(x) a PACER token shows is read from its pre-verifier features (``DraftBuilder.draw_described``)
+    instead of a second softmax: it equals the temperature-1 softmax's that fixed SD shows for the same draft."""
+    from pacer_core.decoders.fixed import FixedSpeculative
+
+    target, drafter = tiny_pair(scale=6.0, draft_noise=0.3)
+    settings = validate_settings(max_new_tokens=20, gamma=4, block_size=1, max_draft_len=4, threshold=0.0, phrase_len=0)
+    *fixed_events, _ = FixedSpeculative().run(target, drafter, [1, 2, 3], settings)
+    *pacer_events, _ = Pacer(1, 4, None, scalar_trained(0, 0.0)).run(target, drafter, [1, 2, 3], settings)
+    shown = lambda events: [token.draft_prob for event in events for token in event.tokens[: event.n_drafted]]  # noqa: E731
+    assert len(shown(pacer_events)) == len(shown(fixed_events)) > 8
+    assert shown(pacer_events) == pytest.approx(shown(fixed_events), rel=1e-5, abs=1e-7)
