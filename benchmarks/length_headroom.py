@@ -40,7 +40,7 @@ from pacer_core.preverifier import default_preverifier  # noqa: E402
 from pacer_core.prompts import load_prompts  # noqa: E402
 from pacer_core.request import encode_prompt  # noqa: E402
 from pacer_core.settings import Limits  # noqa: E402
-from pacer_core.stopping import StepCosts, decide_extension  # noqa: E402
+from pacer_core.stopping import StepCosts, decide_extension, least_squares_line  # noqa: E402
 
 
 def prefix_values(accept_probs: list[float]) -> list[float]:
@@ -105,8 +105,7 @@ def calibration(steps: list[dict], bins: int = 6) -> dict:
         return {"tokens": len(pairs), "bins": [], "slope": None}
     estimates, actual = [e for e, _ in pairs], [a for _, a in pairs]
     mean_e, mean_a = statistics.fmean(estimates), statistics.fmean(actual)
-    spread = sum((e - mean_e) ** 2 for e in estimates)
-    slope = sum((e - mean_e) * (a - mean_a) for e, a in pairs) / spread if spread > 0 else None
+    slope = least_squares_line(estimates, actual)[1] if len(set(estimates)) > 1 else None
     size = math.ceil(len(pairs) / bins)
     chunks = [pairs[start:start + size] for start in range(0, len(pairs), size)]
     return {"tokens": len(pairs), "mean_estimate": mean_e, "mean_accept_prob": mean_a, "slope": slope,

@@ -79,8 +79,8 @@ def softmax_summary(logits: torch.Tensor, chosen_id: int) -> tuple[float, float,
 
 
 def _torch_softmax_summary(logits: torch.Tensor, chosen_id: int) -> tuple[float, float, float]:
-    """``softmax_summary`` in torch's ops, for rows that are not in the CPU's memory: H(q) = l_t − log q_t − q · l with
-    t the most likely id."""
+    """``softmax_summary`` in torch's ops, for rows that are not in the CPU's memory and rows whose every logit is
+    −inf: H(q) = l_t − log q_t − q · l with t the most likely id."""
     logits = logits.float()
     probs = torch.softmax(logits, dim=0)
     top_prob, top_index = torch.max(probs, dim=0)

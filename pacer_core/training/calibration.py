@@ -27,6 +27,7 @@ from ..preverifier.model import ASSETS_DIR, pair_slug
 from ..prompts import load_prompts
 from ..stopping import clipped_logit
 
+
 def fit_platt(estimates: list[float], outcomes: list[float], iterations: int = 50,
               ridge: float = 1e-6) -> tuple[float, float]:
     """(slope, offset) maximising Σ y log σ(s x + o) + (1 − y) log(1 − σ(s x + o)), x = logit(e), y the outcome (0/1,
