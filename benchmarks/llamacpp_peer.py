@@ -268,13 +268,15 @@ def llama_ar(tools, target: Path, prompt_file: Path, tokens: int, threads: int, 
     return completion_speed(log)
 
 
-def engine_context_flags() -> list[str]:
-    """llama-completion's flags for the context the project's target engine decodes in (pacer_core/llama/target.py:
-    flash attention, the KV cache's types, the prefill's chunk), so a tool run differs from ours only in the loop."""
-    from pacer_core.llama.target import CHUNK_TOKENS, CONTEXT_OPTIONS
+def engine_context_flags(options: dict | None = None) -> list[str]:
+    """llama-completion's flags for a context of the project's target engine (pacer_core/llama/target.py: flash
+    attention, the KV cache's types, the prefill's chunk), so a tool run differs from ours only in the loop.
+    ``options``: the context's (default: ``FLASH_CONTEXT``, the one the engine proves on setup.sh's library)."""
+    from pacer_core.llama.target import CHUNK_TOKENS, FLASH_CONTEXT
+    options = options or FLASH_CONTEXT
     types = {0: "f32", 1: "f16"}
-    return ["-fa", {0: "off", 1: "on"}.get(CONTEXT_OPTIONS["flash_attn_type"], "auto"),
-            "-ctk", types[CONTEXT_OPTIONS["type_k"]], "-ctv", types[CONTEXT_OPTIONS["type_v"]],
+    return ["-fa", {0: "off", 1: "on"}.get(options["flash_attn_type"], "auto"),
+            "-ctk", types[options["type_k"]], "-ctv", types[options["type_v"]],
             "-b", str(CHUNK_TOKENS), "-ub", str(CHUNK_TOKENS)]
 
 

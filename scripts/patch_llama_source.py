@@ -1,13 +1,17 @@
-"""Makes llama.cpp's float32 matrix products row-invariant, in an unpacked llama-cpp-python source tree.
+"""Makes llama.cpp's float32 matrix products and its flash attention row-invariant, in an unpacked llama-cpp-python
+source tree.
 
     python scripts/patch_llama_source.py SOURCE_DIR     (scripts/build_llama.sh runs it before building)
 
 Why: ggml-cpu (as vendored in llama-cpp-python 0.3.36) multiplies one activation row with ``ggml_vec_dot_f32``
 (four accumulators over interleaved stretches of the row) and two or more rows with llamafile's tinyBLAS (one
 accumulator per output). Both compute the same sums, rounded differently, so a position's logits depend on how many
-positions share its forward pass, and greedy speculative decoding could part from AR's tokens at a near tie.
+positions share its forward pass, and greedy speculative decoding could part from AR's tokens at a near tie. Its
+flash attention does the same twice over: one query row over 512 or more KV cells is split across threads, each
+part's softmax merged after, and 64 or more query rows run a tiled kernel; every other row runs the kernel that
+walks a row's cells in order with one running softmax.
 
-The change, two edits of ggml's ``llamafile/sgemm.cpp``:
+The change, three edits of ggml's ``llamafile/sgemm.cpp`` and two of ``ggml-cpu/ops.cpp``:
 
 1. ``llamafile_sgemm`` also takes a product over one row when that row is contiguous (``ldb == k``: a layer's
    input, the attention weights times V) and the weights are float32 or float16. A one-token float32 query times
@@ -17,16 +21,20 @@ The change, two edits of ggml's ``llamafile/sgemm.cpp``:
    outputs are in flight at once (16 with 32 vector registers, AVX-512; 8 with 16, AVX2) and the rows are split
    evenly across threads without a shared counter or a barrier of its own. Through tinyBLAS's many-row tiles
    (``gemm_bloc<4, 1>``, two barriers per product) the one-row step cost ~5-10% more than ggml's own.
+3. Flash attention always runs the row kernel (``ggml_compute_forward_flash_attn_ext_f16_one_chunk`` over all the
+   cells): the split of one row's cells and the tiled kernel are off. Threads still share the rows and heads (a
+   one-token step of the embedded target: 9 heads on 2 threads).
 
-Then one row gives the same bits as the same row among many, and the engine (pacer_core/llama/target.py) proves
-that at load. Other types and other CPUs are unchanged. The patched lines are matched exactly; a source that
-differs fails loudly, naming the edit."""
+Then one row gives the same bits as the same row among many, with flash attention on as off, and the engine
+(pacer_core/llama/target.py) proves that at load. Other types and other CPUs are unchanged. The patched lines are
+matched exactly; a source that differs fails loudly, naming the edit."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 SGEMM = Path("vendor/llama.cpp/ggml/src/ggml-cpu/llamafile/sgemm.cpp")
+OPS = Path("vendor/llama.cpp/ggml/src/ggml-cpu/ops.cpp")
 
 ONE_ROW_GATE = ("""    // only enable sgemm for prompt processing
 #if !defined(__MMA__)
@@ -102,31 +110,59 @@ ONE_ROW_FUNCTIONS = ("""  private:
         }
 """)
 
-EDITS = {"the one-row gate of llamafile_sgemm": ONE_ROW_GATE, "tinyBLAS::matmul's start": ONE_ROW_KERNEL,
-         "tinyBLAS's private part": ONE_ROW_FUNCTIONS}
+FLASH_ATTENTION_SPLIT = ("""    const bool use_split_kv_path = !use_ref && (neq1 == 1 && neq3 == 1)""",
+                         """    // PACER Lab (scripts/patch_llama_source.py): a row's cells are never split across
+    // threads, so a row alone has the bits it has beside other rows
+    const bool use_split_kv_path = false && !use_ref && (neq1 == 1 && neq3 == 1)""")
+
+FLASH_ATTENTION_TILES = ("""        bool use_tiled = !use_ref &&""",
+                         """        // PACER Lab (scripts/patch_llama_source.py): every row runs the row kernel,
+        // as one row alone does
+        bool use_tiled = false && !use_ref &&""")
+
+EDITS = {SGEMM: {"the one-row gate of llamafile_sgemm": ONE_ROW_GATE, "tinyBLAS::matmul's start": ONE_ROW_KERNEL,
+                 "tinyBLAS's private part": ONE_ROW_FUNCTIONS},
+         OPS: {"flash attention's split of one row's cells": FLASH_ATTENTION_SPLIT,
+               "flash attention's tiled kernel": FLASH_ATTENTION_TILES}}
 
 
-def patched_text(text: str) -> str:
-    """``text`` (sgemm.cpp as llama-cpp-python 0.3.36 ships it) with every edit made; SystemExit naming the first
-    edit whose original lines are not found exactly once."""
-    for name, (original, patched) in EDITS.items():
+def patched_text(text: str, relative: Path = SGEMM) -> str:
+    """``text`` (the file at ``relative`` as llama-cpp-python 0.3.36 ships it) with each of its edits made;
+    SystemExit naming the first edit whose original lines are not found exactly once."""
+    for name, (original, patched) in EDITS[relative].items():
         if text.count(original) != 1:
-            raise SystemExit(f"patch_llama_source: {SGEMM} differs from llama-cpp-python 0.3.36's; the lines of "
+            raise SystemExit(f"patch_llama_source: {relative} differs from llama-cpp-python 0.3.36's; the lines of "
                              f"{name} were not found once")
         text = text.replace(original, patched)
     return text
 
 
+WHAT_EACH_FILE_GETS = {SGEMM: "one-row float32 and float16 products go through tinyBLAS's one-row kernel",
+                       OPS: "flash attention runs every row with the row kernel"}
+
+
 def patch(source_dir: Path) -> str:
-    """Patch ``source_dir`` in place; returns what was done (raises SystemExit if the source is not as expected)."""
-    path = source_dir / SGEMM
-    if not path.exists():
-        raise SystemExit(f"patch_llama_source: {path} not found (not a llama-cpp-python source tree?)")
-    text = path.read_text()
-    if all(patched in text for _, patched in EDITS.values()):
-        return f"{path}: already patched"
-    path.write_text(patched_text(text))
-    return f"{path}: one-row float32 and float16 products go through tinyBLAS's one-row kernel"
+    """Patch ``source_dir`` in place; returns what was done, a line a file (raises SystemExit, before writing
+    anything, if the source is not as expected)."""
+    texts = {}
+    for relative in EDITS:
+        path = source_dir / relative
+        if not path.exists():
+            raise SystemExit(f"patch_llama_source: {path} not found (not a llama-cpp-python source tree?)")
+        texts[relative] = path.read_text()
+    done = []
+    for relative, text in texts.items():
+        path = source_dir / relative
+        if all(patched in text for _, patched in EDITS[relative].values()):
+            done.append(f"{path}: already patched")
+            continue
+        texts[relative] = patched_text(text, relative)
+    for relative, text in texts.items():
+        path = source_dir / relative
+        if path.read_text() != text:
+            path.write_text(text)
+            done.append(f"{path}: {WHAT_EACH_FILE_GETS[relative]}")
+    return "\n".join(done)
 
 
 if __name__ == "__main__":

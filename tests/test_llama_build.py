@@ -58,28 +58,42 @@ def load_patch_module():
 
 
 def test_the_source_patch_makes_each_edit_once_and_refuses_another_source(tmp_path):
-    """scripts/patch_llama_source.py on a tree holding sgemm.cpp's lines as llama-cpp-python 0.3.36 ships them:
-    every edit made once (the one-row gate, tinyBLAS's one-row kernel), a second run leaves it alone, and a source
-    without one of those exact passages fails with a message naming it."""
-    edits = load_patch_module().EDITS
-    sgemm = tmp_path / "src" / "vendor/llama.cpp/ggml/src/ggml-cpu/llamafile/sgemm.cpp"
-    sgemm.parent.mkdir(parents=True)
-    shipped = "// sgemm.cpp\n" + "\n// ...\n".join(original for original, _ in edits.values()) + "\n// end\n"
-    sgemm.write_text(shipped)
-    first = run_patch(tmp_path / "src")
+    """scripts/patch_llama_source.py on a tree holding sgemm.cpp's and ops.cpp's lines as llama-cpp-python 0.3.36
+    ships them: every edit made once (the one-row gate, tinyBLAS's one-row kernel, flash attention's split and
+    tiles off), a second run leaves the tree alone, and a source without one of those exact passages fails with a
+    message naming it, writing nothing."""
+    module = load_patch_module()
+    shipped = {relative: f"// {relative.name}\n" + "\n// ...\n".join(original for original, _ in edits.values())
+               + "\n// end\n" for relative, edits in module.EDITS.items()}
+    source = tmp_path / "src"
+
+    def write(texts):
+        for relative, text in texts.items():
+            (source / relative).parent.mkdir(parents=True, exist_ok=True)
+            (source / relative).write_text(text)
+
+    write(shipped)
+    first = run_patch(source)
     assert first.returncode == 0, first.stderr
-    patched = sgemm.read_text()
-    assert "if (n < 2 && ((Atype != GGML_TYPE_F32 && Atype != GGML_TYPE_F16) || ldb != k))" in patched
-    assert "    if (n < 2)\n" not in patched and patched.endswith("// end\n")
-    assert "if (n == 1 && m % 4 == 0) {" in patched and "NOINLINE void gemv(int64_t m) {" in patched
-    assert all(new in patched for _, new in edits.values())
-    again = run_patch(tmp_path / "src")
-    assert again.returncode == 0 and "already patched" in again.stdout and sgemm.read_text() == patched
-    for name, (original, _) in edits.items():
-        sgemm.write_text(shipped.replace(original, original.replace("(", "( ", 1)))
-        other = run_patch(tmp_path / "src")
-        assert other.returncode != 0 and f"the lines of {name} were not found" in other.stderr
-        assert sgemm.read_text() == shipped.replace(original, original.replace("(", "( ", 1))   # left untouched
+    patched = {relative: (source / relative).read_text() for relative in shipped}
+    sgemm, ops = patched[module.SGEMM], patched[module.OPS]
+    assert "if (n < 2 && ((Atype != GGML_TYPE_F32 && Atype != GGML_TYPE_F16) || ldb != k))" in sgemm
+    assert "    if (n < 2)\n" not in sgemm and sgemm.endswith("// end\n")
+    assert "if (n == 1 && m % 4 == 0) {" in sgemm and "NOINLINE void gemv(int64_t m) {" in sgemm
+    assert "use_split_kv_path = false && !use_ref" in ops and "bool use_tiled = false && !use_ref &&" in ops
+    assert all(new in patched[relative] for relative, edits in module.EDITS.items() for _, new in edits.values())
+    again = run_patch(source)
+    assert again.returncode == 0 and again.stdout.count("already patched") == 2
+    assert {relative: (source / relative).read_text() for relative in shipped} == patched
+    for relative, edits in module.EDITS.items():
+        for name, (original, _) in edits.items():
+            first = len(original) - len(original.lstrip()) + 1          # a letter into its first word
+            changed = original[:first] + "X" + original[first:]
+            broken = shipped | {relative: shipped[relative].replace(original, changed)}
+            write(broken)
+            other = run_patch(source)
+            assert other.returncode != 0 and f"the lines of {name} were not found" in other.stderr
+            assert {path: (source / path).read_text() for path in shipped} == broken      # nothing written
     assert run_patch(tmp_path / "nothing").returncode != 0
 
 

@@ -85,9 +85,10 @@ def test_the_gap_to_llama_cpps_ar_is_the_product_of_kernel_cache_and_loop():
 
 @pytest.mark.pure
 def test_the_tools_context_flags_follow_the_target_engines_context():
-    from pacer_core.llama.target import CHUNK_TOKENS, CONTEXT_OPTIONS
+    from pacer_core.llama.target import CHUNK_TOKENS, PLAIN_CONTEXT
     flags = peer.engine_context_flags()
     pairs = dict(zip(flags[::2], flags[1::2]))
     assert pairs["-b"] == pairs["-ub"] == str(CHUNK_TOKENS)
-    assert pairs["-ctk"] == {0: "f32", 1: "f16"}[CONTEXT_OPTIONS["type_k"]]
-    assert pairs["-fa"] == {0: "off", 1: "on"}.get(CONTEXT_OPTIONS["flash_attn_type"], "auto")
+    assert pairs["-ctk"] == pairs["-ctv"] == "f16" and pairs["-fa"] == "on"       # what setup.sh's library proves
+    plain = peer.engine_context_flags(PLAIN_CONTEXT)
+    assert plain[plain.index("-ctk") + 1] == "f32" and plain[plain.index("-fa") + 1] == "off"

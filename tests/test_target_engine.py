@@ -16,7 +16,9 @@ from pacer_core.drafters.gguf_drafter import GGUFDrafter
 from pacer_core.kvcache import CachedModel
 from pacer_core.llama.cache import GGUFCache
 from pacer_core.llama.engine import active_engine, choose_engine, engine_label, parse_engine, target_cache
-from pacer_core.llama.target import CHUNK_TOKENS, LlamaTarget, balanced_chunks, needs_companion
+from pacer_core.llama import target as llama_target
+from pacer_core.llama.target import (CHUNK_TOKENS, FLASH_CONTEXT, PLAIN_CONTEXT, PROBE_CELLS, LlamaTarget,
+                                     balanced_chunks, needs_companion)
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.testing.enumeration import chi_square_p_value, sequence_distribution
 from pacer_core.testing.runs import greedy_rejections, run_result, sample_counts
@@ -102,23 +104,55 @@ def stepped_and_verified(cache_factory, prompt, continuation, verify_sizes):
     return torch.stack(rows), torch.cat(pieces)
 
 
-@pytest.fixture(params=["as loaded", "companion"])
+@pytest.fixture(params=["as loaded", "companion", "plain", "plain with a companion"])
 def engine_mode(request, target_on_llama, monkeypatch):
-    """The engine as its library makes it (one-row invariant where setup.sh patched the library), and forced to
-    the companion token a stock library needs: both must be row-invariant."""
+    """The engine as its library makes it (flash attention where setup.sh patched the library), forced to the
+    companion token a stock library needs, and in the plain context (flash attention off, float32 cells) a library
+    without the attention patch gets, with and without the companion: every one must be row-invariant."""
     engine = target_on_llama.engine
-    if request.param == "companion":
+    if request.param.startswith("plain"):
+        engine = LlamaTarget(engine.model, engine.vocab_size)
+        engine.pool, engine.flash_attention = engine._pool(PLAIN_CONTEXT), False
+    if request.param.endswith("companion"):
         monkeypatch.setattr(engine, "one_row_invariant", False)
     return engine
 
 
 def test_the_engine_is_row_invariant_bit_for_bit_and_computes_the_models_logits(target_on_llama, engine_mode):
-    engine, prompt = engine_mode, list(range(3, 60))                           # longer than one chunk
+    engine, prompt = engine_mode, [3 + index % 57 for index in range(300)]     # past 256 cells, and one chunk
     continuation = [(7 * index) % 60 for index in range(40)]
     stepped, verified = stepped_and_verified(engine.new_cache, prompt, continuation, (2, 5, 9, 3, 13))
     assert torch.equal(stepped, verified)
     reference = CachedModel(target_on_llama.model, 64).forward(prompt + continuation)[0, len(prompt) - 1:]
-    assert torch.allclose(stepped, reference, atol=1e-4)
+    float16_cells = engine.pool.options["type_k"] == llama_target.GGML_TYPE_F16
+    assert torch.allclose(stepped, reference, atol=2e-2 if float16_cells else 1e-4)
+
+
+def test_the_engine_decodes_with_flash_attention_only_where_its_proof_passes(target_on_llama, monkeypatch):
+    """On setup.sh's library the engine proves flash attention row-invariant past 256 cells and takes the float16
+    context; where that proof fails (a stock library, or one built before the attention patch) it keeps the plain
+    context, whose one-row probe then decides the companion."""
+    engine = target_on_llama.engine
+    if os.environ.get("PACER_STOCK_LLAMA") != "1":
+        assert engine.flash_attention and engine.pool.options == FLASH_CONTEXT and engine.one_row_invariant
+        assert "flash attention" in engine.describe()
+    monkeypatch.setattr(llama_target, "attention_is_row_invariant", lambda owner: False)
+    plain = LlamaTarget(engine.model, engine.vocab_size)
+    assert not plain.flash_attention and plain.pool.options == PLAIN_CONTEXT
+    assert plain.one_row_invariant == llama_target.one_row_is_invariant(plain)
+    assert "flash attention" not in plain.describe()
+
+
+def test_the_attention_probe_tells_a_flash_context_on_a_stock_library_apart(target_on_llama):
+    """The proof the engine chooses its context by: true on setup.sh's library in both contexts; in the plain one
+    exactly when one-row products round like many-row ones. PROBE_CELLS is past the 256 cells where llama.cpp
+    starts splitting a lone row's cells."""
+    engine = LlamaTarget(target_on_llama.engine.model, target_on_llama.engine.vocab_size)
+    assert PROBE_CELLS > 256
+    engine.pool = engine._pool(PLAIN_CONTEXT)
+    assert llama_target.attention_is_row_invariant(engine) == llama_target.one_row_is_invariant(engine)
+    engine.pool = engine._pool(FLASH_CONTEXT)
+    assert llama_target.attention_is_row_invariant(engine) == (os.environ.get("PACER_STOCK_LLAMA") != "1")
 
 
 def test_crops_and_growth_keep_the_engine_row_invariant(target_on_llama, engine_mode, monkeypatch):

@@ -14,20 +14,29 @@ as shipped:
 
 * a matrix product over ONE activation row runs ``ggml_vec_dot_f32`` (four 8-lane accumulators), over two or more
   rows llamafile's tinyBLAS (one 8-lane accumulator per output): the same sums, rounded differently;
-* flash attention with one query row over >= 512 KV cells splits the cells across threads and merges partial
-  softmaxes; with >= 64 query rows it runs a tiled kernel;
+* flash attention with one query row over >= 512 KV cells (more than 256 cells in use) splits the cells across
+  threads and merges partial softmaxes; with >= 64 query rows it runs a tiled kernel;
 * the output layer sees only the rows whose logits are wanted, so a feed that wants one row multiplies one row.
 
-``setup.sh`` builds the library with ggml's ``llamafile/sgemm.cpp`` patched (scripts/patch_llama_source.py): a
-contiguous float32 (or float16) row goes through tinyBLAS too, whose one-row kernel gives each output the many-row
-kernel's single accumulator in the same order, several outputs in flight. At load the engine PROVES which library it has (``one_row_is_invariant``: a row fed
-alone against the same row fed beside another, bit for bit). With the patched library every call runs as it is;
-with a stock one, every llama_decode that would run a one-row kernel (a feed of one token, AR's step, or one that
-wants a single row) gets a companion token in a sequence of its own (dropped right after, so the cache's cells
-keep following the positions), which costs a second row on every AR step. Either way flash attention is off and
-long feeds are cut into balanced chunks below its 64-row tile. ``tests/test_target_engine.py`` checks the result
-bit for bit against one-token steps in both modes, and the greedy-identity tests are the referee. AR runs on the
-same engine as the verify passes (``engine.target_cache``).
+``setup.sh`` builds the library patched (scripts/patch_llama_source.py): a contiguous float32 (or float16) row goes
+through tinyBLAS too, whose one-row kernel gives each output the many-row kernel's single accumulator in the same
+order, several outputs in flight; and flash attention runs every query row with its row kernel (one running
+softmax over the row's cells in order), never split, never tiled. At load the engine PROVES which library it has,
+bit for bit, and picks its context from that:
+
+* ``attention_is_row_invariant`` passes (the patched library): the context llama.cpp itself defaults to on a CPU,
+  flash attention with keys and values in float16 (``FLASH_CONTEXT``; 6% off an AR step on chat prompts, 5% on
+  code, docs/measurements.md "The engine's context");
+* else flash attention off and float32 cells like the torch target's (``PLAIN_CONTEXT``), and
+  ``one_row_is_invariant`` says whether one-row products need help: with a stock library every llama_decode that
+  would run a one-row kernel (a feed of one token, AR's step, or one that wants a single row) gets a companion
+  token in a sequence of its own (dropped right after, so the cache's cells keep following the positions), which
+  costs a second row on every AR step.
+
+Long feeds are cut into balanced chunks of at most CHUNK_TOKENS (a prompt's prefill: 256 rows a call instead of 48
+cut its time by ~10%). ``tests/test_target_engine.py`` checks the result bit for bit against one-token steps past
+256 cells in every mode, and the greedy-identity tests are the referee. AR runs on the same engine as the verify
+passes (``engine.target_cache``).
 
 The torch engine stays for GPU targets, other dtypes, targets without a GGUF, and drafters that read the target's
 hidden states (the feature head): llama.cpp's are not read."""
@@ -41,16 +50,18 @@ import torch
 
 from .. import embedded
 from .cache import GGUFCache
-from .model import (MAX_ROWS, ContextPool, GGUFModel, GGUFUnavailable, check_gguf_file, default_threads,
-                    llama_cpp_module, target_token_strings, vocabulary_mismatch)
+from .model import (BATCH_TOKENS, MAX_ROWS, ContextPool, GGUFModel, GGUFUnavailable, check_gguf_file,
+                    default_threads, llama_cpp_module, target_token_strings, vocabulary_mismatch)
 
-CHUNK_TOKENS = 48                     # tokens per llama_decode at most: below flash attention's 64-row tile
+CHUNK_TOKENS = BATCH_TOKENS           # tokens per llama_decode at most (a context's batch)
 COMPANION_SEQUENCE = 2 * MAX_ROWS     # the companion token's sequence (0..2*MAX_ROWS-1: rows and reorder's scratch)
 F32_FILE_NAME = "smollm2-135m-instruct-f32.gguf"
 LLAMA_FTYPE_ALL_F32 = 0
-# The context the target engine decodes in; chosen by benchmarks/target_engine.py (see its results file):
-# flash attention off, keys and values stored in float32 like the torch target's cache.
-CONTEXT_OPTIONS = {"flash_attn_type": 0, "type_k": 0, "type_v": 0}
+GGML_TYPE_F32, GGML_TYPE_F16 = 0, 1
+# The contexts the target engine decodes in (module docstring), the first whose proof passes at load:
+FLASH_CONTEXT = {"flash_attn_type": 1, "type_k": GGML_TYPE_F16, "type_v": GGML_TYPE_F16}   # the patched library
+PLAIN_CONTEXT = {"flash_attn_type": 0, "type_k": GGML_TYPE_F32, "type_v": GGML_TYPE_F32}   # any other
+PROBE_CELLS = 260                     # past 256 cells in use, llama.cpp's flash attention splits a lone row's cells
 
 
 def balanced_chunks(count: int, limit: int) -> list[int]:
@@ -69,11 +80,31 @@ def needs_companion(entries: int, wanted: int) -> bool:
     return entries < 2 or wanted == 1
 
 
+def probe_tokens(engine, count: int) -> list[int]:
+    """``count`` ids of the engine's vocabulary, varied, the same every time."""
+    return [(7 * index + 3) % engine.vocab_size for index in range(count)]
+
+
+def attention_is_row_invariant(engine) -> bool:
+    """Whether rows past 256 cells get the same bits fed one at a time as fed among 256 others: PROBE_CELLS probe
+    tokens in one feed (a call of 256 rows, then one of the rest; its last two rows' logits), against the same
+    tokens in feeds of at most 48 rows and then the last two alone. On a flash-attention context, True with the
+    library setup.sh builds (scripts/patch_llama_source.py: a lone row's cells are not split across threads, many
+    rows are not tiled, one-row products round like many-row ones), False with a stock llama-cpp-python."""
+    probe = probe_tokens(engine, PROBE_CELLS)
+    together, apart = GGUFCache(engine), GGUFCache(engine)
+    both = together.forward(probe, keep=2)[0]
+    for start in range(0, PROBE_CELLS - 2, 48):
+        apart.forward(probe[start: min(start + 48, PROBE_CELLS - 2)], keep=1)
+    alone = [apart.forward([token_id], keep=1)[0, -1] for token_id in probe[-2:]]
+    return bool(torch.equal(both[0], alone[0]) and torch.equal(both[1], alone[1]))
+
+
 def one_row_is_invariant(engine) -> bool:
     """Whether the loaded library gives a row the same bits alone as beside other rows: seven probe tokens fed as
     six (one output row) then one, against all seven at once (two output rows). True with the library setup.sh
     builds (scripts/patch_llama_source.py), False with a stock llama-cpp-python."""
-    probe = [(7 * index + 3) % engine.vocab_size for index in range(7)]
+    probe = probe_tokens(engine, 7)
     alone, together = GGUFCache(engine), GGUFCache(engine)
     first = alone.forward(probe[:6], keep=1)[0, -1]
     second = alone.forward(probe[6:], keep=1)[0, -1]
@@ -145,9 +176,16 @@ class LlamaTarget:
     name = "llama.cpp"
 
     def __init__(self, model: GGUFModel, vocab_size: int):
+        """Loads nothing: proves the library (module docstring) and keeps a pool of the context it proved."""
         self.model, self.vocab_size = model, vocab_size
-        self.pool = ContextPool(model, sequences=COMPANION_SEQUENCE + 1, options=CONTEXT_OPTIONS)
-        self.one_row_invariant = one_row_is_invariant(self)     # else every one-row call takes a companion
+        self.pool = self._pool(FLASH_CONTEXT)
+        self.flash_attention = self.one_row_invariant = attention_is_row_invariant(self)
+        if not self.flash_attention:
+            self.pool = self._pool(PLAIN_CONTEXT)
+            self.one_row_invariant = one_row_is_invariant(self)     # else every one-row call takes a companion
+
+    def _pool(self, options: dict) -> ContextPool:
+        return ContextPool(self.model, sequences=COMPANION_SEQUENCE + 1, options=options)
 
     @classmethod
     def load(cls, path, tokenizer, vocab_size: int, threads: int | None = None) -> "LlamaTarget":
@@ -167,5 +205,8 @@ class LlamaTarget:
         return LlamaTargetCache(self)
 
     def describe(self) -> str:
-        rows = "one-row invariant" if self.one_row_invariant else "one-row calls with a companion token"
+        if self.flash_attention:
+            rows = "row-invariant flash attention, float16 KV"
+        else:
+            rows = "one-row invariant" if self.one_row_invariant else "one-row calls with a companion token"
         return f"llama.cpp ({self.model.path.name}, {self.model.threads} threads, {rows})"
