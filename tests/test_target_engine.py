@@ -2,6 +2,7 @@
 and the chunking), greedy identity of every decoder with AR on the same engine, chi-square on sampling against the
 engine's own distribution, SMC-SD on it, the engine choice and its errors, and the embedded target's F32 file."""
 import dataclasses
+import json
 import itertools
 import os
 from types import SimpleNamespace
@@ -24,6 +25,7 @@ from pacer_core.testing.enumeration import chi_square_p_value, sequence_distribu
 from pacer_core.testing.runs import greedy_rejections, run_result, sample_counts
 from pacer_core.testing.gguf_file import write_llama_gguf
 from pacer_core.testing.tiny import tiny_pair
+from script_module import run_script
 
 SIGNIFICANCE = 1e-3
 
@@ -345,3 +347,19 @@ def test_a_runs_seconds_count_the_targets_prompt_fed_for_the_draft(pair_adopting
     drafter = load_drafter(target, drafters, "gguf")
     result = run_result(FixedSpeculative(3), target, drafter, list(range(40)), max_new_tokens=4)
     assert result.metrics.seconds >= 0.5
+
+
+@pytest.mark.embedded
+def test_the_engine_contexts_benchmark_runs_in_its_tiny_form(tmp_path):
+    """benchmarks/engine_contexts.py: the embedded target as proven and with the proof failed, every row in both
+    contexts; on setup.sh's library the two engines are the flash and the plain one, and greedy rows equal AR."""
+    out = tmp_path / "engine-contexts"
+    run_script("benchmarks/engine_contexts.py", "--limit", "1", "--repeats", "1", "--max-new-tokens", "4",
+               "--out", str(out))
+    report = json.loads((out / "results.json").read_text())
+    assert [(row["context"], row["row"]) for row in report["rows"]] == [
+        (context, row) for context in ("flash", "plain") for row in ("ar", "fixed@gguf", "pacer@gguf")]
+    assert all(row["seconds"] > 0 and row["same_as_ar"] == 1 for row in report["rows"])
+    assert "flash attention" not in report["engines"]["plain"]
+    if os.environ.get("PACER_STOCK_LLAMA") != "1":
+        assert "flash attention" in report["engines"]["flash"]
