@@ -25,16 +25,15 @@ softmax over the row's cells in order), never split, never tiled. At load the en
 bit for bit, and picks its context from that:
 
 * ``attention_is_row_invariant`` passes (the patched library): the context llama.cpp itself defaults to on a CPU,
-  flash attention with keys and values in float16 (``FLASH_CONTEXT``; 6% off an AR step on chat prompts, 5% on
-  code, docs/measurements.md "The engine's context");
+  flash attention with keys and values in float16 (``FLASH_CONTEXT``: AR 5% faster than in the plain context, fixed
+  SD and PACER 5-13%, docs/measurements.md "The engine's context");
 * else flash attention off and float32 cells like the torch target's (``PLAIN_CONTEXT``), and
   ``one_row_is_invariant`` says whether one-row products need help: with a stock library every llama_decode that
   would run a one-row kernel (a feed of one token, AR's step, or one that wants a single row) gets a companion
   token in a sequence of its own (dropped right after, so the cache's cells keep following the positions), which
   costs a second row on every AR step.
 
-Long feeds are cut into balanced chunks of at most CHUNK_TOKENS (a prompt's prefill: 256 rows a call instead of 48
-cut its time by ~10%). ``tests/test_target_engine.py`` checks the result bit for bit against one-token steps past
+Long feeds are cut into balanced chunks of at most CHUNK_TOKENS (256: a prompt's prefill in fewer, larger calls). ``tests/test_target_engine.py`` checks the result bit for bit against one-token steps past
 256 cells in every mode, and the greedy-identity tests are the referee. AR runs on the same engine as the verify
 passes (``engine.target_cache``).
 
