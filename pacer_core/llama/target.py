@@ -33,9 +33,10 @@ bit for bit, and picks its context from that:
   token in a sequence of its own (dropped right after, so the cache's cells keep following the positions), which
   costs a second row on every AR step.
 
-Long feeds are cut into balanced chunks of at most CHUNK_TOKENS (256: a prompt's prefill in fewer, larger calls). ``tests/test_target_engine.py`` checks the result bit for bit against one-token steps past
-256 cells in every mode, and the greedy-identity tests are the referee. AR runs on the same engine as the verify
-passes (``engine.target_cache``).
+Long feeds are cut into balanced chunks of at most CHUNK_TOKENS (256: a prompt's prefill in fewer, larger calls).
+``tests/test_target_engine.py`` checks the result bit for bit against one-token steps past 256 cells in every mode,
+and the greedy-identity tests are the referee. AR runs on the same engine as the verify passes
+(``engine.target_cache``).
 
 The torch engine stays for GPU targets, other dtypes, targets without a GGUF, and drafters that read the target's
 hidden states (the feature head): llama.cpp's are not read."""
