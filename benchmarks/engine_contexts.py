@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script
 
 from benchmarks.results_writer import write_folder_or_print  # noqa: E402
 from pacer_core import load_target, method_table  # noqa: E402
-from pacer_core.bench import load_row_drafters  # noqa: E402
+from pacer_core.drafters import load_drafter  # noqa: E402
 from pacer_core.llama import target as llama_target  # noqa: E402
 from pacer_core.methods import parse_method  # noqa: E402
 from pacer_core.preverifier import default_preverifier  # noqa: E402
@@ -55,8 +55,8 @@ def requests_for(target, drafters, prompts: list[dict], new_tokens: int) -> dict
     out = {}
     for label in ROWS:
         spec = parse_method(label)
-        drafter, preverifier = (load_row_drafters(target, drafters, [spec], None)[spec.drafter] if spec.drafter
-                                else (drafters.default, default_preverifier(target, drafters.default)))
+        drafter = load_drafter(target, drafters, spec.drafter) if spec.drafter else drafters.default
+        preverifier = default_preverifier(target, drafter)
         out[label] = (spec, row_requests(target, drafter, spec, raw, encoded, limits, preverifier))
     return out
 
