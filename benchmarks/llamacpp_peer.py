@@ -271,7 +271,8 @@ def llama_ar(tools, target: Path, prompt_file: Path, tokens: int, threads: int, 
 def engine_context_flags(options: dict | None = None) -> list[str]:
     """llama-completion's flags for a context of the project's target engine (pacer_core/llama/target.py: flash
     attention, the KV cache's types, the prefill's chunk), so a tool run differs from ours only in the loop.
-    ``options``: the context's (default: ``FLASH_CONTEXT``, the one the engine proves on setup.sh's library)."""
+    ``options``: the context's, as the loaded engine proved it (default: ``FLASH_CONTEXT``, the one it proves on
+    setup.sh's library)."""
     from pacer_core.llama.target import CHUNK_TOKENS, FLASH_CONTEXT
     options = options or FLASH_CONTEXT
     types = {0: "f32", 1: "f16"}
@@ -368,8 +369,8 @@ def measure(args) -> dict:
     theirs = ["llama.cpp ar"] + [f"llama.cpp spec n_max={n}" for n in args.n_max]
     samples: dict[str, dict[str, list[float]]] = {name: {} for name, _, _ in ours}
     samples.update({name: {} for name in theirs})
-    decomposition = ([(DECOMPOSITION_ROWS[0], ()), (DECOMPOSITION_ROWS[1], engine_context_flags())]
-                     if linked else [])
+    context_flags = engine_context_flags(getattr(getattr(target.engine, "pool", None), "options", None))
+    decomposition = [(DECOMPOSITION_ROWS[0], ()), (DECOMPOSITION_ROWS[1], context_flags)] if linked else []
     samples.update({name: {} for name, _ in decomposition})
     decode_only: dict[str, dict[str, list[float]]] = {name: {} for name in theirs}
     acceptance: dict[str, list[float]] = {name: [] for name in theirs[1:]}
@@ -435,7 +436,7 @@ def measure(args) -> dict:
             "best": best_ratio(medians, exact_rows, theirs[1:]),
             "ours_ar_over_llama_ar": best_ratio(medians, ["ours ar"], ["llama.cpp ar"]),
             "gap_shares": gap_shares(medians, exact_rows),
-            "engine_context_flags": engine_context_flags() if linked else None,
+            "engine_context_flags": context_flags if linked else None,
             "greedy_identity": identity, "prompt_tokens": prompt_tokens, "failures": failures}
 
 

@@ -126,7 +126,7 @@ EDITS = {SGEMM: {"the one-row gate of llamafile_sgemm": ONE_ROW_GATE, "tinyBLAS:
                "flash attention's tiled kernel": FLASH_ATTENTION_TILES}}
 
 
-def patched_text(text: str, relative: Path = SGEMM) -> str:
+def patched_text(text: str, relative: Path) -> str:
     """``text`` (the file at ``relative`` as llama-cpp-python 0.3.36 ships it) with each of its edits made;
     SystemExit naming the first edit whose original lines are not found exactly once."""
     for name, (original, patched) in EDITS[relative].items():
@@ -150,18 +150,15 @@ def patch(source_dir: Path) -> str:
         if not path.exists():
             raise SystemExit(f"patch_llama_source: {path} not found (not a llama-cpp-python source tree?)")
         texts[relative] = path.read_text()
-    done = []
+    done, patched = [], {}
     for relative, text in texts.items():
-        path = source_dir / relative
-        if all(patched in text for _, patched in EDITS[relative].values()):
-            done.append(f"{path}: already patched")
-            continue
-        texts[relative] = patched_text(text, relative)
-    for relative, text in texts.items():
-        path = source_dir / relative
-        if path.read_text() != text:
-            path.write_text(text)
-            done.append(f"{path}: {WHAT_EACH_FILE_GETS[relative]}")
+        if all(new in text for _, new in EDITS[relative].values()):
+            done.append(f"{source_dir / relative}: already patched")
+        else:
+            patched[relative] = patched_text(text, relative)      # SystemExit here writes nothing
+    for relative, text in patched.items():
+        (source_dir / relative).write_text(text)
+        done.append(f"{source_dir / relative}: {WHAT_EACH_FILE_GETS[relative]}")
     return "\n".join(done)
 
 
