@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from .events import StepEvent
+from .kvcache import prefill_prompt
 from .particles import proposal_kl
 from .sampling import chosen_log_probs, logits_to_probs, token_log_probs
 
@@ -34,7 +35,11 @@ def target_teacher_forced_logits(target, drafter, prompt_ids, output_ids) -> tor
     forward's time)."""
     from .llama import engine
     target_cache = engine.target_cache(target, drafter)
-    logits = target_cache.forward(list(prompt_ids) + list(output_ids), keep=len(output_ids) + 1)
+    fed = list(prompt_ids) + list(output_ids)
+    if len(prompt_ids) > 1 and hasattr(target_cache, "prefill"):     # the llama.cpp target: as a run starts
+        prefill_prompt(target_cache, prompt_ids)
+        fed = fed[len(prompt_ids) - 1:]
+    logits = target_cache.forward(fed, keep=len(output_ids) + 1)
     return logits[0, :-1, : target.vocab_size].float().cpu()
 
 
@@ -51,7 +56,7 @@ def draft_teacher_forced_logits(target, drafter, prompt_ids, output_ids, full_su
     if drafter.reads_target_features:
         target_cache.forward(ids)
     elif adopts_prompt(draft, prompt_ids):
-        target_cache.forward(list(prompt_ids[:-1]), keep=1)
+        prefill_prompt(target_cache, prompt_ids)
         return adopted_draft_logits(draft, target_cache, prompt_ids, output_ids)
     return draft.forward(ids)[0, len(prompt_ids) - 1: -1].float().cpu()
 
@@ -86,7 +91,7 @@ def output_logits(target, drafter, prompt_ids, outputs: dict, drafted: dict | No
     target_cache = engine.target_cache(target, drafter)
     prefix, last = list(prompt_ids[:-1]), list(prompt_ids[-1:])
     if prefix:
-        target_cache.forward(prefix, keep=1)
+        prefill_prompt(target_cache, prompt_ids)
     draft_logits = {key: drafted_after(target, drafter, target_cache, prompt_ids, outputs[key], full_support)
                     for key, full_support in (drafted or {}).items()}
     for key, output_ids in missing.items():

@@ -50,6 +50,19 @@ class ModelCache(Protocol):
                       keep: int | None = None): ...
 
 
+def prefill_prompt(cache: ModelCache, prompt_ids, counted: bool = True) -> None:
+    """Feed prompt[:-1] into an empty one-row cache, as a run starts: the llama.cpp target's own ``prefill`` (the
+    same chunks for every run of the prompt, which its flash attention may tile: pacer_core/llama/target.py), any
+    other cache a forward that computes one row of logits, unused. The run's first step feeds the last token.
+    ``counted``: whether the llama.cpp target counts the prefill among its calls (a run that needs it apart from
+    its first step); any other cache always counts its forward."""
+    prefix = [int(token_id) for token_id in prompt_ids[:-1]]
+    if hasattr(cache, "prefill"):
+        cache.prefill(prefix, counted)
+    else:
+        cache.forward(prefix, keep=1)
+
+
 def token_rows(new_token_ids) -> torch.Tensor:
     """Token ids as a [B, T] long tensor: a list of ids is one row."""
     if torch.is_tensor(new_token_ids):

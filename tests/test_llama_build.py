@@ -59,9 +59,9 @@ def load_patch_module():
 
 def test_the_source_patch_makes_each_edit_once_and_refuses_another_source(tmp_path):
     """scripts/patch_llama_source.py on a tree holding sgemm.cpp's and ops.cpp's lines as llama-cpp-python 0.3.36
-    ships them: every edit made once (the one-row gate, tinyBLAS's one-row kernel, flash attention's split and
-    tiles off), a second run leaves the tree alone, and a source without one of those exact passages fails with a
-    message naming it, writing nothing."""
+    ships them: every edit made once (the one-row gate, tinyBLAS's one-row kernel, flash attention's split off and
+    its tiles only from 128 rows), a second run leaves the tree alone, and a source without one of those exact
+    passages fails with a message naming it, writing nothing."""
     module = load_patch_module()
     shipped = {relative: f"// {relative.name}\n" + "\n// ...\n".join(original for original, _ in edits.values())
                + "\n// end\n" for relative, edits in module.EDITS.items()}
@@ -80,7 +80,9 @@ def test_the_source_patch_makes_each_edit_once_and_refuses_another_source(tmp_pa
     assert "if (n < 2 && ((Atype != GGML_TYPE_F32 && Atype != GGML_TYPE_F16) || ldb != k))" in sgemm
     assert "    if (n < 2)\n" not in sgemm and sgemm.endswith("// end\n")
     assert "if (n == 1 && m % 4 == 0) {" in sgemm and "NOINLINE void gemv(int64_t m) {" in sgemm
-    assert "use_split_kv_path = false && !use_ref" in ops and "bool use_tiled = false && !use_ref &&" in ops
+    assert "use_split_kv_path = false && !use_ref" in ops and "bool use_tiled = !use_ref && neq1 >= 128 &&" in ops
+    from pacer_core.llama.target import TILED_ROWS         # the engine keeps a step's feeds below the tiles
+    assert module.TILED_ROWS == TILED_ROWS == 128
     assert all(new in patched[relative] for relative, edits in module.EDITS.items() for _, new in edits.values())
     again = run_patch(source)
     assert again.returncode == 0 and again.stdout.count("already patched") == 2

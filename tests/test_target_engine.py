@@ -11,21 +11,22 @@ import pytest
 import torch
 
 from pacer_core import Autoregressive, FixedSpeculative, Pacer, validate_settings
+from pacer_core.decoders.base import make_state
 from pacer_core.decoders.smc import SMC
 from pacer_core.drafters import LoadedDrafters, load_drafter, new_caches
 from pacer_core.drafters.gguf_drafter import GGUFDrafter
-from pacer_core.kvcache import CachedModel
+from pacer_core.kvcache import CachedModel, prefill_prompt
 from pacer_core.llama.cache import GGUFCache
 from pacer_core.llama.engine import active_engine, choose_engine, engine_label, parse_engine, target_cache
 from pacer_core.llama import target as llama_target
-from pacer_core.llama.target import (CHUNK_TOKENS, FLASH_CONTEXT, PLAIN_CONTEXT, PROBE_CELLS, LlamaTarget,
-                                     balanced_chunks, needs_companion)
+from pacer_core.llama.target import (CHUNK_TOKENS, FLASH_CONTEXT, PLAIN_CONTEXT, PROBE_PREFILL, TILED_ROWS,
+                                     LlamaTarget, balanced_chunks, needs_companion)
 from pacer_core.preverifier import ConfidencePreVerifier
 from pacer_core.testing.enumeration import chi_square_p_value, sequence_distribution
 from pacer_core.testing.runs import greedy_rejections, run_result, sample_counts
 from pacer_core.testing.gguf_file import write_llama_gguf
 from pacer_core.testing.tiny import tiny_pair
-from script_module import run_script
+from script_module import ROOT, run_script
 
 SIGNIFICANCE = 1e-3
 
@@ -91,12 +92,15 @@ def drafters_on_llama(llama_load):
 
 
 def stepped_and_verified(cache_factory, prompt, continuation, verify_sizes):
-    """Logits rows after prompt + k tokens: once from one-token steps, once from verify-style feeds."""
-    stepped = cache_factory()
-    rows = [stepped.forward(prompt, keep=1)[0, -1]]
+    """Logits rows after prompt + k tokens: once from one-token steps, once from verify-style feeds, both after
+    the prefill every run starts with (prompt[:-1], ``kvcache.prefill_prompt``)."""
+    stepped, verifying, sequence = cache_factory(), cache_factory(), list(prompt) + list(continuation)
+    for cache in (stepped, verifying):
+        prefill_prompt(cache, prompt)
+    rows = [stepped.forward(prompt[-1:], keep=1)[0, -1]]
     rows += [stepped.forward([token_id], keep=1)[0, -1] for token_id in continuation]
-    verifying, sequence = cache_factory(), list(prompt) + list(continuation)
-    pieces, position = [verifying.forward(sequence[: len(prompt) + 1], keep=2)[0]], len(prompt) + 1
+    pieces = [verifying.forward(sequence[len(prompt) - 1: len(prompt) + 1], keep=2)[0]]
+    position = len(prompt) + 1
     for size in itertools.cycle(verify_sizes):
         if position >= len(sequence):
             break
@@ -147,10 +151,10 @@ def test_the_engine_decodes_with_flash_attention_only_where_its_proof_passes(tar
 
 def test_the_attention_probe_tells_a_flash_context_on_a_stock_library_apart(target_on_llama):
     """The proof the engine chooses its context by: true on setup.sh's library in both contexts; in the plain one
-    exactly when one-row products round like many-row ones. PROBE_CELLS is past the 256 cells where llama.cpp
-    starts splitting a lone row's cells."""
+    exactly when one-row products round like many-row ones. The probe's cells go past the 256 where llama.cpp
+    starts splitting a lone row's cells, its step has the most rows a step feeds, and its prefill is tiled."""
     engine = LlamaTarget(target_on_llama.engine.model, target_on_llama.engine.vocab_size)
-    assert PROBE_CELLS > 256
+    assert PROBE_PREFILL + TILED_ROWS - 1 > 256 and PROBE_PREFILL >= TILED_ROWS
     engine.pool = engine._pool(PLAIN_CONTEXT)
     assert llama_target.attention_is_row_invariant(engine) == llama_target.one_row_is_invariant(engine)
     engine.pool = engine._pool(FLASH_CONTEXT)
@@ -163,13 +167,14 @@ def test_crops_and_growth_keep_the_engine_row_invariant(target_on_llama, engine_
     engine = LlamaTarget(target_on_llama.engine.model, 64)
     engine.one_row_invariant = engine_mode.one_row_invariant
     cache, prompt = engine.new_cache(), [index % 60 for index in range(250)]
-    cache.forward(prompt)
-    cache.forward([5, 6, 7, 8, 9, 10])
+    cache.prefill(prompt[:-1])                         # one call of 249 rows: tiled on setup.sh's library
+    cache.forward(prompt[-1:] + [5, 6, 7, 8, 9, 10])
     cache.crop(252)                                    # a rejected draft rolled back
-    grown = cache.forward(list(range(11, 19)), keep=8)[0]   # needs more cells than the first context held
+    grown = cache.forward(list(range(11, 19)), keep=8)[0]   # needs more cells: refilled, the prefill's chunk again
     assert cache.context.n_ctx() > 256
     fresh = engine.new_cache()
-    fresh.forward(prompt + [5, 6], keep=1)
+    fresh.prefill(prompt[:-1])
+    fresh.forward(prompt[-1:] + [5, 6], keep=1)
     stepped = torch.stack([fresh.forward([token_id], keep=1)[0, -1] for token_id in range(11, 19)])
     assert torch.equal(grown, stepped)
 
@@ -197,7 +202,31 @@ def test_greedy_fixed_and_pacer_on_the_engine_return_ars_tokens(target_on_llama,
     target = target_on_llama
     drafter = load_drafter(target, drafters_on_llama, drafter_name)
     assert isinstance(target_cache(target, drafter), GGUFCache)
-    assert greedy_rejections(target, drafter, ([1, 2, 3], [7, 7, 7, 7, 9], list(range(60)))) > 0
+    long_prompt = [3 + index % 57 for index in range(2 * TILED_ROWS + 30)]      # a prefill of two tiled calls
+    assert greedy_rejections(target, drafter, ([1, 2, 3], [7, 7, 7, 7, 9], list(range(60)), long_prompt)) > 0
+
+
+def test_every_run_of_a_prompt_starts_with_the_same_prefill_whose_tiles_round_apart(target_on_llama,
+                                                                                   drafters_on_llama):
+    """A prompt's prefill is the only feed of TILED_ROWS rows or more, and the patched library tiles it: its cells
+    have other bits than the same tokens fed row by row, so AR and every speculative run must prefill alike
+    (``make_state`` on the llama.cpp target: prompt[:-1], a call of its own only where a draft adopts it)."""
+    engine, prompt = target_on_llama.engine, [3 + index % 57 for index in range(TILED_ROWS + 40)]
+    prefilled, row_by_row = engine.new_cache(), engine.new_cache()
+    prefilled.prefill(prompt[:-1])
+    row_by_row.forward(prompt[:-1], keep=1)            # a plain feed: chunks below TILED_ROWS
+    assert prefilled.length == row_by_row.length == len(prompt) - 1 and prefilled.calls == 1
+    tiled = not torch.equal(prefilled.forward(prompt[-1:])[0], row_by_row.forward(prompt[-1:])[0])
+    assert tiled == (engine.flash_attention and os.environ.get("PACER_STOCK_LLAMA") != "1")
+    with pytest.raises(ValueError, match="empty cache of one row"):
+        prefilled.prefill(prompt)
+    settings = validate_settings(max_new_tokens=4)
+    for drafter_name in ("small", "gguf"):
+        drafter = load_drafter(target_on_llama, drafters_on_llama, drafter_name)
+        for with_draft in (False, True):           # AR's run, a speculative run
+            state = make_state(target_on_llama, drafter, prompt, settings, with_draft=with_draft)
+            counted = getattr(state.draft, "adopts_target_prompt", False)    # a call of its own only then
+            assert state.target.prefilled == len(prompt) - 1 and state.target.calls == int(counted)
 
 
 def engine_sequence_distribution(engine, prompt_ids, n_tokens, temperature, top_k=0, top_p=1.0) -> dict:
@@ -262,7 +291,8 @@ def test_the_embedded_target_runs_on_llama_cpp_by_default_and_sd_keeps_ars_token
     prompt_ids = target.encode_prompt("Explain how a refrigerator keeps food cold.")
     stepped, verified = stepped_and_verified(target.engine.new_cache, prompt_ids, list(range(300, 330)), (5, 9))
     assert torch.equal(stepped, verified)
-    for prompt in ("Name three primary colours.", "Write a haiku about rain."):
+    code = [json.loads(line)["prompt"] for line in open(ROOT / "assets/prompts/code.jsonl")][-1]   # ~500 tokens
+    for prompt in ("Name three primary colours.", "Write a haiku about rain.", code):
         prompt_ids = target.encode_prompt(prompt)
         reference = run_result(Autoregressive(), target, drafter, prompt_ids, max_new_tokens=32).token_ids
         for decoder in (FixedSpeculative(10), Pacer(4, 32, 0.05, ConfidencePreVerifier(), "submit")):
@@ -332,21 +362,20 @@ def test_sampling_with_an_adopting_draft_matches_the_engines_distribution(five_t
 
 def test_a_runs_seconds_count_the_targets_prompt_fed_for_the_draft(pair_adopting, monkeypatch):
     """The target's prefill that the draft adopts happens before the first step; the run's clock (seconds,
-    tokens/s: the speedups the page and the benchmarks print) must count it, as AR's counts its own prefill."""
+    tokens/s: the speedups the page and the benchmarks print) must count it, and AR's its own."""
     import time
 
     from pacer_core.llama.target import LlamaTargetCache
-    forward = LlamaTargetCache.forward
+    prefill = LlamaTargetCache.prefill
 
     def slow_prefill(cache, token_ids, *args, **kwargs):
-        if len(token_ids) > 10:
-            time.sleep(0.5)
-        return forward(cache, token_ids, *args, **kwargs)
-    monkeypatch.setattr(LlamaTargetCache, "forward", slow_prefill)
+        time.sleep(0.5)
+        return prefill(cache, token_ids, *args, **kwargs)
+    monkeypatch.setattr(LlamaTargetCache, "prefill", slow_prefill)
     target, drafters = pair_adopting
     drafter = load_drafter(target, drafters, "gguf")
-    result = run_result(FixedSpeculative(3), target, drafter, list(range(40)), max_new_tokens=4)
-    assert result.metrics.seconds >= 0.5
+    for decoder in (FixedSpeculative(3), Autoregressive()):
+        assert run_result(decoder, target, drafter, list(range(40)), max_new_tokens=4).metrics.seconds >= 0.5
 
 
 @pytest.mark.embedded

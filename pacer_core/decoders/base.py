@@ -28,7 +28,7 @@ from .. import sampling
 from ..drafters import Drafter, new_caches
 from ..drafters.caches import run_target_cache
 from ..events import Metrics, Result, StepEvent, TokenRecord
-from ..kvcache import ModelCache
+from ..kvcache import ModelCache, prefill_prompt
 from ..settings import DecodeSettings
 from .verify import judge
 
@@ -156,17 +156,21 @@ def make_state(target, drafter, prompt_ids: list[int], settings: DecodeSettings,
     hidden states needs them for the prompt before it can draft, and a draft cache that adopts the target's prompt
     (the gguf drafter beside the llama.cpp target) takes the target's keys and values instead of computing its own:
     for both the target first runs once over prompt[:-1] (counted as a target call, like SMC-SD's prefill; the
-    verify passes then feed the rest). ``keep_target_rows``: the state keeps the rows that judge its tokens."""
+    verify passes then feed the rest). On the llama.cpp target every run, AR's included, starts with that prefill
+    (``kvcache.prefill_prompt``), so a prompt's cells are the same bits in every run of it (llama/target.py); a
+    run that needs it only for that counts it as the first half of its first pass, not as a call of its own. ``keep_target_rows``: the state keeps the rows that judge its tokens."""
     started = time.perf_counter()           # the run's clock starts before any prefill below
     if not with_draft:
         target_cache, draft = run_target_cache(target, drafter), None
     else:
         target_cache, draft = new_caches(target, drafter)
-        if len(prompt_ids) > 1 and getattr(draft, "adopts_target_prompt", False):
-            target_cache.forward(list(prompt_ids[:-1]), keep=1)
+    adopts = getattr(draft, "adopts_target_prompt", False)
+    if len(prompt_ids) > 1 and (adopts or hasattr(target_cache, "prefill")):
+        prefill_prompt(target_cache, prompt_ids, counted=adopts)
+        if adopts:
             draft.adopt(target_cache)
-        elif len(prompt_ids) > 1 and drafter.reads_target_features:
-            target_cache.forward(list(prompt_ids[:-1]))
+    elif len(prompt_ids) > 1 and with_draft and drafter.reads_target_features:
+        target_cache.forward(list(prompt_ids[:-1]))
     return state_type(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target_cache, draft=draft,
                       generator=new_generator(settings.seed, target_cache.device), eos_ids=target.eos_token_ids,
                       drafter=drafter if with_draft else None, started=started,

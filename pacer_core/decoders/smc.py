@@ -58,7 +58,7 @@ import torch
 
 from ..drafters import new_caches
 from ..events import Metrics, Result, SMCCycleEvent, TokenRecord, TokenState
-from ..kvcache import ModelCache
+from ..kvcache import ModelCache, prefill_prompt
 from ..particles import (dead_particle_cycles, effective_sample_size, normalize_log_weights, resample_line,
                          should_resample, systematic_resample)
 from ..sampling import sample_rows, token_log_probs
@@ -129,6 +129,8 @@ def start_particles(target, drafter, prompt_ids: list[int], n_particles: int) ->
             started = time.perf_counter()
             if model is draft and getattr(draft, "adopts_target_prompt", False):
                 draft.adopt(target_cache)             # the target's keys and values (drafters/gguf_drafter.py)
+            elif model is target_cache:
+                prefill_prompt(target_cache, prompt_ids)      # as every run starts (decoders.base.make_state)
             else:
                 model.forward(prefix, keep=1)   # the logits are not used: compute one row
             seconds[name] = time.perf_counter() - started

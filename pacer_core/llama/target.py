@@ -20,9 +20,13 @@ as shipped:
 
 ``setup.sh`` builds the library patched (scripts/patch_llama_source.py): a contiguous float32 (or float16) row goes
 through tinyBLAS too, whose one-row kernel gives each output the many-row kernel's single accumulator in the same
-order, several outputs in flight; and flash attention runs every query row with its row kernel (one running
-softmax over the row's cells in order), never split, never tiled. At load the engine PROVES which library it has,
-bit for bit, and picks its context from that:
+order, several outputs in flight; and flash attention runs every feed of fewer than TILED_ROWS (128) query rows
+with its row kernel (one running softmax over the row's cells in order), never split. Feeds of 128 rows or more
+keep the tiled kernel, which rounds otherwise but prefills a long prompt ~1.4x faster: the engine feeds that many
+rows only in a prompt's prefill (``LlamaTargetCache.prefill``, prompt[:-1]), which every run of a prompt, AR's
+included, does alike (``kvcache.prefill_prompt``), so a prompt's cells are the same bits in every run; every later
+feed goes in chunks of fewer than 128 rows. At load the engine PROVES which library it has, bit for bit, and picks
+its context from that:
 
 * ``attention_is_row_invariant`` passes (the patched library): the context llama.cpp itself defaults to on a CPU,
   flash attention with keys and values in float16 (``FLASH_CONTEXT``: AR 5% faster than in the plain context, fixed
@@ -33,10 +37,10 @@ bit for bit, and picks its context from that:
   token in a sequence of its own (dropped right after, so the cache's cells keep following the positions), which
   costs a second row on every AR step.
 
-Long feeds are cut into balanced chunks of at most CHUNK_TOKENS (256: a prompt's prefill in fewer, larger calls).
-``tests/test_target_engine.py`` checks the result bit for bit against one-token steps past 256 cells in every mode,
-and the greedy-identity tests are the referee. AR runs on the same engine as the verify passes
-(``engine.target_cache``).
+The prefill is cut into balanced chunks of at most CHUNK_TOKENS (256), and a context refilled after growing feeds
+the prefilled positions in those same chunks. ``tests/test_target_engine.py`` checks the result bit for bit against
+one-token steps past 256 cells in every mode, and the greedy-identity tests (prompts of 1 to ~500 tokens) are the
+referee. AR runs on the same engine as the verify passes (``engine.target_cache``).
 
 The torch engine stays for GPU targets, other dtypes, targets without a GGUF, and drafters that read the target's
 hidden states (the feature head): llama.cpp's are not read."""
@@ -61,7 +65,8 @@ GGML_TYPE_F32, GGML_TYPE_F16 = 0, 1
 # The contexts the target engine decodes in (module docstring), the first whose proof passes at load:
 FLASH_CONTEXT = {"flash_attn_type": 1, "type_k": GGML_TYPE_F16, "type_v": GGML_TYPE_F16}   # the patched library
 PLAIN_CONTEXT = {"flash_attn_type": 0, "type_k": GGML_TYPE_F32, "type_v": GGML_TYPE_F32}   # any other
-PROBE_CELLS = 260                     # past 256 cells in use, llama.cpp's flash attention splits a lone row's cells
+TILED_ROWS = 128                      # the patched library tiles flash attention over this many query rows or more
+PROBE_PREFILL = 200                   # the proof's prefill (tiled), then a step of TILED_ROWS - 1 rows past 256 cells
 
 
 def balanced_chunks(count: int, limit: int) -> list[int]:
@@ -86,16 +91,19 @@ def probe_tokens(engine, count: int) -> list[int]:
 
 
 def attention_is_row_invariant(engine) -> bool:
-    """Whether rows past 256 cells get the same bits fed one at a time as fed among 256 others: PROBE_CELLS probe
-    tokens in one feed (a call of 256 rows, then one of the rest; its last two rows' logits), against the same
-    tokens in feeds of at most 48 rows and then the last two alone. On a flash-attention context, True with the
-    library setup.sh builds (scripts/patch_llama_source.py: a lone row's cells are not split across threads, many
-    rows are not tiled, one-row products round like many-row ones), False with a stock llama-cpp-python."""
-    probe = probe_tokens(engine, PROBE_CELLS)
+    """Whether a step's rows past 256 cells get the same bits fed one at a time as fed among the most rows a step
+    feeds: two caches prefill PROBE_PREFILL probe tokens alike (one call, tiled on the patched library), then one
+    takes the next TILED_ROWS - 1 tokens in one feed (its last two rows' logits), the other in feeds of at most 48
+    and the last two alone. On a flash-attention context, True with the library setup.sh builds
+    (scripts/patch_llama_source.py: a lone row's cells are not split across threads, fewer than TILED_ROWS rows are
+    not tiled, one-row products round like many-row ones), False with a stock llama-cpp-python."""
+    probe = probe_tokens(engine, PROBE_PREFILL + TILED_ROWS - 1)
     together, apart = GGUFCache(engine), GGUFCache(engine)
-    both = together.forward(probe, keep=2)[0]
-    for start in range(0, PROBE_CELLS - 2, 48):
-        apart.forward(probe[start: min(start + 48, PROBE_CELLS - 2)], keep=1)
+    for cache in (together, apart):
+        cache.forward(probe[:PROBE_PREFILL], keep=1)
+    both = together.forward(probe[PROBE_PREFILL:], keep=2)[0]
+    for start in range(PROBE_PREFILL, len(probe) - 2, 48):
+        apart.forward(probe[start: min(start + 48, len(probe) - 2)], keep=1)
     alone = [apart.forward([token_id], keep=1)[0, -1] for token_id in probe[-2:]]
     return bool(torch.equal(both[0], alone[0]) and torch.equal(both[1], alone[1]))
 
@@ -145,17 +153,45 @@ def embedded_f32_gguf(log=None) -> Path:
     return convert_to_f32(source, destination)
 
 
+def split_sizes(entries: list, sizes: list[int]) -> list[list]:
+    """``entries`` cut into consecutive pieces of the given ``sizes`` (which add up to its length)."""
+    pieces, start = [], 0
+    for size in sizes:
+        pieces.append(entries[start: start + size])
+        start += size
+    return pieces
+
+
 class LlamaTargetCache(GGUFCache):
-    """The target's KV cache in a llama.cpp context, row-invariant (module docstring): chunks of at most
-    CHUNK_TOKENS tokens, and, on a library that is not one-row invariant, a companion token whenever a call would
-    run a one-row kernel."""
+    """The target's KV cache in a llama.cpp context, row-invariant (module docstring): the prompt's prefill in
+    chunks of at most CHUNK_TOKENS, every later feed in chunks of fewer than TILED_ROWS, and, on a library that is
+    not one-row invariant, a companion token whenever a call would run a one-row kernel."""
+
+    prefilled = 0           # positions written by ``prefill``: a refill (``_grow``) feeds them in the same chunks
+
+    def prefill(self, token_ids, counted: bool = True) -> None:
+        """Feed a prompt's first tokens (prompt[:-1]: every run of the prompt starts so, ``kvcache.prefill_prompt``)
+        into this empty cache of one row, in balanced chunks of at most CHUNK_TOKENS (128 or more rows are tiled
+        by the patched library's flash attention: ~1.4x faster on a long prompt); no logits are computed.
+        ``counted``: the call counts in ``calls`` (not where it is the first half of a run's first pass)."""
+        if self.length or len(self.row_tokens) != 1:
+            raise ValueError("prefill starts an empty cache of one row.")
+        tokens = [int(token_id) for token_id in token_ids]
+        self.prefilled = len(tokens)
+        self._decode_rows([tokens], 0)
+        self.row_tokens[0].extend(tokens)
+        self.calls += int(counted)
 
     def _chunks(self, entries: list) -> list[list]:
-        chunks, start = [], 0
-        for size in balanced_chunks(len(entries), CHUNK_TOKENS):
-            chunks.append(entries[start: start + size])
-            start += size
-        return chunks
+        """A row's prefilled positions in the prefill's own chunks (the same bits again after ``_grow``); every
+        other entry in balanced chunks of fewer than TILED_ROWS, which flash attention runs row by row."""
+        prefix = [entry for entry in entries if entry[1] < self.prefilled]
+        chunks = []
+        for row in sorted({entry[0] for entry in prefix}):
+            row_prefix = [entry for entry in prefix if entry[0] == row]
+            chunks += split_sizes(row_prefix, balanced_chunks(len(row_prefix), CHUNK_TOKENS))
+        rest = [entry for entry in entries if entry[1] >= self.prefilled]
+        return chunks + split_sizes(rest, balanced_chunks(len(rest), TILED_ROWS - 1))
 
     def _decode_once(self, entries):
         wanted = sum(1 for entry in entries if entry[3])
