@@ -5,8 +5,8 @@
 #   PACER_VENV=/path/to/venv bash scripts/build_llama.sh   into another virtual environment than .venv
 # Built wheels are kept per version, flags and patch under $PACER_CACHE/llama-wheels (pip's cache ignores the flags).
 # The source is llama-cpp-python's sdist patched (scripts/patch_llama_source.py: one-row float32 products go through
-# the same kernel as many rows, flash attention runs every row alike, so the target engine needs no companion token
-# and decodes with flash attention).
+# the same kernel as many rows, flash attention runs every row of a step alike (a prefill keeps its tiles), so the
+# target engine needs no companion token and decodes with flash attention).
 # Flags: scripts/llama_cpu_flags.sh (the CPU's own features, never GGML_NATIVE, never AMX); $CMAKE_ARGS
 # overrides them. When the proof's child dies, one rebuild with the plain AVX2 set; when that dies too the
 # gguf drafter is left out (the app proves the build again itself and says why under the drafter list).
