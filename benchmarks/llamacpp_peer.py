@@ -437,7 +437,27 @@ def measure(args) -> dict:
             "ours_ar_over_llama_ar": best_ratio(medians, ["ours ar"], ["llama.cpp ar"]),
             "gap_shares": gap_shares(medians, exact_rows),
             "engine_context_flags": context_flags if linked else None,
-            "greedy_identity": identity, "prompt_tokens": prompt_tokens, "failures": failures}
+            "greedy_identity": identity, "prompt_tokens": prompt_tokens, "failures": failures,
+            "openmp": openmp_settings()}
+
+
+OPENMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+
+def openmp_settings() -> dict:
+    """The OpenMP settings this process and the tools it starts run under (ggml's threads are OpenMP's):
+    OMP_WAIT_POLICY=PASSIVE makes a llama.cpp step ~1.45x slower on the 2-vCPU hosts (docs/measurements.md)."""
+    return {name: os.environ.get(name) for name in OPENMP_VARIABLES}
+
+
+def openmp_words(settings: dict | None) -> str:
+    if settings is None:
+        return "OpenMP settings not recorded."
+    words = ", ".join(f"{name}={value if value is not None else 'unset'}" for name, value in settings.items())
+    warning = (" PASSIVE puts ggml's threads to sleep between calls: every llama.cpp step on both sides runs ~1.45x "
+               "slower, and most of all the draft's short calls." if settings.get("OMP_WAIT_POLICY") == "PASSIVE"
+               else "")
+    return f"OpenMP: {words} (the tools inherit them).{warning}"
 
 
 def markdown(report: dict) -> str:
@@ -450,6 +470,7 @@ def markdown(report: dict) -> str:
              "(its tools' headline figure) in the last column.", "",
              f"Target engine: {report['pair'].get('target_engine', '?')}; target file {Path(report['target_gguf']).name},"
              f" draft file {Path(report['draft_gguf']).name}; llama.cpp's tools run {report['tools_library']}.", "",
+             openmp_words(report.get("openmp")), "",
              "| row | tok/s | x llama.cpp AR | acceptance | llama.cpp decode only, tok/s |",
              "|---|---:|---:|---:|---:|"]
     decode_only = {row["row"]: row["tokens_per_s"] for row in report.get("decode_only", {}).get("table", [])}

@@ -121,7 +121,7 @@ FLASH_ATTENTION_SPLIT = ("""    const bool use_split_kv_path = !use_ref && (neq1
 
 TILED_ROWS = 128      # feeds of this many query rows or more keep the tiled kernel: a prompt's prefill, never a step
 FLASH_ATTENTION_TILES = ("""        bool use_tiled = !use_ref &&""",
-                         f"""        // PACER Lab (scripts/patch_llama_source.py): fewer than {TILED_ROWS} query rows (every
+                         f"""        // PACER Lab (scripts/patch_llama_source.py): under {TILED_ROWS} query rows (every
         // step of a run) run the row kernel, as one row alone does; a prompt's prefill keeps the tiles
         bool use_tiled = !use_ref && neq1 >= {TILED_ROWS} &&""")
 

@@ -92,3 +92,18 @@ def test_the_tools_context_flags_follow_the_target_engines_context():
     assert pairs["-ctk"] == pairs["-ctv"] == "f16" and pairs["-fa"] == "on"       # what setup.sh's library proves
     plain = peer.engine_context_flags(PLAIN_CONTEXT)
     assert plain[plain.index("-ctk") + 1] == "f32" and plain[plain.index("-fa") + 1] == "off"
+
+
+@pytest.mark.pure
+def test_the_report_says_which_openmp_settings_both_sides_ran_under(monkeypatch):
+    """OMP_WAIT_POLICY=PASSIVE slows every llama.cpp step on both sides (the draft's short calls most): a report
+    made under it says so, and one made before the settings were recorded says that."""
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    passive = peer.openmp_words(peer.openmp_settings())
+    assert passive.startswith("OpenMP: OMP_WAIT_POLICY=PASSIVE, GOMP_SPINCOUNT=unset") and "1.45x slower" in passive
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "10000")
+    spinning = peer.openmp_words(peer.openmp_settings())
+    assert "OMP_WAIT_POLICY=unset, GOMP_SPINCOUNT=10000" in spinning and "slower" not in spinning
+    assert peer.openmp_words(None) == "OpenMP settings not recorded."

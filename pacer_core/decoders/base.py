@@ -158,7 +158,8 @@ def make_state(target, drafter, prompt_ids: list[int], settings: DecodeSettings,
     for both the target first runs once over prompt[:-1] (counted as a target call, like SMC-SD's prefill; the
     verify passes then feed the rest). On the llama.cpp target every run, AR's included, starts with that prefill
     (``kvcache.prefill_prompt``), so a prompt's cells are the same bits in every run of it (llama/target.py); a
-    run that needs it only for that counts it as the first half of its first pass, not as a call of its own. ``keep_target_rows``: the state keeps the rows that judge its tokens."""
+    run that needs it only for that counts it as the first half of its first pass, not as a call of its own.
+    ``keep_target_rows``: the state keeps the rows that judge its tokens."""
     started = time.perf_counter()           # the run's clock starts before any prefill below
     if not with_draft:
         target_cache, draft = run_target_cache(target, drafter), None
