@@ -153,10 +153,10 @@ def embedded_f32_gguf(log=None) -> Path:
     return convert_to_f32(source, destination)
 
 
-def split_sizes(entries: list, sizes: list[int]) -> list[list]:
-    """``entries`` cut into consecutive pieces of the given ``sizes`` (which add up to its length)."""
+def balanced_pieces(entries: list, limit: int) -> list[list]:
+    """``entries`` cut into consecutive pieces of the sizes ``balanced_chunks`` gives for ``limit``."""
     pieces, start = [], 0
-    for size in sizes:
+    for size in balanced_chunks(len(entries), limit):
         pieces.append(entries[start: start + size])
         start += size
     return pieces
@@ -189,9 +189,9 @@ class LlamaTargetCache(GGUFCache):
         chunks = []
         for row in sorted({entry[0] for entry in prefix}):
             row_prefix = [entry for entry in prefix if entry[0] == row]
-            chunks += split_sizes(row_prefix, balanced_chunks(len(row_prefix), CHUNK_TOKENS))
+            chunks += balanced_pieces(row_prefix, CHUNK_TOKENS)
         rest = [entry for entry in entries if entry[1] >= self.prefilled]
-        return chunks + split_sizes(rest, balanced_chunks(len(rest), TILED_ROWS - 1))
+        return chunks + balanced_pieces(rest, TILED_ROWS - 1)
 
     def _decode_once(self, entries):
         wanted = sum(1 for entry in entries if entry[3])
