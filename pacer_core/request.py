@@ -3,8 +3,9 @@
 nothing validates again or encodes the prompt again: ``api.run_request`` hands ``request.settings`` to the
 decoder as they are.
 
-Resolving a method's settings: the values the caller chose, FIELDS' defaults for the rest (both checked by
-``validate_settings``), then PACER's pre-verifier defaults for whatever the caller left unset: a trained
+Resolving a method's settings: the values the caller chose, over where the page starts for the run's drafter
+(``drafters.method_starts``: its measured settings, ``measured_defaults.json``), FIELDS' defaults for the rest (all
+checked by ``validate_settings``), then PACER's pre-verifier defaults for whatever is still unset: a trained
 pre-verifier ships the block size its threshold was tuned with, and that threshold. Every front door
 resolves the same way, so the benchmark's ``pacer`` row runs what the app and ``generate()`` run by
 default (tests/test_run_request.py)."""
@@ -148,17 +149,21 @@ def build_request(target, drafter, method: str, prompt: str, raw: dict | None = 
                   preverifier=None, limits: Limits | None = None) -> RunRequest:
     """The whole front door for one method drafting with ``drafter``: validate the method and settings, encode the
     prompt, resolve (``run_inputs``, then its ``request``)."""
+    from .drafters import method_starts
+
     method = validate_method(method)
-    return run_inputs(target, prompt, raw, chat=chat, limits=limits).request(target, drafter, method, preverifier)
+    chosen = method_starts(target, drafter, method) | dict(raw or {})
+    return run_inputs(target, prompt, chosen, chat=chat, limits=limits).request(target, drafter, method, preverifier)
 
 
 def row_requests(target, drafter, spec, raw: dict, prompts: list, limits: Limits, preverifier) -> list[RunRequest]:
-    """One request per prompt for a method row (``methods.MethodSpec``): the row's own values over the CLI's over what the app starts
-    with for the row's drafter (``measured_settings``), validated once and resolved exactly as the app and
-    generate() resolve them (PACER: the pre-verifier's block size and threshold unless chosen)."""
-    from .drafters import measured_settings
+    """One request per prompt for a method row (``methods.MethodSpec``): the row's own values over the CLI's over
+    what the app starts with for the row's drafter (``method_starts``; a row that names none drafts with the default
+    drafter and starts from its values), validated once and resolved exactly as the app and generate() resolve them
+    (PACER: the pre-verifier's block size and threshold unless chosen)."""
+    from .drafters import method_starts
 
-    chosen = (measured_settings(target, drafter, spec.drafter, spec.kind) if spec.drafter else {}) | raw | spec.overrides
+    chosen = method_starts(target, drafter, spec.kind, spec.drafter) | raw | spec.overrides
     settings = validate_settings(limits, **chosen)
     return [request_for(target, drafter, spec.kind, settings, chosen_names(chosen), prompt, limits, preverifier)
             for prompt in prompts]

@@ -80,6 +80,31 @@ def test_a_drafters_measured_pacer_settings_start_its_bench_rows_and_its_page(tm
     assert drafter_choice_view(context, "small", None)["phrase_len"] == 8
 
 
+def test_generate_and_a_plain_bench_row_start_where_the_page_starts_for_the_drafter(tmp_path):
+    """A run that chooses nothing runs what the page runs by default: generate() and a bench row naming no drafter
+    start from the measured settings of the drafter they draft with (here the pair's default, ``small``), and fixed
+    SD from its measured length; a chosen value wins over them."""
+    from pacer_core import generate
+    from pacer_core.bench import row_requests
+    from pacer_core.methods import parse_method
+    from pacer_core.request import EncodedPrompt
+    from pacer_core.settings import Limits
+
+    (tmp_path / "measured_defaults.json").write_text(json.dumps({"gamma": {"cpu": 3}, "drafters": {"small": {
+        "settings": {"pacer": {"block_size": 1, "max_draft_len": 24, "phrase_len": 0}}}}}))
+    target, drafter = pair_from_folder(tmp_path)
+    pacer = generate(target, drafter, "pacer", "t1 t2", max_new_tokens=4).settings
+    assert (pacer["block_size"], pacer["max_draft_len"], pacer["phrase_len"]) == (1, 24, 0)
+    assert generate(target, drafter, "pacer", "t1 t2", max_new_tokens=4, phrase_len=5).settings["phrase_len"] == 5
+    assert generate(target, drafter, "fixed", "t1 t2", max_new_tokens=4).settings["gamma"] == 3
+    assert generate(target, drafter, "fixed", "t1 t2", max_new_tokens=4, gamma=6).settings["gamma"] == 6
+    [request] = row_requests(target, drafter, parse_method("pacer"), {"max_new_tokens": 4}, [EncodedPrompt((1, 2))],
+                             Limits(), None)
+    assert (request.settings.max_draft_len, request.settings.phrase_len) == (24, 0)
+    plain_target, _ = tiny_pair()          # nothing measured: the fields' defaults, as before
+    assert generate(plain_target, drafter, "pacer", "t1 t2", max_new_tokens=4).settings["phrase_len"] == 8
+
+
 def test_the_pages_drafter_starts_follow_the_measured_pacer_and_smc_settings(tmp_path):
     import pytest
     pytest.importorskip("gradio")

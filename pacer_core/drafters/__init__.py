@@ -35,7 +35,8 @@ from .independent import (IndependentDrafter, ReducedVocabularyCache, kept_outpu
 from .kinds import (KINDS, DrafterEntry, all_names_text, drafter_key, drafter_keys, entry_for_key, entry_for_name,
                     entry_of_drafter, load_drafter, valid_drafter_name)
 from .loaded import LoadedDrafters
-from .measured import MEASURED_DEFAULTS_FILE, measured_defaults, measured_drafter, measured_gamma, measured_settings
+from .measured import (MEASURED_DEFAULTS_FILE, measured_defaults, measured_drafter, measured_gamma, measured_settings,
+                       method_starts)
 from .self_quantized import SELF_DRAFTERS, SelfQuantizedDrafter, self_drafter
 from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits, load_frequent_ids
 
@@ -43,4 +44,4 @@ from .vocabulary import OFF_VOCABULARY_MASS, full_vocabulary_logits, load_freque
 __all__ = ["Drafter", "LoadedDrafters", "ModelCache", "IndependentDrafter", "SelfQuantizedDrafter", "GGUFDrafter",
            "KINDS", "DrafterEntry", "drafter_keys", "entry_for_key", "new_caches", "load_drafter", "valid_drafter_name",
            "all_names_text", "reduced_vocabulary_drafter", "SELF_DRAFTERS", "drafter_key", "measured_drafter",
-           "measured_gamma", "measured_settings"]
+           "measured_gamma", "measured_settings", "method_starts"]

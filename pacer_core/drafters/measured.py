@@ -83,6 +83,17 @@ def measured_settings(target, drafter, key: str, method: str) -> dict:
     return dict(settings) if isinstance(settings, dict) else {}
 
 
+def method_starts(target, drafter, method: str, key: str = "") -> dict:
+    """Where ``method``'s settings start in runs drafting with ``drafter`` (measured as drafter ``key``, default its
+    own key): the entry's settings for the method and, for fixed SD, the measured fixed length; {} where nothing was
+    measured. The library's and the bench's front doors lay the caller's values over these
+    (``request.build_request``, ``request.row_requests``), as the page's controls start from them
+    (``ui.starts.drafter_starts``), so a run that chooses nothing runs what the page runs by default."""
+    starts = measured_settings(target, drafter, key or drafter_key(drafter), method)
+    gamma = measured_gamma(target, drafter) if method == "fixed" and "gamma" not in starts else None
+    return starts | ({"gamma": gamma} if gamma else {})
+
+
 def measured_gamma(target, drafter) -> int | None:
     """The fixed draft length the benchmark measured fastest for ``drafter`` on this pair's kind of device,
     or None when nothing was measured for this drafter."""
