@@ -217,8 +217,9 @@ def test_the_pages_shared_scoring_pass_gives_each_outputs_own_logits(embedded_ta
 
 @pytest.mark.embedded
 def test_pacer_runs_the_shipped_layer_on_the_embedded_default_and_returns_ars_tokens(embedded_target, embedded_drafters):
-    """The page's default pair: PACER's pre-verifier is the trained layer (with its layer for sampled tokens), it
-    stops drafting on its own, greedy output is AR's, and a run that chooses the confidence rule gets the rule."""
+    """The page's default pair: PACER's pre-verifier is the trained layer (with its layer for sampled tokens), on the
+    threshold rule it stops drafting on its own, greedy output is AR's, and on gguf's starting rule (auto: the cost
+    rule) its estimates price the drafts."""
     from pacer_core import generate
     from pacer_core.preverifier import default_preverifier
 
@@ -227,13 +228,13 @@ def test_pacer_runs_the_shipped_layer_on_the_embedded_default_and_returns_ars_to
     assert trained.kind == "trained" and trained.sampling_layer is not None and trained.layer.hidden_size == 0
     for prompt in ("Name three primary colours.", "Write a Python function that reverses a string."):
         reference = generate(target, drafter, "ar", prompt, max_new_tokens=32).token_ids
-        result = generate(target, drafter, "pacer", prompt, max_new_tokens=32, max_draft_len=8)
+        result = generate(target, drafter, "pacer", prompt, max_new_tokens=32, max_draft_len=8, stop_rule="threshold")
         assert result.token_ids == reference
         assert result.info["preverifier"] == "trained" and "trained pre-verification layer" in result.info["stopped_by"]
-    sampled = generate(target, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=32, temperature=0.7,
-                       stop_rule="auto")
+    sampled = generate(target, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=32, temperature=0.7)
     assert "the trained layer's acceptance estimates" in sampled.info["stopped_by"]
-    threshold = generate(target, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16, temperature=0.7)
+    threshold = generate(target, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16, temperature=0.7,
+                         stop_rule="threshold")
     assert "trained pre-verification layer at threshold 0.70" in threshold.info["stopped_by"]
     rule = generate(target, drafter, "pacer", "Write a haiku about rain.", max_new_tokens=16,
                     preverifier_choice="confidence")
