@@ -4,7 +4,7 @@ app's defaults. One function for the page (``layout``: the Settings accordion an
 workshop guide (``workshop.starting_settings``, which replays the page); no gradio here."""
 from __future__ import annotations
 
-from ..drafters import measured_gamma, measured_settings
+from ..drafters import method_starts
 from ..preverifier import ConfidencePreVerifier, own_threshold
 from ..settings import FIELD_BY_NAME
 
@@ -21,9 +21,9 @@ DRAFTER_STARTS = ("gamma", "threshold", "block_size", "max_draft_len", "stop_rul
 def drafter_starts(target, drafter, preverifier, key: str) -> dict:
     """Where the drafter-dependent controls start for ``key``: its measured fixed length, PACER and SMC-SD
     settings (``measured_defaults.json``), else the pre-verifier's block size and the app's defaults."""
-    pacer, smc = measured_settings(target, drafter, key, "pacer"), measured_settings(target, drafter, key, "smc")
+    fixed, pacer, smc = (method_starts(target, drafter, method, key) for method in ("fixed", "pacer", "smc"))
     field_start = lambda name: FIELD_BY_NAME[name].app_value or FIELD_BY_NAME[name].default  # noqa: E731
-    return {"gamma": measured_gamma(target, drafter) or field_start("gamma"),
+    return {"gamma": fixed.get("gamma") or field_start("gamma"),
             "threshold": pacer.get("threshold", round(default_threshold(preverifier, 0.7), 2)),
             "block_size": (pacer.get("block_size") or getattr(preverifier, "config", {}).get("block_size")
                            or field_start("block_size")),
