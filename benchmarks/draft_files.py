@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -72,7 +74,6 @@ def open_file(path: Path):
 
 
 def greedy_continuation(model, prompt_ids: list[int], tokens: int) -> list[int]:
-    import numpy as np
     model.reset()
     model.eval(prompt_ids)
     out = []
@@ -84,38 +85,25 @@ def greedy_continuation(model, prompt_ids: list[int], tokens: int) -> list[int]:
 
 def agreement(model, prompt_ids: list[int], continuation: list[int]) -> int:
     """Positions of ``continuation`` where the file's greedy token is the target's, teacher-forced."""
-    import numpy as np
     model.reset()
     model.eval(prompt_ids + continuation[:-1])
     predicted = np.argmax(model.scores[len(prompt_ids) - 1: len(prompt_ids) - 1 + len(continuation)], axis=1)
     return int((predicted == np.array(continuation)).sum())
 
 
-def step_seconds(model, prompt_ids: list[int], token: int, steps: int) -> list[float]:
-    """One token fed after the prompt, rolled back, ``steps`` times."""
+def feed_seconds(model, prompt_ids: list[int], tokens: list[int], rows: list[int], repeats: int) -> dict:
+    """{k: seconds of each of ``repeats`` feeds of ``tokens[:k]`` in one call after the prompt, rolled back} for every
+    k in ``rows`` (logits for every row fed, as a verify pass; k = 1 is a one-token step); the prompt is fed once."""
     model.reset()
     model.eval(prompt_ids)
-    seconds = []
-    for _ in range(steps):
-        started = time.perf_counter()
-        model.eval([token])
-        seconds.append(time.perf_counter() - started)
-        model.n_tokens -= 1
-        model._ctx.kv_cache_seq_rm(-1, model.n_tokens, -1)
-    return seconds
-
-
-def feed_seconds(model, prompt_ids: list[int], tokens: list[int], rows: int, repeats: int) -> list[float]:
-    """``rows`` tokens fed in one call after the prompt (logits for every row, as a verify pass), rolled back."""
-    model.reset()
-    model.eval(prompt_ids)
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        model.eval(tokens[:rows])
-        seconds.append(time.perf_counter() - started)
-        model.n_tokens -= rows
-        model._ctx.kv_cache_seq_rm(-1, model.n_tokens, -1)
+    seconds = {count: [] for count in rows}
+    for count in rows:
+        for _ in range(repeats):
+            started = time.perf_counter()
+            model.eval(tokens[:count])
+            seconds[count].append(time.perf_counter() - started)
+            model.n_tokens -= count
+            model._ctx.kv_cache_seq_rm(-1, model.n_tokens, -1)
     return seconds
 
 
@@ -137,9 +125,9 @@ def measure(files: dict[str, Path], target_file: Path, prompts: list[list[int]],
         for name, model in models.items():
             agreed[name] += agreement(model, ids, continuation)
         for name, model in [("target", target), *models.items()]:     # interleaved per prompt
-            step[name] += step_seconds(model, ids, continuation[0], steps)
-        for count in rows:
-            feeds[count] += feed_seconds(target, ids, continuation + continuation, count, max(1, steps // 4))
+            step[name] += feed_seconds(model, ids, continuation[:1], [1], steps)[1]
+        for count, seconds in feed_seconds(target, ids, continuation + continuation, rows, max(1, steps // 4)).items():
+            feeds[count] += seconds
     target_step = statistics.median(step["target"])
     positions = tokens * len(prompts)
     return {"target_step_ms": round(1000 * target_step, 2), "positions": positions,
