@@ -75,25 +75,28 @@ def adopted_draft_logits(draft, target_cache, prompt_ids, output_ids) -> torch.T
 
 @torch.inference_mode()
 def output_logits(target, drafter, prompt_ids, outputs: dict, drafted: dict | None = None,
-                  known_target_logits: dict | None = None) -> tuple[dict, dict]:
+                  known_target_logits: dict | None = None, known_draft_logits: dict | None = None) -> tuple[dict, dict]:
     """The target's teacher-forced logits of every output (``outputs``: {key: output ids}) and the drafter's of
     some (``drafted``: {key: full_support}), [len(output), V] each, as ``target_teacher_forced_logits`` and
     ``draft_teacher_forced_logits`` give them, after ONE target pass over prompt[:-1]: each output continues it
     (the cache cropped back in between), and a draft cache that adopts the target's prompt takes its cells.
     ``known_target_logits``: {key: the target's rows along that output}, already at hand (a run that kept the
-    rows that judged its tokens): returned as they are, with no target pass over that output."""
+    rows that judged its tokens): returned as they are, with no target pass over that output;
+    ``known_draft_logits`` likewise, the drafter's rows (a run that kept them), with no draft pass."""
     from .llama import engine
-    known = known_target_logits or {}
+    known, known_drafted = known_target_logits or {}, known_draft_logits or {}
     target_logits = {key: known[key] for key in outputs if key in known}
     missing = {key: output_ids for key, output_ids in outputs.items() if key not in known}
+    known_draft = {key: known_drafted[key] for key in (drafted or {}) if key in known_drafted}
+    drafted = {key: full_support for key, full_support in (drafted or {}).items() if key not in known_drafted}
     if not drafted and not missing:
-        return target_logits, {}
+        return target_logits, known_draft
     target_cache = engine.target_cache(target, drafter)
     prefix, last = list(prompt_ids[:-1]), list(prompt_ids[-1:])
     if prefix:
         prefill_prompt(target_cache, prompt_ids)
-    draft_logits = {key: drafted_after(target, drafter, target_cache, prompt_ids, outputs[key], full_support)
-                    for key, full_support in (drafted or {}).items()}
+    draft_logits = known_draft | {key: drafted_after(target, drafter, target_cache, prompt_ids, outputs[key],
+                                                     full_support) for key, full_support in drafted.items()}
     for key, output_ids in missing.items():
         target_cache.crop(len(prefix))
         fed = last + list(output_ids[:-1])

@@ -21,7 +21,7 @@ def run_request(target, request: RunRequest, cancel=None) -> Iterator:
     """Yield the decoder's events and finally its Result, for a request resolved at its front door."""
     decoder = make_decoder(request.method, request.preverifier)
     for item in decoder.run(target, request.drafter, list(request.prompt_ids), request.settings, cancel,
-                            keep_target_rows=request.keep_target_rows):
+                            keep_rows=request.keep_rows):
         if isinstance(item, Result) and request.prompt_note:
             item.info["prompt_note"] = request.prompt_note
         yield item

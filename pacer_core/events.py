@@ -8,7 +8,7 @@ rejected once verified)."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 
 IN_MEMORY_ONLY = "in_memory_only"      # field metadata key: the field is never serialised
@@ -144,12 +144,19 @@ class Result:
     kind: str = "result"
     target_log_probs: list[float] = field(default_factory=list)   # per token, T = 1, when the run recorded them
     # The target's logits row that judged each token, [len(token_ids), V], when the run was asked to keep them
-    # (RunRequest.keep_target_rows: the page scores a run's output from them instead of another target pass).
+    # (RunRequest.keep_rows: the page scores a run's output from them instead of another target pass).
     target_rows: object = field(default=None, repr=False, compare=False, metadata={IN_MEMORY_ONLY: True})
+    # The drafter's logits row predicting each token given the true prefix, [len(token_ids), V], when the run kept
+    # them (PACER's oracle and SMC-SD's proposal divergence read them); ``complete_rows``, when not None, computes
+    # the rows no draft call fed (a last bonus token) and fills ``draft_rows``: the page calls it untimed.
+    draft_rows: object = field(default=None, repr=False, compare=False, metadata={IN_MEMORY_ONLY: True})
+    complete_rows: object = field(default=None, repr=False, compare=False, metadata={IN_MEMORY_ONLY: True})
 
     def to_dict(self) -> dict:
-        data = asdict(replace(self, target_rows=None))
-        del data["target_rows"]             # in memory only (IN_MEMORY_ONLY): never in a trace
+        in_memory = [item.name for item in fields(self) if item.metadata.get(IN_MEMORY_ONLY)]
+        data = asdict(replace(self, **dict.fromkeys(in_memory)))
+        for name in in_memory:
+            del data[name]                  # in memory only (IN_MEMORY_ONLY): never in a trace
         return data
 
     def to_json(self, **kwargs) -> str:

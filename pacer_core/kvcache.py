@@ -92,6 +92,68 @@ class FeedsSequence:
         return result[0]
 
 
+def records_rows(cache: ModelCache) -> bool:
+    """Whether a run may keep ``cache``'s rows along its output (``RowRecorder``): only where a position's logits
+    row has the same bits however many rows a feed computes (``row_invariant_logits``: the llama.cpp caches). On
+    torch a head over two rows rounds the last one otherwise than over one, so recording would make a kept-rows
+    run draw other samples than the same run unrecorded; those runs' rows come from a pass after the run."""
+    return bool(getattr(cache, "row_invariant_logits", False))
+
+
+def rows_over(rows: dict[int, torch.Tensor], start: int, end: int) -> torch.Tensor | None:
+    """The rows predicting positions start..end-1 ({position: row [V]}) as one [end - start, V] tensor; None when
+    any of them is missing (or the span is empty)."""
+    if end <= start or any(position not in rows for position in range(start, end)):
+        return None
+    return torch.stack([rows[position] for position in range(start, end)])
+
+
+class RowRecorder(FeedsSequence):
+    """A one-row ``ModelCache`` that keeps the logits row of every position fed to the cache it wraps, by the
+    position that row predicts (a row fed at index i predicts index i + 1): the drafter's q along a run's output,
+    which the page would otherwise compute with another pass over it (``Result.draft_rows``). ``forward`` computes
+    every fed position's row (a step's first feed is one or two tokens: one more row at most) and returns the
+    ``keep`` asked for; ``crop`` forgets the rows whose context it cut, so every row kept was computed from the
+    tokens the cache holds now. Everything else is the wrapped cache's."""
+
+    def __init__(self, cache: ModelCache):
+        self.cache = cache
+        self.rows: dict[int, torch.Tensor] = {}     # position predicted -> logits row [V]
+
+    def __getattr__(self, name):
+        if name == "cache":          # not set yet (a copy under construction): never look it up in itself
+            raise AttributeError(name)
+        return getattr(self.cache, name)
+
+    def forward(self, new_token_ids, output_hidden_states: bool = False, keep: int | None = None):
+        start = self.cache.length
+        fed = new_token_ids.shape[1] if torch.is_tensor(new_token_ids) else len(new_token_ids)
+        result = self.cache.forward(new_token_ids, output_hidden_states)
+        logits = result[0] if output_hidden_states else result
+        for offset in range(fed):
+            self.rows[start + offset + 1] = logits[0, offset]
+        if output_hidden_states:
+            return last_positions(logits, keep), last_positions(result[1], keep)
+        return last_positions(logits, keep)
+
+    def crop(self, length: int) -> None:
+        self.cache.crop(length)
+        for position in [position for position in self.rows if position > length]:
+            del self.rows[position]
+
+    def reorder(self, ancestor_index: torch.Tensor) -> None:
+        raise NotImplementedError("RowRecorder records one row; SMC-SD keeps its rows by lineage (decoders/smc.py).")
+
+    def rows_along(self, start: int, end: int) -> torch.Tensor | None:
+        return rows_over(self.rows, start, end)
+
+    def complete(self, sequence: list[int]) -> None:
+        """Feed what the cache lacks of ``sequence`` but its last token: the rows predicting every position of it
+        after the cache's own (a run's last bonus token, which no draft call fed)."""
+        if self.cache.length < len(sequence) - 1:
+            self.forward(list(sequence[self.cache.length: -1]))
+
+
 class GrowingLayer(DynamicLayer):
     """One attention layer's keys and values in buffers with room to grow, so a forward writes its new positions
     in place: the KV store of every torch drafter and target (transformers models through ``GrowingCache``, the

@@ -39,7 +39,7 @@ class RunRequest:
     prompt_note: str | None = None
     preverifier: object = None       # PACER's; None for the other methods
     explicit: frozenset[str] = frozenset()
-    keep_target_rows: bool = False   # the Result keeps the target's logits rows along its output (the page's scoring)
+    keep_rows: bool = False   # the Result keeps the target's logits rows along its output (the page's scoring)
 
     @property
     def defaulted(self) -> frozenset[str]:

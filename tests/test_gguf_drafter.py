@@ -216,6 +216,30 @@ def test_the_pages_shared_scoring_pass_gives_each_outputs_own_logits(embedded_ta
 
 
 @pytest.mark.embedded
+@pytest.mark.parametrize("decoder", [FixedSpeculative(4), Pacer(1, 16, None, ConfidencePreVerifier(), "submit"),
+                                     SMC(2, 4, 0.5)], ids=["fixed", "pacer", "smc"])
+def test_a_kept_rows_run_draws_the_same_tokens_and_keeps_the_drafters_rows_bit_for_bit(embedded_target,
+                                                                                        embedded_drafters, decoder):
+    """The page's scored runs keep the gguf drafter's rows as they decode (``kvcache.RowRecorder``; SMC-SD along its
+    lineage), which computes one more logits row per step: the run still draws exactly the tokens of the same run
+    unrecorded, and its rows are the teacher-forced pass's, bit for bit, so the page's scoring needs no drafter
+    pass. The seeds include runs whose last token no draft call fed (``Result.complete_rows``)."""
+    target, drafter = embedded_target, load_drafter(embedded_target, embedded_drafters, "gguf")
+    prompt_ids = target.encode_prompt("Write a Python function that returns the factorial of n.")
+    settings = validate_settings(max_new_tokens=23, temperature=0.7)
+    for seed in range(3):
+        seeded = dataclasses.replace(settings, seed=seed)
+        *_, plain = decoder.run(target, drafter, prompt_ids, seeded)
+        *_, kept = decoder.run(target, drafter, prompt_ids, seeded, keep_rows=True)
+        assert kept.token_ids == plain.token_ids
+        if kept.complete_rows is not None:
+            kept.complete_rows()
+        expected = draft_teacher_forced_logits(target, drafter, prompt_ids, kept.token_ids,
+                                               full_support=decoder.name == "smc")
+        assert torch.equal(kept.draft_rows, expected)
+
+
+@pytest.mark.embedded
 def test_pacer_runs_the_shipped_layer_on_the_embedded_default_and_returns_ars_tokens(embedded_target, embedded_drafters):
     """The page's default pair: PACER's pre-verifier is the trained layer (with its layer for sampled tokens), on the
     threshold rule it stops drafting on its own, greedy output is AR's, and on gguf's starting rule (auto: the cost

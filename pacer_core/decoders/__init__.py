@@ -1,4 +1,4 @@
-"""One decoder per method. Each ``run(target, drafter, prompt_ids, settings, cancel=None, keep_target_rows=False)``
+"""One decoder per method. Each ``run(target, drafter, prompt_ids, settings, cancel=None, keep_rows=False)``
 yields one event per target forward pass (``events.StepEvent``; SMC-SD: ``events.SMCCycleEvent``) and ends with
 an ``events.Result``.
 

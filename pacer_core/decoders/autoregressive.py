@@ -13,9 +13,9 @@ class Autoregressive:
     name = "ar"
 
     def run(self, target, drafter, prompt_ids: list[int], settings: DecodeSettings,
-            cancel: CancelFlag | None = None, keep_target_rows: bool = False) -> Iterator:
+            cancel: CancelFlag | None = None, keep_rows: bool = False) -> Iterator:
         """The target alone, on the engine the runs drafting with ``drafter`` verify on (None: no drafter)."""
-        state = make_state(target, drafter, prompt_ids, settings, with_draft=False, keep_target_rows=keep_target_rows)
+        state = make_state(target, drafter, prompt_ids, settings, with_draft=False, keep_rows=keep_rows)
         events = []
         if (yield from steps_until_done(lambda: state.finish_reason is not None,
                                         lambda step: self.step(target, state, settings, step), events, cancel)):

@@ -28,7 +28,7 @@ from .. import sampling
 from ..drafters import Drafter, new_caches
 from ..drafters.caches import run_target_cache
 from ..events import Metrics, Result, StepEvent, TokenRecord
-from ..kvcache import ModelCache, prefill_prompt
+from ..kvcache import ModelCache, RowRecorder, prefill_prompt, records_rows
 from ..settings import DecodeSettings
 from .verify import judge
 
@@ -150,7 +150,7 @@ def new_generator(seed: int, device="cpu") -> torch.Generator:
 
 
 def make_state(target, drafter, prompt_ids: list[int], settings: DecodeSettings, with_draft: bool,
-               state_type: type[DecodeState] = DecodeState, keep_target_rows: bool = False) -> DecodeState:
+               state_type: type[DecodeState] = DecodeState, keep_rows: bool = False) -> DecodeState:
     """Fresh caches for one run with ``drafter`` (AR, ``with_draft`` False, only runs its target on the engine runs
     with that drafter get, ``llama.engine.active_engine``; None: no drafter). A drafter that reads the target's
     hidden states needs them for the prompt before it can draft, and a draft cache that adopts the target's prompt
@@ -159,7 +159,9 @@ def make_state(target, drafter, prompt_ids: list[int], settings: DecodeSettings,
     verify passes then feed the rest). On the llama.cpp target every run, AR's included, starts with that prefill
     (``kvcache.prefill_prompt``), so a prompt's cells are the same bits in every run of it (llama/target.py); a
     run that needs it only for that counts it as the first half of its first pass, not as a call of its own.
-    ``keep_target_rows``: the state keeps the rows that judge its tokens."""
+    ``keep_rows``: the state keeps the rows that judge its tokens, and the drafter's rows along them where they
+    depend on the tokens alone (a drafter reading the target's features drafts from states no teacher-forced pass
+    repeats) and recording them changes no bit of the run (``kvcache.records_rows``)."""
     started = time.perf_counter()           # the run's clock starts before any prefill below
     if not with_draft:
         target_cache, draft = run_target_cache(target, drafter), None
@@ -172,10 +174,12 @@ def make_state(target, drafter, prompt_ids: list[int], settings: DecodeSettings,
             draft.adopt(target_cache)
     elif len(prompt_ids) > 1 and with_draft and drafter.reads_target_features:
         target_cache.forward(list(prompt_ids[:-1]))
+    if keep_rows and draft is not None and not drafter.reads_target_features and records_rows(draft):
+        draft = RowRecorder(draft)
     return state_type(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target_cache, draft=draft,
                       generator=new_generator(settings.seed, target_cache.device), eos_ids=target.eos_token_ids,
                       drafter=drafter if with_draft else None, started=started,
-                      target_rows=[] if keep_target_rows else None)
+                      target_rows=[] if keep_rows else None)
 
 
 def commit(state: DecodeState, emitted_ids: list[int], settings: DecodeSettings) -> list[int]:
@@ -230,12 +234,12 @@ class SpeculativeDecoder:
         return {}
 
     def run(self, target, drafter, prompt_ids: list[int], settings: DecodeSettings,
-            cancel: CancelFlag | None = None, keep_target_rows: bool = False) -> Iterator:
+            cancel: CancelFlag | None = None, keep_rows: bool = False) -> Iterator:
         """Yield a StepEvent per target call, then the Result (with ``Result.target_rows`` when
-        ``keep_target_rows``), drafting with ``drafter``."""
+        ``keep_rows``), drafting with ``drafter``."""
         settings = with_pinned(settings, self.pinned)
         state = make_state(target, drafter, prompt_ids, settings, with_draft=True, state_type=self.state_type,
-                           keep_target_rows=keep_target_rows)
+                           keep_rows=keep_rows)
         events = []
         if (yield from steps_until_done(lambda: state.finish_reason is not None,
                                         lambda step: self.step(target, state, settings, step), events, cancel)):
@@ -315,10 +319,28 @@ def shown_draft_prob(draft_probs: torch.Tensor, logits_row: torch.Tensor, token_
 def finish(method: str, target, state: DecodeState, events: list, settings: DecodeSettings, info: dict) -> Result:
     metrics = Metrics.of_run(state.new_tokens, time.perf_counter() - state.started, state.target.calls,
                              state.draft.calls if state.draft else 0, state.drafted_tokens, state.accepted_tokens)
-    return Result(method=method, text=target.decode(state.output_ids), token_ids=state.output_ids, events=events,
-                  metrics=metrics, settings=settings.to_dict(), info=info,
-                  finish_reason=state.finish_reason or "length", target_log_probs=list(state.target_log_probs),
-                  target_rows=stacked_rows(state.target_rows))
+    result = Result(method=method, text=target.decode(state.output_ids), token_ids=state.output_ids, events=events,
+                    metrics=metrics, settings=settings.to_dict(), info=info,
+                    finish_reason=state.finish_reason or "length", target_log_probs=list(state.target_log_probs),
+                    target_rows=stacked_rows(state.target_rows))
+    if isinstance(state.draft, RowRecorder):
+        attach_draft_rows(result, state.draft, list(state.sequence), state.prompt_len)
+    return result
+
+
+def attach_draft_rows(result: Result, recorder: RowRecorder, sequence: list[int], prompt_len: int) -> None:
+    """``result.draft_rows`` from what the run's draft calls fed; where the last tokens were never fed (a bonus
+    token ends the output), ``result.complete_rows`` feeds them later, off the run's clock."""
+    span = (prompt_len, len(sequence))
+    result.draft_rows = recorder.rows_along(*span)
+    if result.draft_rows is not None or len(sequence) <= prompt_len:
+        return
+
+    def complete() -> None:
+        recorder.complete(sequence)
+        result.draft_rows, result.complete_rows = recorder.rows_along(*span), None
+
+    result.complete_rows = complete
 
 
 def stacked_rows(rows: list | None):

@@ -58,7 +58,7 @@ import torch
 
 from ..drafters import new_caches
 from ..events import Metrics, Result, SMCCycleEvent, TokenRecord, TokenState
-from ..kvcache import ModelCache, prefill_prompt
+from ..kvcache import ModelCache, prefill_prompt, records_rows, rows_over
 from ..particles import (dead_particle_cycles, effective_sample_size, normalize_log_weights, resample_line,
                          should_resample, systematic_resample)
 from ..sampling import sample_rows, token_log_probs
@@ -86,6 +86,7 @@ class ParticleState:
     draft: ModelCache
     prefill_seconds: tuple[float, float] = (0.0, 0.0)   # (draft, target): the prompt's passes, not yet reported
     cycle_target_logits: list | None = None   # each cycle's verify logits [N, K+1, V], when the run keeps them
+    cycle_draft_logits: list | None = None    # each cycle's draft calls, (first position predicted, [N, T, V]) each
 
     @property
     def n_particles(self) -> int:
@@ -177,16 +178,18 @@ class SMC:
 
     # ------------------------------------------------------------------ the loop
     def run(self, target, drafter, prompt_ids: list[int], settings: DecodeSettings,
-            cancel: CancelFlag | None = None, keep_target_rows: bool = False) -> Iterator:
+            cancel: CancelFlag | None = None, keep_rows: bool = False) -> Iterator:
         """Yield one SMCCycleEvent per cycle (= one target forward), then the Result (with
-        ``Result.target_rows``, the rows that judged the output particle's tokens, when ``keep_target_rows``)."""
+        ``Result.target_rows``, the rows that judged the output particle's tokens, when ``keep_rows``)."""
         if settings.greedy:
             raise SettingsError("SMC-SD samples, so it needs a temperature above 0 (for example 0.7 or 1.0). "
                                 "For greedy decoding choose AR, fixed SD or PACER.")
         settings = with_pinned(settings, self.pinned)
         started = time.perf_counter()
         state = start_particles(target, drafter, prompt_ids, settings.n_particles)
-        state.cycle_target_logits = [] if keep_target_rows else None
+        state.cycle_target_logits = [] if keep_rows else None
+        state.cycle_draft_logits = ([] if keep_rows and records_rows(state.draft) and not drafter.reads_target_features
+                                    else None)       # as decoders.base.make_state keeps a drafter's rows
         generator = new_generator(settings.seed, state.device)
         sorted_eos_ids = sorted(target.eos_token_ids)
         eos_ids = torch.tensor(sorted_eos_ids, dtype=torch.long, device=state.device)
@@ -219,8 +222,10 @@ class SMC:
         drafted_ids = torch.zeros(n_particles, n_draft, dtype=torch.long, device=device)          # [N, K]
         draft_log_probs = torch.zeros(n_particles, n_draft, dtype=torch.float64, device=device)   # [N, K] log q_Td
         pending = state.histories[:, state.draft.length:]                           # [N, 1 or 2]
+        if state.cycle_draft_logits is not None:
+            state.cycle_draft_logits.append([])
         for k in range(n_draft):
-            draft_logits = state.draft.forward(pending, keep=1)[:, -1].to(device)  # [N, V]
+            draft_logits = self.draft_call(state, pending).to(device)              # [N, V]
             draft_log_dist = token_log_probs(draft_logits, draft_temperature, settings.top_k, settings.top_p)
             drafted_ids[:, k] = sample_rows(draft_log_dist.exp(), generator)
             draft_log_probs[:, k] = draft_log_dist.gather(-1, drafted_ids[:, k: k + 1]).squeeze(-1)
@@ -261,6 +266,17 @@ class SMC:
         state.finished = state.finished | hit_eos | (state.lengths >= settings.max_new_tokens)
         new_tokens = [row[:count] for row, count in zip(new_ids.tolist(), new_counts.tolist())]  # two host syncs
         return CycleOutcome(new_tokens, n_draft, draft_seconds, verify_seconds)
+
+    @staticmethod
+    def draft_call(state: ParticleState, pending: torch.Tensor) -> torch.Tensor:
+        """One draft forward over ``pending`` [N, T]: the last position's logits [N, V]. A run that keeps its rows
+        computes every fed position's and keeps them (a cycle's first call feeds the last cycle's bonus too)."""
+        if state.cycle_draft_logits is None:
+            return state.draft.forward(pending, keep=1)[:, -1]
+        first = state.draft.length + 1
+        logits = state.draft.forward(pending)
+        state.cycle_draft_logits[-1].append((first, logits))
+        return logits[:, -1]
 
     # ------------------------------------------------------------------ 5. resampling
     def resample_and_report(self, target, state: ParticleState, step: int, outcome: CycleOutcome,
@@ -318,9 +334,12 @@ class SMC:
                 "final": settings.final, "cycles": len(events), "chosen_particle": chosen,
                 "final_weights": weights.tolist(), "dead_particles": dead_particle_report(events),
                 "particle_texts": [target.decode(state.continuation(i)) for i in range(state.n_particles)]} | extra
-        return Result(method=self.name, text=target.decode(token_ids), token_ids=token_ids, events=events,
-                      metrics=metrics, settings=settings.to_dict(), info=info, finish_reason=finish_reason,
-                      target_rows=lineage_rows(state.cycle_target_logits, events, chosen))
+        result = Result(method=self.name, text=target.decode(token_ids), token_ids=token_ids, events=events,
+                        metrics=metrics, settings=settings.to_dict(), info=info, finish_reason=finish_reason,
+                        target_rows=lineage_rows(state.cycle_target_logits, events, chosen))
+        if state.cycle_draft_logits is not None and len(state.cycle_draft_logits) == len(events):
+            attach_lineage_draft_rows(result, state, events, chosen)
+        return result
 
 
 def dead_particle_report(events: list) -> dict:
@@ -339,8 +358,44 @@ def lineage_rows(cycle_target_logits: list | None, events: list, chosen: int):
     None when the run kept no logits."""
     if not cycle_target_logits or len(cycle_target_logits) != len(events):
         return None
-    rows, particle = [], chosen
-    for cycle_logits, event in zip(reversed(cycle_target_logits), reversed(events)):
+    return torch.cat([cycle_logits[particle, : len(event.particle_token_ids[particle])]
+                      for cycle_logits, event, particle in zip(cycle_target_logits, events,
+                                                               lineage_indices(events, chosen))])
+
+
+def lineage_indices(events: list, chosen: int) -> list[int]:
+    """Particle ``chosen``'s row in every cycle, before that cycle's resampling: traced back from the end through
+    each resampling's ancestors (row i after a cycle copies row ``ancestors[i]`` of it)."""
+    indices, particle = [], chosen
+    for event in reversed(events):
         particle = event.ancestors[particle]
-        rows.append(cycle_logits[particle, : len(event.particle_token_ids[particle])])
-    return torch.cat(rows[::-1])
+        indices.append(particle)
+    return indices[::-1]
+
+
+def lineage_draft_logits(cycle_draft_logits: list, events: list, chosen: int) -> dict[int, torch.Tensor]:
+    """{position: the drafter's logits row predicting it} along particle ``chosen``'s lineage, from every cycle's
+    draft calls (``SMC.draft_call``): each call's rows for the particle's row in that cycle."""
+    rows = {}
+    for calls, particle in zip(cycle_draft_logits, lineage_indices(events, chosen)):
+        for first, logits in calls:
+            rows.update({first + offset: logits[particle, offset] for offset in range(logits.shape[1])})
+    return rows
+
+
+def attach_lineage_draft_rows(result: Result, state: ParticleState, events: list, chosen: int) -> None:
+    """``result.draft_rows``: the drafter's rows along the output particle's tokens. The last cycle's bonus was
+    never fed to the drafter: ``result.complete_rows`` feeds it later, off the run's clock (decoders/base.py)."""
+    span = (state.prompt_len, state.prompt_len + len(result.token_ids))
+    rows = lineage_draft_logits(state.cycle_draft_logits, events, chosen)
+    result.draft_rows = rows_over(rows, *span)
+    if result.draft_rows is not None or span[1] - 1 <= state.draft.length:
+        return
+
+    def complete() -> None:
+        first = state.draft.length + 1
+        logits = state.draft.forward(state.histories[:, state.draft.length: span[1] - 1])
+        rows.update({first + offset: logits[chosen, offset] for offset in range(logits.shape[1])})
+        result.draft_rows, result.complete_rows = rows_over(rows, *span), None
+
+    result.complete_rows = complete

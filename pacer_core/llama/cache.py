@@ -38,6 +38,8 @@ class GGUFCache(FeedsSequence):
     features = None
     feature_length = 0
     takes_keep = True         # ``forward(keep=k)``: llama.cpp computes and returns only the last k rows' logits
+    row_invariant_logits = True   # each fed position's logits row is computed alone: its bits do not depend on the
+                                  # feed's row count (kvcache.records_rows; tests/test_run_log_likelihood.py)
 
     def __init__(self, owner: ContextOwner, pool: ContextPool | None = None):
         """``owner``: the GGUFDrafter, or the llama.cpp target engine (``target.LlamaTarget``): what

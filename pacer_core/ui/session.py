@@ -70,6 +70,17 @@ class MethodRun:
         return self.result is not None or self.error is not None
 
 
+def complete_rows(result: Result) -> None:
+    """The drafter's rows a kept-rows run could not record while it decoded (``Result.complete_rows``: its last
+    bonus token), fed on the compute thread once the run's clock has stopped; the run's caches go with it. On a
+    failure the scoring computes the rows itself."""
+    try:
+        on_compute_thread(result.complete_rows)
+    except Exception:  # noqa: BLE001 - the scoring's own pass covers it
+        traceback.print_exc(file=sys.stderr)
+    result.complete_rows = None
+
+
 def recorded_log_likelihood(result) -> bool:
     """Whether a run recorded the target's log-probability of every token it emitted (sampling AR and SD)."""
     return bool(result.token_ids) and len(result.target_log_probs) == len(result.token_ids)
@@ -125,7 +136,7 @@ class RunSession:
         except SettingsError as error:
             return MethodRun(method, error=str(error))
         scored = method in method_table.scored_keys() and not request.settings.greedy   # keeps the rows that judged
-        return MethodRun(method, replace(request, keep_target_rows=True) if scored else request)
+        return MethodRun(method, replace(request, keep_rows=True) if scored else request)
 
     def key(self) -> tuple:
         return (self.prompt, tuple(sorted(self.raw_settings.items())), self.chat, self.menu_key)
@@ -157,6 +168,8 @@ class RunSession:
         if isinstance(item, Result):
             run.result = item
             run.generator = None          # frees the decoder's KV caches now, not when the session ends
+            if item.complete_rows is not None:      # off the method's clock
+                complete_rows(item)
         else:
             run.events.append(item)
             run.event_seconds.append(run.busy_seconds)
@@ -221,14 +234,15 @@ class RunSession:
         self.compute_oracle(target_logits.get("pacer"), draft_logits.get("pacer"))
         self.analysed = True
         for result in self.results().values():
-            result.target_rows = None       # scored: the rows are not needed again (megabytes a run)
+            result.target_rows = result.draft_rows = None   # scored: not needed again (megabytes a run)
 
     def teacher_force(self) -> tuple[dict, dict]:
         """Sampling runs: the target's logits along PACER's output and SMC-SD's (and any other whose run did not
         record its own log-likelihood) and the drafter's along PACER's (its q, for the oracle) and SMC-SD's (full
         support, for the proposal divergence), from one target pass over the prompt (``analysis.output_logits``);
-        the target's come from the rows each scored run kept (``method_table.scored_keys``) where it kept them; ({}, {}) when
-        greedy or when it fails (each figure then computes its own or is left out)."""
+        both come from the rows each scored run kept (``method_table.scored_keys``) where it kept them, so a Run
+        usually needs neither pass; ({}, {}) when greedy or when it fails (each figure then computes its own or is
+        left out)."""
         if self.settings["temperature"] == 0:
             return {}, {}
         outputs = {method: list(result.token_ids) for method, result in self.results().items()
@@ -237,8 +251,10 @@ class RunSession:
                    if method in outputs}
         kept = {method: result.target_rows.float().cpu() for method, result in self.results().items()
                 if method in outputs and result.target_rows is not None}
+        kept_drafted = {method: result.draft_rows.float().cpu() for method, result in self.results().items()
+                        if method in drafted and result.draft_rows is not None}
         try:
-            return output_logits(self.target, self.drafter, self.prompt_ids, outputs, drafted, kept)
+            return output_logits(self.target, self.drafter, self.prompt_ids, outputs, drafted, kept, kept_drafted)
         except Exception:  # noqa: BLE001
             traceback.print_exc(file=sys.stderr)
             return {}, {}
