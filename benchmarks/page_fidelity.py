@@ -158,6 +158,20 @@ def compare(page: dict, alone: dict) -> dict:
             for method in method_table.method_keys() if method in page and method in alone}
 
 
+def alone_against_itself(alone: dict) -> dict:
+    """The noise floor of the speedup comparison: the alone side's first pass (one sample, as a page Run gives)
+    against the median of its other passes, compared as the page is (speedup ÷ speedup, per method). A page that
+    added nothing to a method's time would show ratios this far from 1 on this host; {} with fewer than 3 passes."""
+    passes = [len(row["passes"]) for row in alone.values()]
+    if not passes or min(passes) < 3:
+        return {}
+    single = {method: {"tokens": row["tokens"], "seconds": row["passes"][0]} for method, row in alone.items()}
+    rest = {method: {"tokens": row["tokens"], "seconds": statistics.median(row["passes"][1:])}
+            for method, row in alone.items()}
+    single_speed, rest_speed = speedups(single), speedups(rest)
+    return {method: single_speed[method] / rest_speed[method] for method in single_speed if method in rest_speed}
+
+
 # ---------------------------------------------------------------- rounds, summary, report
 
 def median_of(rounds: list[dict], method: str, key: str):
@@ -176,6 +190,9 @@ def summarize(example_rounds: list[dict]) -> dict:
                            for key in ("page_s", "alone_s", "seconds_ratio", "page_speedup", "alone_speedup",
                                        "speedup_ratio")}
         methods[method]["same_tokens"] = all(row[method]["same_tokens"] for row in compared if method in row)
+        floor = [entry["alone_against_itself"][method] for entry in example_rounds
+                 if method in entry.get("alone_against_itself", {})]
+        methods[method]["alone_against_itself"] = statistics.median(floor) if floor else None
     whole = [entry["click_to_table_s"] / sum(row["seconds"] for row in entry["alone"].values())
              for entry in example_rounds]
     return {"methods": methods, "click_to_table_s": statistics.median(e["click_to_table_s"] for e in example_rounds),
@@ -204,14 +221,18 @@ def report(results: dict) -> str:
              f"{results['pair']['drafter']}; {results['rounds']} rounds per example, medians (alone: "
              f"{results.get('alone_repeats', 1)} passes a round, each method's median); page settings as "
              f"the page starts (each run's settings in results.json).", "",
+             "The last speedup column is the noise floor: the alone side's first pass against its other passes, "
+             "compared as the page is (`alone_against_itself`).", "",
              "| example | method | page s | alone s | page/alone s | page speedup | alone speedup | "
-             "page/alone speedup | same tokens |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "page/alone speedup | alone/alone speedup | same tokens |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for example in results["examples"]:
         summary = example["summary"]
         for method, row in summary["methods"].items():
             lines.append(f"| {example['label']} | {method} | {fmt(row['page_s'])} | {fmt(row['alone_s'])} | "
                          f"{fmt(row['seconds_ratio'])} | {fmt(row['page_speedup'])} | {fmt(row['alone_speedup'])} | "
-                         f"{fmt(row['speedup_ratio'])} | {'yes' if row['same_tokens'] else 'no'} |")
+                         f"{fmt(row['speedup_ratio'])} | {fmt(row.get('alone_against_itself'))} | "
+                         f"{'yes' if row['same_tokens'] else 'no'} |")
     lines += ["", "| example | click to finished table s | four decoders alone, added s | ratio (per round) | verdicts |",
               "| --- | --- | --- | --- | --- |"]
     for example in results["examples"]:
@@ -258,6 +279,7 @@ def measure(args) -> dict:
                          "drafter": on_page["trace"].get("drafter"), "page": page_methods(on_page["trace"]),
                          "alone": alone}
                 entry["compare"] = compare(entry["page"], alone)
+                entry["alone_against_itself"] = alone_against_itself(alone)
                 rounds[item["label"]].append(entry)
                 print(f"[page-fidelity] round {round_index + 1} {item['label']}: click to table "
                       f"{entry['click_to_table_s']:.2f} s; " + ", ".join(

@@ -21,11 +21,11 @@ from ..method_table import label_of, short_label_of
 from .columns import live_numbers
 
 RACE_FRAME_S = 0.3           # one replay frame at most this often (the oracle and likelihoods share the cores)
-REPLAY_SPEED = 2.0           # the race plays 2x faster than the methods ran: order, proportions and the clock
+REPLAY_SPEED = 3.0           # the race plays 3x faster than the methods ran: order, proportions and the clock
                              # (in the methods' own seconds) are the measured ones, and a Run waits for the timing
-                             # plus half the slowest method instead of all of it, while the scoring (which the
-                             # replay's frames slow down) runs beside it (a whole Run within 1.5x the four
-                             # decoders' own seconds)
+                             # plus a third of the slowest method instead of all of it, while the scoring (which the
+                             # kept rows make short) runs beside it (a whole Run within 1.5x the four decoders' own
+                             # seconds; benchmarks/results/replay-speed-ab-kept-rows/)
 CLIENT_CHECK_S = 0.5         # while a method is timed, whether its client is still there is checked this often
                              # (nothing is sent to a page; an API client gets an empty update, where Gradio ends a
                              # Run whose client left); Stop needs none

@@ -1,0 +1,42 @@
+"""benchmarks/page_fidelity.py's arithmetic without a browser: the noise floor it reports beside the page's speedups
+(the alone side's first pass against its other passes), carried into the summary and the report."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import page_fidelity  # noqa: E402
+
+
+def alone(ar_passes, fixed_passes, tokens=48):
+    return {"fixed": {"seconds": sorted(fixed_passes)[1], "passes": fixed_passes, "tokens": tokens},
+            "ar": {"seconds": sorted(ar_passes)[1], "passes": ar_passes, "tokens": tokens}}
+
+
+def test_the_alone_side_against_itself_is_its_first_pass_against_the_median_of_the_rest():
+    # first pass: AR 1.2 s, fixed 0.8 s -> 1.5x; the rest: AR median 1.0, fixed median 0.8 -> 1.25x; ratio 1.2
+    floor = page_fidelity.alone_against_itself(alone([1.2, 1.0, 1.0], [0.8, 0.8, 0.8]))
+    assert floor["ar"] == pytest.approx(1.0) and floor["fixed"] == pytest.approx(1.2)
+    assert page_fidelity.alone_against_itself(alone([1.2, 1.0], [0.8, 0.8])) == {}    # two passes: no floor
+
+
+def test_the_summary_and_report_carry_the_noise_floor():
+    rounds = []
+    for first_ar in (1.0, 1.1, 1.3):
+        side = alone([first_ar, 1.0, 1.0], [0.8, 0.8, 0.8])
+        page = {method: {"seconds": row["seconds"], "tokens": row["tokens"], "token_ids": [1]}
+                for method, row in side.items()}
+        for row in side.values():
+            row["token_ids"] = [1]
+        rounds.append({"click_to_table_s": 3.0, "alone": side, "compare": page_fidelity.compare(page, side),
+                       "alone_against_itself": page_fidelity.alone_against_itself(side)})
+    summary = page_fidelity.summarize(rounds)
+    assert summary["methods"]["fixed"]["alone_against_itself"] == pytest.approx(1.1)    # median of 1.0, 1.1, 1.3
+    results = {"date": "d", "rounds": 3, "alone_repeats": 3, "machine": {"cpus": 2, "processor": "x"},
+               "pair": {"target": "t", "target_engine": "e", "drafter": "g"},
+               "examples": [{"label": "ex", "summary": summary, "verdicts": page_fidelity.verdicts(summary)}]}
+    fixed_row = next(line for line in page_fidelity.report(results).splitlines() if line.startswith("| ex | fixed"))
+    assert fixed_row.split(" | ")[-2] == "1.10"
