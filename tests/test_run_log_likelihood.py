@@ -129,6 +129,17 @@ def test_a_recorded_row_goes_with_the_context_it_was_computed_from():
     assert torch.allclose(recorder.rows_along(1, 4), fresh, atol=1e-4)
 
 
+def test_smc_keeps_no_draft_rows_past_its_budget(monkeypatch, recording_tiny_caches):
+    from pacer_core.decoders import smc
+
+    target, drafter = tiny_pair(scale=3.0)
+    kept = kept_rows_run(SMC(3, 2, 0.5), target, drafter, [1, 2, 3], max_new_tokens=10, temperature=0.8)
+    assert kept.draft_rows is not None or kept.complete_rows is not None
+    monkeypatch.setattr(smc, "DRAFT_ROWS_BUDGET", 3 * 10 * 4 * target.vocab_size - 1)   # one byte short
+    kept = kept_rows_run(SMC(3, 2, 0.5), target, drafter, [1, 2, 3], max_new_tokens=10, temperature=0.8)
+    assert kept.target_rows is not None and kept.draft_rows is None and kept.complete_rows is None
+
+
 def test_torch_caches_keep_no_draft_rows_a_recording_would_round_otherwise():
     target, drafter = tiny_pair(scale=3.0)
     for decoder in (Pacer(1, 6, 0.3, ConfidencePreVerifier(), "submit"), SMC(3, 2, 0.5)):

@@ -65,6 +65,7 @@ from ..sampling import sample_rows, token_log_probs
 from ..settings import DecodeSettings, SettingsError
 from .base import CancelFlag, new_generator, pinned_values, steps_until_done, with_pinned
 
+DRAFT_ROWS_BUDGET = 512 * 2**20   # bytes of float32 draft rows a kept-rows run may hold for all its particles
 DEAD_WEIGHT = 0.01    # a particle under this share of the weight is 'dead': its rows cost work and add almost nothing
 
 
@@ -188,8 +189,7 @@ class SMC:
         started = time.perf_counter()
         state = start_particles(target, drafter, prompt_ids, settings.n_particles)
         state.cycle_target_logits = [] if keep_rows else None
-        state.cycle_draft_logits = ([] if keep_rows and records_rows(state.draft) and not drafter.reads_target_features
-                                    else None)       # as decoders.base.make_state keeps a drafter's rows
+        state.cycle_draft_logits = [] if keep_rows and keeps_draft_rows(state, drafter, settings) else None
         generator = new_generator(settings.seed, state.device)
         sorted_eos_ids = sorted(target.eos_token_ids)
         eos_ids = torch.tensor(sorted_eos_ids, dtype=torch.long, device=state.device)
@@ -340,6 +340,15 @@ class SMC:
         if state.cycle_draft_logits is not None and len(state.cycle_draft_logits) == len(events):
             attach_lineage_draft_rows(result, state, events, chosen)
         return result
+
+
+def keeps_draft_rows(state: ParticleState, drafter, settings: DecodeSettings) -> bool:
+    """Whether a kept-rows run keeps every particle's draft rows too (only the output particle's are wanted, and
+    which that is is known at the end): where recording changes no bit (as ``decoders.base.make_state`` keeps a
+    drafter's rows) and all N particles' rows fit ``DRAFT_ROWS_BUDGET``; else the page's scoring computes them."""
+    row_bytes = 4 * getattr(state.draft, "vocab_size", 0)
+    return (records_rows(state.draft) and not drafter.reads_target_features
+            and state.n_particles * settings.max_new_tokens * row_bytes <= DRAFT_ROWS_BUDGET)
 
 
 def dead_particle_report(events: list) -> dict:
