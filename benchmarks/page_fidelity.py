@@ -119,6 +119,20 @@ def wait_until_drawn(page) -> None:
     time.sleep(DRAWN_S)
 
 
+def leave_page(page) -> None:
+    """The browser on a blank page while the decoders run alone: an open Gradio page keeps animation frames running
+    (ui/quiet_frames.py), which the page holds only inside its own timed windows; alone means nothing else."""
+    page.goto("about:blank")
+    time.sleep(DRAWN_S)
+
+
+def open_page(page, url: str) -> None:
+    """Back to the app for the next page round (a fresh load of the page)."""
+    if page.url.rstrip("/") != url.rstrip("/"):
+        page.goto(url)
+        page.wait_for_selector("#run-button")
+
+
 def alone_round(target, drafter, trace: dict, repeats: int = 1) -> dict:
     """The page's four decoders alone, one after another in the page's order, with the settings the page ran;
     ``repeats`` passes over the four, each method's seconds the median of its passes (one page Run is one sample,
@@ -270,7 +284,9 @@ def measure(args) -> dict:
         alone_round(target, drafters.default, warm["trace"])
         for round_index in range(args.rounds):
             for item in chosen:
+                open_page(page, url)
                 on_page = page_round(page, item["prompt"], downloads, item["new_tokens"])
+                leave_page(page)
                 alone = alone_round(target, drafters.default, on_page["trace"], args.alone_repeats)
                 entry = {"round": round_index, "load_1min": os.getloadavg()[0],
                          "click_to_table_s": on_page["click_to_table_s"],

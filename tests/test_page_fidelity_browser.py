@@ -66,6 +66,7 @@ def test_a_short_runs_page_seconds_are_the_decoders_own(page, default_load, tmp_
     warm = page_fidelity.page_round(page, page_fidelity.WARM_UP_PROMPT, tmp_path)    # the page loaded, as the
     page_fidelity.alone_round(target, drafters.default, warm["trace"])                    # benchmark warms up
     traces = [page_fidelity.page_round(page, prompt, tmp_path, SHORT_TOKENS)["trace"] for _ in range(3)]
+    page_fidelity.leave_page(page)              # alone: no page open beside the decoders, as in the benchmark
     alone = [page_fidelity.alone_round(target, drafters.default, traces[-1]) for _ in range(3)]
     compared = page_fidelity.compare(fastest([page_fidelity.page_methods(trace) for trace in traces]), fastest(alone))
     assert set(compared) == {"ar", "fixed", "pacer", "smc"}
@@ -73,3 +74,17 @@ def test_a_short_runs_page_seconds_are_the_decoders_own(page, default_load, tmp_
         assert row["same_tokens"], f"{method}: the page and the library decoded different tokens"
         assert row["seconds_ratio"] <= SHORT_BOUND, (f"{method}: {row['page_s']:.3f} s on the page against "
                                                      f"{row['alone_s']:.3f} s alone at {SHORT_TOKENS} tokens", row)
+
+
+def test_the_page_holds_its_animation_frames_while_a_method_is_timed(page, tmp_path):
+    """Gradio's idle loops go through the page's frame hold (installed ahead of Gradio's modules, which keep their
+    own reference to requestAnimationFrame): held, their callbacks wait; a Run holds the frames once per timed
+    method and releases them when it ends."""
+    page.evaluate("() => window.pacerFrames.hold()")
+    page.wait_for_function("() => window.pacerFrames.waiting() > 0", polling=100, timeout=5_000)   # not by rAF
+    page.evaluate("() => window.pacerFrames.release()")
+    assert page.evaluate("() => [window.pacerFrames.held(), window.pacerFrames.waiting()]") == [False, 0]
+    holds = page.evaluate("() => window.pacerFrames.holds")
+    page_fidelity.page_round(page, page_fidelity.WARM_UP_PROMPT, tmp_path, SHORT_TOKENS)
+    assert page.evaluate("() => window.pacerFrames.holds") - holds == 4      # AR, fixed SD, PACER, SMC-SD
+    assert not page.evaluate("() => window.pacerFrames.held()")              # the finished page moves again

@@ -23,7 +23,9 @@ PAGE_READY = "page"   # what the page's script writes at load: this page acknowl
 
 # Run in the browser at load (Gradio's ``js``). It watches the run status line; a status that carries a new token
 # is acknowledged after the next paint (a rAF, then a task) and the browser's next idle moment, so the columns and
-# the line sent with it are laid out and painted. A hidden tab paints nothing and acknowledges at once.
+# the line sent with it are laid out and painted. A hidden tab paints nothing and acknowledges at once. Once it
+# has acknowledged, the page holds its animation frames (``ui/quiet_frames.py``) until the status line changes
+# again: the method's timed window has the cores to itself.
 DRAWN_JS = """
 () => {
   const seen = new Set();
@@ -35,11 +37,14 @@ DRAWN_JS = """
     input.dispatchEvent(new Event('input', {bubbles: true}));
   };
   const idle = (then) => window.requestIdleCallback ? requestIdleCallback(then, {timeout: 1000}) : setTimeout(then, 50);
+  const hold = () => window.pacerFrames && window.pacerFrames.hold();
+  const release = () => window.pacerFrames && window.pacerFrames.release();
   const drawn = (token) => {
     if (document.hidden) return send(token);
-    requestAnimationFrame(() => setTimeout(() => idle(() => send(token)), 0));
+    requestAnimationFrame(() => setTimeout(() => idle(() => { send(token); hold(); }), 0));
   };
   const look = () => {
+    release();
     const line = document.querySelector('#run-status [data-drawn]');
     const token = line && line.getAttribute('data-drawn');
     if (token && !seen.has(token)) { seen.add(token); drawn(token); }

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from ..method_table import column_keys, label_of
 from ..settings import FIELD_BY_NAME, Limits
@@ -24,6 +25,7 @@ from .drafter_menu import DrafterMenu
 from .drafter_switch import app_context, drafter_context
 from .page_types import AppContext, PageInputs, ViewUpdate
 from .queue_watch import client_still_there, quiet_queue
+from .quiet_frames import HeadScript
 from .reading_tabs import other_tabs
 from .replay_tab import replay_tab
 from .session import user_message
@@ -54,7 +56,9 @@ def launch_options() -> dict:
                                     font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "Consolas",
                                                "DejaVu Sans Mono", "monospace"]),
             "footer_links": ["api"],
-            "js": frames.DRAWN_JS}     # the page acknowledges each timing frame once drawn (ui/frames.py)
+            "js": frames.DRAWN_JS,     # the page acknowledges each timing frame once drawn (ui/frames.py)
+            # ... and holds its animation frames while a method is timed (ui/quiet_frames.py)
+            "app_kwargs": {"middleware": [Middleware(HeadScript)]}}
 
 
 @dataclass
