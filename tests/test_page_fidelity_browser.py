@@ -60,7 +60,7 @@ def fastest(rounds: list[dict]) -> dict:
     return {method: min((run[method] for run in rounds), key=lambda row: row["seconds"]) for method in rounds[0]}
 
 
-def test_a_short_runs_page_seconds_are_the_decoders_own(page, default_load, tmp_path):
+def test_a_short_runs_page_seconds_are_the_decoders_own(page, app_url, default_load, tmp_path):
     target, drafters = default_load
     prompt = page_fidelity.examples([0])[0]["prompt"]
     warm = page_fidelity.page_round(page, page_fidelity.WARM_UP_PROMPT, tmp_path)    # the page loaded, as the
@@ -68,6 +68,7 @@ def test_a_short_runs_page_seconds_are_the_decoders_own(page, default_load, tmp_
     traces = [page_fidelity.page_round(page, prompt, tmp_path, SHORT_TOKENS)["trace"] for _ in range(3)]
     page_fidelity.leave_page(page)              # alone: no page open beside the decoders, as in the benchmark
     alone = [page_fidelity.alone_round(target, drafters.default, traces[-1]) for _ in range(3)]
+    page_fidelity.open_page(page, app_url)      # the module's page back on the app for the tests after this one
     compared = page_fidelity.compare(fastest([page_fidelity.page_methods(trace) for trace in traces]), fastest(alone))
     assert set(compared) == {"ar", "fixed", "pacer", "smc"}
     for method, row in compared.items():
@@ -76,10 +77,11 @@ def test_a_short_runs_page_seconds_are_the_decoders_own(page, default_load, tmp_
                                                      f"{row['alone_s']:.3f} s alone at {SHORT_TOKENS} tokens", row)
 
 
-def test_the_page_holds_its_animation_frames_while_a_method_is_timed(page, tmp_path):
+def test_the_page_holds_its_animation_frames_while_a_method_is_timed(page, app_url, tmp_path):
     """Gradio's idle loops go through the page's frame hold (installed ahead of Gradio's modules, which keep their
     own reference to requestAnimationFrame): held, their callbacks wait; a Run holds the frames once per timed
     method and releases them when it ends."""
+    page_fidelity.open_page(page, app_url)      # a test before this one may have left the page blank
     page.evaluate("() => window.pacerFrames.hold()")
     page.wait_for_function("() => window.pacerFrames.waiting() > 0", polling=100, timeout=5_000)   # not by rAF
     page.evaluate("() => window.pacerFrames.release()")
