@@ -1,12 +1,14 @@
 """Does the page show each decoder's own speed? The real page against the same decoders alone (issues 41, 54).
 
 app.py is started on its default pair (the embedded target, its default drafter) and driven in headless
-Chromium: an example's prompt typed, Run clicked, the finished table awaited (the click-to-table wall time is
-recorded), the run's JSON trace downloaded. Then, in this process, the same four decoders run alone through
+Chromium: an example's prompt typed, Run clicked, the finished table awaited (the click-to-table time is
+recorded on the browser's clock, ``WATCH_RUN_JS``, and as the driver sees it), the run's JSON trace downloaded. Then, in this process, the same four decoders run alone through
 the library (``pacer_core.generate``) with exactly the settings the page ran (read from that trace), one after
 another in the page's order once the browser has finished drawing, on a pair loaded the way app.py loads it
-(``default_target.target_from_env``), three passes a round by default (each method's median kept: the page
-gives one sample a round, the alone side a steadier one). Both sides are on this machine in the same hour, interleaved round by round, so what differs
+(``default_target.target_from_env``), three samples a round by default (each method's median kept: the page
+gives one sample a round, the alone side a steadier one). A sample is what one page Run gives: each method's
+fastest of as many passes as the page timed (a short Run times its methods two or three times,
+``ui/timing_turn.py``). Both sides are on this machine in the same hour, interleaved round by round, so what differs
 is only how the page measures.
 
 Every example runs at each of ``--new-tokens`` (default 48, the page's own, and 16: a short run shows what a fixed
@@ -44,6 +46,29 @@ CHROMIUM = os.environ.get("PACER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 RUN_TIMEOUT_S = 600
+# Times a Run in the page, on the browser's clock: from the Run button's click event to the first frame painted
+# with the finished status line and table ("table"), and to the frame after the finished charts were drawn
+# ("charts"). The driver's own round trips (a click sent, a selector polled) are not the page's and stay out of it.
+WATCH_RUN_JS = """() => {
+  const watch = window.pacerRunWatch = {click: null, busy: false, table: null, charts: null};
+  document.querySelector('#run-button').addEventListener('click', () => { watch.click = performance.now(); },
+                                                         {capture: true, once: true});
+  const painted = (then) => requestAnimationFrame(() => setTimeout(() => then(performance.now()), 0));
+  const status = document.querySelector('#run-status');
+  let tableSeen = false;
+  const observer = new MutationObserver(() => {
+    const line = status.querySelector('.run-status');
+    if (watch.click === null || !line) return;
+    if (line.classList.contains('run-busy')) watch.busy = true;
+    if (!watch.busy || !(line.classList.contains('run-done') || line.classList.contains('run-error'))) return;
+    if (!tableSeen) { tableSeen = true; painted((now) => { watch.table = now; }); }
+    if (!line.hasAttribute('data-charts')) {
+      observer.disconnect();
+      painted((now) => { watch.charts = now; });
+    }
+  });
+  observer.observe(status, {subtree: true, childList: true, attributes: true, characterData: true});
+}"""
 WARM_UP_PROMPT = "Say hello."
 DRAWN_S = 1.0          # a quiet second after the browser reports idle, before the decoders run alone
 NEW_TOKENS = (48, 16)  # the page's default length, and a short run where a fixed cost per method would show
@@ -79,11 +104,15 @@ def _page_round_once(page, prompt: str, downloads: Path, new_tokens: int | None)
         set_max_new_tokens(page, new_tokens)
     page.fill("#prompt textarea", prompt)
     page.wait_for_function("document.querySelector('#run-status .run-busy') === null", timeout=RUN_TIMEOUT_S * 1000)
+    page.evaluate(WATCH_RUN_JS)
     started = time.perf_counter()
     page.click("#run-button")
     page.wait_for_selector("#run-status .run-busy", timeout=RUN_TIMEOUT_S * 1000)
     page.wait_for_selector("#run-status .run-done", timeout=RUN_TIMEOUT_S * 1000)
-    click_to_table = time.perf_counter() - started
+    driver_click_to_table = time.perf_counter() - started
+    page.wait_for_function("window.pacerRunWatch.charts !== null && window.pacerRunWatch.table !== null",
+                           timeout=RUN_TIMEOUT_S * 1000)
+    watch = page.evaluate("() => window.pacerRunWatch")
     with page.expect_download(timeout=60_000) as download:
         page.click("#download-json")
     path = downloads / f"trace-{time.time_ns()}.json"
@@ -92,7 +121,9 @@ def _page_round_once(page, prompt: str, downloads: Path, new_tokens: int | None)
     if new_tokens is not None and trace["settings"].get("max_new_tokens") != new_tokens:
         raise WrongLength(f"the page ran {trace['settings'].get('max_new_tokens')} new tokens, not {new_tokens}")
     wait_until_drawn(page)
-    return {"click_to_table_s": click_to_table, "status": page.inner_text("#run-status"), "trace": trace}
+    return {"click_to_table_s": (watch["table"] - watch["click"]) / 1000,
+            "click_to_charts_s": (watch["charts"] - watch["click"]) / 1000,
+            "driver_click_to_table_s": driver_click_to_table, "status": page.inner_text("#run-status"), "trace": trace}
 
 
 def page_methods(trace: dict) -> dict:
@@ -127,28 +158,39 @@ def leave_page(page) -> None:
 
 
 def open_page(page, url: str) -> None:
-    """Back to the app for the next page round (a fresh load of the page)."""
+    """Back to the app for the next page round (a fresh load of the page, drawn and idle before its Run, as a
+    visitor's page is by the time they click)."""
     if page.url.rstrip("/") != url.rstrip("/"):
         page.goto(url)
         page.wait_for_selector("#run-button")
+        wait_until_drawn(page)
+
+
+def page_passes(trace: dict) -> int:
+    """How many passes the page timed each method in (a short Run times them again and keeps each one's fastest)."""
+    return max((len(seconds) for seconds in trace.get("pass_seconds", {}).values()), default=1)
 
 
 def alone_round(target, drafter, trace: dict, repeats: int = 1) -> dict:
-    """The page's four decoders alone, one after another in the page's order, with the settings the page ran;
-    ``repeats`` passes over the four, each method's seconds the median of its passes (one page Run is one sample,
-    the alone side can afford a steadier one)."""
+    """The page's four decoders alone, one after another in the page's order, with the settings the page ran.
+    A sample is what one page Run gives: each method's fastest of as many passes as the page timed; ``repeats``
+    samples, each method's seconds their median (one page Run is one sample, the alone side can afford a steadier
+    one)."""
     from pacer_core import generate
 
     settings = {name: value for name, value in trace["settings"].items() if value is not None}
+    per_sample = page_passes(trace)
     seconds, out = {method: [] for method in page_order(trace)}, {}
-    for _ in range(repeats):
+    for _ in range(repeats * per_sample):
         for method in seconds:
             started = time.perf_counter()
             result = generate(target, drafter, method, trace["prompt"], chat=trace.get("chat_template"), **settings)
             seconds[method].append(time.perf_counter() - started)
             out[method] = {"tokens": result.metrics.new_tokens, "token_ids": list(result.token_ids)}
-    return {method: {"seconds": statistics.median(seconds[method]), "passes": seconds[method]} | out[method]
-            for method in seconds}
+    samples = {method: [min(passes[start:start + per_sample]) for start in range(0, len(passes), per_sample)]
+               for method, passes in seconds.items()}
+    return {method: {"seconds": statistics.median(samples[method]), "samples": samples[method],
+                     "passes": seconds[method]} | out[method] for method in seconds}
 
 
 def speedups(methods: dict) -> dict:
@@ -173,14 +215,15 @@ def compare(page: dict, alone: dict) -> dict:
 
 
 def alone_against_itself(alone: dict) -> dict:
-    """The noise floor of the speedup comparison: the alone side's first pass (one sample, as a page Run gives)
-    against the median of its other passes, compared as the page is (speedup ÷ speedup, per method). A page that
-    added nothing to a method's time would show ratios this far from 1 on this host; {} with fewer than 3 passes."""
-    passes = [len(row["passes"]) for row in alone.values()]
-    if not passes or min(passes) < 3:
+    """The noise floor of the speedup comparison: the alone side's first sample (what one page Run gives) against
+    the median of its other samples, compared as the page is (speedup ÷ speedup, per method). A page that added
+    nothing to a method's time would show ratios this far from 1 on this host; {} with fewer than 3 samples."""
+    counts = [len(row.get("samples", row["passes"])) for row in alone.values()]
+    if not counts or min(counts) < 3:
         return {}
-    single = {method: {"tokens": row["tokens"], "seconds": row["passes"][0]} for method, row in alone.items()}
-    rest = {method: {"tokens": row["tokens"], "seconds": statistics.median(row["passes"][1:])}
+    samples = {method: row.get("samples", row["passes"]) for method, row in alone.items()}
+    single = {method: {"tokens": row["tokens"], "seconds": samples[method][0]} for method, row in alone.items()}
+    rest = {method: {"tokens": row["tokens"], "seconds": statistics.median(samples[method][1:])}
             for method, row in alone.items()}
     single_speed, rest_speed = speedups(single), speedups(rest)
     return {method: single_speed[method] / rest_speed[method] for method in single_speed if method in rest_speed}
@@ -191,6 +234,11 @@ def alone_against_itself(alone: dict) -> dict:
 def median_of(rounds: list[dict], method: str, key: str):
     values = [row[method][key] for row in rounds if method in row and row[method][key] is not None]
     return statistics.median(values) if values else None
+
+
+def median_or_none(values):
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None
 
 
 def summarize(example_rounds: list[dict]) -> dict:
@@ -210,6 +258,8 @@ def summarize(example_rounds: list[dict]) -> dict:
     whole = [entry["click_to_table_s"] / sum(row["seconds"] for row in entry["alone"].values())
              for entry in example_rounds]
     return {"methods": methods, "click_to_table_s": statistics.median(e["click_to_table_s"] for e in example_rounds),
+            "click_to_charts_s": median_or_none(e.get("click_to_charts_s") for e in example_rounds),
+            "driver_click_to_table_s": median_or_none(e.get("driver_click_to_table_s") for e in example_rounds),
             "click_to_table_over_alone_sum_per_round": whole,
             "alone_sum_s": statistics.median(sum(r["seconds"] for r in e["alone"].values()) for e in example_rounds),
             "click_to_table_over_alone_sum": statistics.median(whole)}
@@ -233,9 +283,10 @@ def report(results: dict) -> str:
              f"{results['machine']['cpus']} CPUs, {results['machine']['processor']}; pair: "
              f"{results['pair']['target']} on {results['pair']['target_engine']}, drafter "
              f"{results['pair']['drafter']}; {results['rounds']} rounds per example, medians (alone: "
-             f"{results.get('alone_repeats', 1)} passes a round, each method's median); page settings as "
+             f"{results.get('alone_repeats', 1)} samples a round, each method's median; a sample is the fastest of as "
+             f"many passes as the page timed, which a short Run times more than once); page settings as "
              f"the page starts (each run's settings in results.json).", "",
-             "The last speedup column is the noise floor: the alone side's first pass against its other passes, "
+             "The last speedup column is the noise floor: the alone side's first sample against its other samples, "
              "compared as the page is (`alone_against_itself`).", "",
              "| example | method | page s | alone s | page/alone s | page speedup | alone speedup | "
              "page/alone speedup | alone/alone speedup | same tokens |",
@@ -247,14 +298,21 @@ def report(results: dict) -> str:
                          f"{fmt(row['seconds_ratio'])} | {fmt(row['page_speedup'])} | {fmt(row['alone_speedup'])} | "
                          f"{fmt(row['speedup_ratio'])} | {fmt(row.get('alone_against_itself'))} | "
                          f"{'yes' if row['same_tokens'] else 'no'} |")
-    lines += ["", "| example | click to finished table s | four decoders alone, added s | ratio (per round) | verdicts |",
-              "| --- | --- | --- | --- | --- |"]
+    lines += ["", "Click to finished table: from the Run button's click event to the finished status line and table in "
+              "the page, on the browser's clock; charts: to the frame after the finished charts were drawn (they "
+              "follow the table); driver: the same click to table as Playwright sees it, its own round trips "
+              "included.", "",
+              "| example | click to finished table s | four decoders alone, added s | ratio (per round) | click to "
+              "charts s | driver's click to table s | verdicts |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
     for example in results["examples"]:
         summary = example["summary"]
         passed = ", ".join(f"{name} {'yes' if ok else 'NO'}" for name, ok in example["verdicts"].items())
         per_round = " / ".join(fmt(value) for value in summary["click_to_table_over_alone_sum_per_round"])
         lines.append(f"| {example['label']} | {fmt(summary['click_to_table_s'])} | {fmt(summary['alone_sum_s'])} | "
-                     f"{fmt(summary['click_to_table_over_alone_sum'])} ({per_round}) | {passed} |")
+                     f"{fmt(summary['click_to_table_over_alone_sum'])} ({per_round}) | "
+                     f"{fmt(summary.get('click_to_charts_s'))} | {fmt(summary.get('driver_click_to_table_s'))} | "
+                     f"{passed} |")
     return "\n".join(lines) + "\n"
 
 
@@ -290,6 +348,8 @@ def measure(args) -> dict:
                 alone = alone_round(target, drafters.default, on_page["trace"], args.alone_repeats)
                 entry = {"round": round_index, "load_1min": os.getloadavg()[0],
                          "click_to_table_s": on_page["click_to_table_s"],
+                         "click_to_charts_s": on_page["click_to_charts_s"],
+                         "driver_click_to_table_s": on_page["driver_click_to_table_s"],
                          "phase_seconds": on_page["trace"].get("phase_seconds"),
                          "status": on_page["status"], "settings": on_page["trace"]["settings"],
                          "drafter": on_page["trace"].get("drafter"), "page": page_methods(on_page["trace"]),
@@ -324,7 +384,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="results folder (results.json, report.md)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--alone-repeats", type=int, default=3, dest="alone_repeats",
-                        help="passes over the four decoders alone per round, each method's median kept (default 3)")
+                        help="samples of the four decoders alone per round (each as many passes as the page "
+                             "timed), each method's median kept (default 3)")
     parser.add_argument("--examples", type=lambda text: [int(part) for part in text.split(",")],
                         default=list(DEFAULT_EXAMPLES), help="indices into assets/examples.json (default 0,4,3)")
     parser.add_argument("--new-tokens", type=lambda text: [int(part) for part in text.split(",")],

@@ -40,3 +40,28 @@ def test_the_summary_and_report_carry_the_noise_floor():
                "examples": [{"label": "ex", "summary": summary, "verdicts": page_fidelity.verdicts(summary)}]}
     fixed_row = next(line for line in page_fidelity.report(results).splitlines() if line.startswith("| ex | fixed"))
     assert fixed_row.split(" | ")[-2] == "1.10"
+
+
+def test_an_alone_sample_is_the_fastest_of_as_many_passes_as_the_page_timed(monkeypatch):
+    """A page Run that timed each method twice (pass_seconds) is one sample of the fastest of two passes: the alone
+    side's samples are the same statistic, one per repeat, and its seconds their median."""
+    import types
+
+    import pacer_core
+
+    durations = iter([0.5, 1.0, 0.4, 0.9, 0.6, 1.2, 0.5, 0.8, 0.3, 1.1, 0.7, 1.0])   # fixed, ar, fixed, ar, ...
+    now = [0.0]
+
+    def generate(target, drafter, method, prompt, **settings):
+        now[0] += next(durations)
+        return types.SimpleNamespace(metrics=types.SimpleNamespace(new_tokens=4), token_ids=[1, 2])
+
+    monkeypatch.setattr(pacer_core, "generate", generate)
+    monkeypatch.setattr(page_fidelity, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    trace = {"settings": {"max_new_tokens": 4}, "prompt": "p", "results": {"fixed": {}, "ar": {}},
+             "pass_seconds": {"fixed": [0.5, 0.4], "ar": [1.0, 0.9]}}
+    assert page_fidelity.page_passes(trace) == 2 and page_fidelity.page_passes({"results": {}}) == 1
+    side = page_fidelity.alone_round(None, None, trace, repeats=3)
+    assert side["fixed"]["samples"] == pytest.approx([0.4, 0.5, 0.3]) and side["fixed"]["seconds"] == pytest.approx(0.4)
+    assert side["ar"]["samples"] == pytest.approx([0.9, 0.8, 1.0]) and side["ar"]["seconds"] == pytest.approx(0.9)
+    assert len(side["ar"]["passes"]) == 6

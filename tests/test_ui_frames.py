@@ -9,7 +9,7 @@ import time
 from types import SimpleNamespace
 
 from pacer_core.ui import page
-from pacer_core.ui.frames import DRAWN_JS, PAGE_READY, DrawnFrames
+from pacer_core.ui.frames import ACKNOWLEDGE_PATH, DRAWN_JS, PAGE_READY, AcknowledgeRoute, DrawnFrames
 
 
 def test_a_frame_is_drawn_once_acknowledged():
@@ -48,6 +48,59 @@ def test_the_status_line_carries_its_token_and_the_page_script_reads_it():
     assert 'data-drawn="a&quot;b"' in html and "&lt;each&gt;" in html
     assert "data-drawn" not in page.run_status_html("Ready.")
     assert "#run-status [data-drawn]" in DRAWN_JS and "#pacer-drawn" in DRAWN_JS and f"'{PAGE_READY}'" in DRAWN_JS
+
+
+def post(route, path: str, body: bytes, method: str = "POST") -> list:
+    """What ``route`` sends for one request (``body`` in two parts), and whether the app behind it was called."""
+    import asyncio
+
+    parts = [{"type": "http.request", "body": body[:3], "more_body": True},
+             {"type": "http.request", "body": body[3:], "more_body": False}]
+    sent, called = [], []
+
+    async def receive():
+        return parts.pop(0)
+
+    async def send(message):
+        sent.append(message)
+
+    async def app(scope, receive, send):
+        called.append(scope["path"])
+
+    route.app = app
+    asyncio.run(route({"type": "http", "method": method, "path": path}, receive, send))
+    return sent + [("app", path) for path in called]
+
+
+def test_the_page_acknowledges_a_frame_by_a_plain_post_that_never_reaches_gradio():
+    """``AcknowledgeRoute`` takes a POST to .../pacer-drawn (under any root path) with the token as its body; every
+    other request goes on to the app, and an oversized body acknowledges nothing."""
+    frames = DrawnFrames()
+    token = frames.expect()
+    route = AcknowledgeRoute(None, frames)
+    sent = post(route, f"/{ACKNOWLEDGE_PATH}", token.encode())
+    assert sent[0]["status"] == 204 and frames.wait(token, timeout=0.0)
+    other = frames.expect()
+    assert post(route, f"/space/{ACKNOWLEDGE_PATH}", other.encode())[0]["status"] == 204
+    assert frames.wait(other, timeout=0.0)
+    assert post(route, "/gradio_api/run/predict", b"{}") == [("app", "/gradio_api/run/predict")]
+    assert post(route, f"/{ACKNOWLEDGE_PATH}", b"", method="GET") == [("app", f"/{ACKNOWLEDGE_PATH}")]
+    late = frames.expect()
+    assert post(route, f"/{ACKNOWLEDGE_PATH}", late.encode() + b"x" * 300)[0]["status"] == 413
+    assert not frames.wait(late, timeout=0.0)
+    assert f"'{ACKNOWLEDGE_PATH}'" in DRAWN_JS and "viaBox(token)" in DRAWN_JS       # the textbox: the fallback
+
+
+def test_the_app_routes_the_page_s_acknowledgements_to_its_frames():
+    from pacer_core.drafters import LoadedDrafters
+    from pacer_core.testing.tiny import tiny_pair
+    from pacer_core.ui import layout
+
+    target, drafter = tiny_pair()
+    demo = layout.build_ui(target, LoadedDrafters.around(drafter))
+    middleware = layout.launch_options(demo.pacer_frames)["app_kwargs"]["middleware"]
+    assert [entry.cls for entry in middleware][-1] is AcknowledgeRoute
+    assert middleware[-1].kwargs["frames"] is demo.pacer_frames
 
 
 def test_the_page_script_is_installed_and_a_run_reads_whether_the_page_acknowledges():

@@ -10,6 +10,7 @@ import pytest
 from pacer_core.testing.tiny import tiny_pair
 from pacer_core.method_table import column_keys
 from pacer_core.ui import charts, handlers, race_replay, views
+from pacer_core.ui.frames import DrawnFrames
 from pacer_core.ui.page_types import AppContext, PageInputs, ViewUpdate
 from pacer_core.ui.timing_turn import time_each_alone
 
@@ -164,38 +165,27 @@ def test_the_replay_ends_on_the_race_s_last_instant_not_a_frame_later(context):
     assert frames[-1] == pytest.approx(race_end, abs=1e-6)
 
 
-def test_the_plots_that_need_no_scoring_go_with_the_replay(context, monkeypatch):
-    """Eight of the nine plots need only the runs' events: they go with a replay frame while the scoring still
-    runs, so a scoring that outlasts the race leaves only the oracle's plot for the finished page to draw."""
-    session = handlers.new_session(context, inputs(measure_ar=True))
-    list(time_each_alone(session))
-    scoring_may_end, analyse = threading.Event(), session.analyse
-    session.analyse = lambda: (scoring_may_end.wait(30), analyse())      # the scoring outlasts the race
-    built, plots_view = threading.Event(), race_replay.plots_view
+def test_the_replay_carries_no_chart_and_the_finished_table_goes_out_before_the_charts(context, monkeypatch):
+    """Drawing nine charts is one long task for the browser: no replay frame carries one (the thread builds the
+    eight that need no scoring meanwhile), and the finished page is two frames, the table and columns first, its
+    status marked as drawing the charts (style.css hides the last Run's), then the same view with every chart."""
+    built, plots_view = [], race_replay.plots_view
 
     def recording_plots_view(session, names=None):
-        figures = plots_view(session, names)
-        built.set()
-        return figures
+        built.append(set(names))
+        return plots_view(session, names)
 
     monkeypatch.setattr(race_replay, "plots_view", recording_plots_view)
-    now, sent = [0.0], []
-
-    def sleep(seconds):
-        built.wait(30)
-        now[0] += seconds
-
-    replay = race_replay.replay_race(context, session, frame_s=0.3, clock=lambda: now[0], sleep=sleep)
-    try:
-        while True:
-            update = next(replay)
-            sent += [set(update.plots)] if update.plots else []
-            if "Replay" not in (update.status or ""):
-                scoring_may_end.set()
-    except StopIteration as end:
-        finished = end.value
-    assert sent == [set(charts.chart_names()) - charts.scored_names()]
-    assert set(finished.plots) == set(charts.chart_names()) and session.oracle
+    updates = list(handlers.run(context, inputs(measure_ar=True), frame_s=0.0))
+    replay = [update for update in updates if "Replay of the race" in (update.status or "")]
+    assert replay and all(update.plots is None for update in replay)
+    assert built[0] == set(charts.chart_names()) - charts.scored_names()          # built beside the replay
+    table_first, with_charts = updates[-2], updates[-1]
+    assert table_first.plots is None and table_first.table is not None and 'data-charts="pending"' in table_first.status
+    assert set(with_charts.plots) == set(charts.chart_names()) and with_charts.session.oracle
+    assert with_charts.table is table_first.table and with_charts.columns == table_first.columns   # nothing redrawn
+    assert "data-charts" not in with_charts.status and "run-done" in with_charts.status
+    assert with_charts.status == table_first.status.replace(' data-charts="pending"', "")
 
 
 def test_the_replay_s_first_frame_says_each_lane_is_starting(context):
@@ -228,3 +218,21 @@ def test_the_warm_up_runs_every_method_and_scores_them_with_the_page_s_starting_
     assert stepped >= set(column_keys()) | {"ar"}
     assert (0.7, 4) in analysed       # the page starts sampling, so the scoring passes are warmed too (other
                                       # tests' replays may still be scoring on their own threads meanwhile)
+
+
+def test_a_page_gets_the_charts_once_it_has_painted_the_finished_table(context):
+    """With a page that acknowledges frames, the charts frame waits for the table frame's acknowledgement: the
+    browser's long chart-drawing task must not land before the table is on screen."""
+    frames, waited = DrawnFrames(), []
+    wait = frames.wait
+    frames.wait = lambda token, timeout=5.0: (waited.append(token), wait(token, timeout))[1]
+    finished = ViewUpdate(plots={"timeline": object()}, table="table", columns={"fixed": "column"})
+    updates = handlers.table_then_charts(finished, lambda pending, drawn=None: views.final_status(
+        handlers.new_session(context, inputs()), 0.0, 1.0, pending, drawn), frames)
+    table_first = next(updates)
+    token = table_first.status.split('data-drawn="')[1].split('"')[0]
+    assert table_first.plots is None and not waited
+    frames.acknowledge(token)
+    with_charts = next(updates)
+    assert waited == [token] and with_charts.plots and "data-drawn" not in with_charts.status
+    assert frames.pending() == 0

@@ -56,13 +56,65 @@ def test_run_times_each_method_alone_one_after_another(context, monkeypatch):
     monkeypatch.setattr(handlers.RunSession, "advance_one", recording)
     updates = list(handlers.run(context, inputs(), frame_s=0.0))
     runs = [method for index, method in enumerate(order) if index == 0 or order[index - 1] != method]
-    assert runs == ["fixed", "pacer", "smc", "ar"]               # no interleaving: one block of steps each
-    session = updates[-1].session
+    assert runs == ["fixed", "pacer", "smc", "ar"] * timing_turn.MAX_PASSES     # one block of steps each, and the
+    session = updates[-1].session                                    # tiny pair's short passes timed thrice
     for run in list(session.runs.values()) + [session.ar]:
         assert run.event_seconds == sorted(run.event_seconds) and len(run.event_seconds) == len(run.events)
         assert run.event_seconds[-1] <= run.busy_seconds
+        assert run.busy_seconds == min(session.pass_seconds[run.method])            # each keeps its fastest pass
     table = updates[-1].table.set_index("method")
     assert table.loc["Autoregressive (AR)", "seconds"] == round(session.ar.busy_seconds, 3)
+    assert "each method timed alone (best of 3)" in updates[-1].status
+    assert session.trace()["pass_seconds"] == session.pass_seconds
+
+
+def test_a_run_times_its_methods_again_only_while_its_passes_are_short():
+    """The number of passes follows the first pass's seconds: one when it takes the floor or more, enough to reach
+    the floor otherwise, never more than the cap."""
+    assert timing_turn.timing_passes(2.5, 2.5) == 1 and timing_turn.timing_passes(12.0, 2.5) == 1
+    assert timing_turn.timing_passes(1.3, 2.5) == 2 and timing_turn.timing_passes(0.9, 2.5) == 3
+    assert timing_turn.timing_passes(0.01, 2.5, max_passes=3) == 3 and timing_turn.timing_passes(0.0, 2.5) == 1
+
+
+def test_a_later_pass_keeps_the_faster_run_with_the_same_tokens_and_records_every_pass(context):
+    session = handlers.new_session(context, inputs())
+    list(timing_turn.time_each_alone(session, min_timed_s=0.0))                     # one pass
+    assert session.timing_pass_count() == 1 and session.pass_seconds == {}
+    first = session.runs["fixed"]
+    slower = session.new_run("fixed")
+    while not slower.done:
+        session.advance_one(slower)
+    slower.busy_seconds = first.busy_seconds + 1.0
+    session.keep_faster(slower)
+    assert session.runs["fixed"] is first and session.pass_seconds["fixed"] == [first.busy_seconds,
+                                                                                 first.busy_seconds + 1.0]
+    faster = session.new_run("fixed")
+    while not faster.done:
+        session.advance_one(faster)
+    faster.busy_seconds = first.busy_seconds / 2
+    other = session.new_run("fixed")
+    while not other.done:
+        session.advance_one(other)
+    other.busy_seconds, other.result.token_ids = 0.0, other.result.token_ids[:-1]   # other tokens: never kept
+    session.keep_faster(other)
+    session.keep_faster(faster)
+    assert session.runs["fixed"] is faster and len(session.pass_seconds["fixed"]) == 4
+    assert session.timing_pass_count() == 4
+
+
+def test_stop_in_a_later_pass_leaves_the_first_pass_s_figures(context):
+    session = handlers.new_session(context, inputs(max_new_tokens=40))
+    frames, updates = DrawnFrames(), []
+    for update in timing_turn.time_each_alone(session, frames, min_timed_s=1e9):
+        updates.append(update)
+        frames.acknowledge(update.status.split('data-drawn="')[1].split('"')[0])
+        if "pass 2 of 3" in update.status and "2 of 4" in update.status:
+            session.stop()                                          # during pass 2's PACER turn
+    assert "Timing alone again (pass 2 of 3)" in updates[4].columns["fixed"]
+    assert "A short Run is timed 3 times" in updates[4].status and "AR took" in updates[4].status
+    assert len(updates) == 6 and not session.stopped
+    assert all(run.result is not None and run.result.finish_reason != "cancelled" for run in session.all_runs())
+    assert len(session.pass_seconds["pacer"]) == 2 and "smc" not in session.pass_seconds
 
 
 def test_a_page_gets_one_frame_per_turn_and_nothing_while_a_method_decodes(context):
@@ -79,7 +131,8 @@ def test_a_page_gets_one_frame_per_turn_and_nothing_while_a_method_decodes(conte
 
     session.advance_one = recording
     updates = []
-    for update in timing_turn.time_each_alone(session, frames, clock=iter(range(0, 10_000)).__next__, check_s=1.0):
+    for update in timing_turn.time_each_alone(session, frames, clock=iter(range(0, 10_000)).__next__, check_s=1.0,
+                                                   min_timed_s=0.0):   # one pass
         token = update.status.split('data-drawn="')[1].split('"')[0]
         timeline.append(("frame", token))
         updates.append(update)
@@ -118,7 +171,8 @@ def test_a_turn_waits_until_its_frame_is_drawn(context, monkeypatch):
 def test_an_api_client_gets_its_line_again_between_steps_and_a_left_client_stops_the_run(context):
     ticks = iter(range(0, 10_000))
     session = handlers.new_session(context, inputs())
-    updates = list(timing_turn.time_each_alone(session, clock=lambda: next(ticks) * 0.3, check_s=1.0))
+    updates = list(timing_turn.time_each_alone(session, clock=lambda: next(ticks) * 0.3, check_s=1.0,
+                                                min_timed_s=0.0))                    # one pass
     lines = [update for update in updates if update.columns is None]   # the turn's line again: where Gradio can
     assert lines and all(update == ViewUpdate(status=update.status) for update in lines)   # end a Run
     assert all("data-drawn" not in update.status for update in updates)         # that lost its client

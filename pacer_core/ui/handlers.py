@@ -14,12 +14,14 @@ import contextlib
 import sys
 import time
 import traceback
+from dataclasses import replace
 from typing import Iterator
 
 from ..models import ModelLoadError
 from ..settings import SettingsError
 from . import narration, page, race
 from .drafter_switch import contexts_for
+from .frames import DrawnFrames
 from .page_types import AppContext, PageInputs, ViewUpdate, error_update
 from .race_replay import replay_race
 from .session import RunSession, user_message
@@ -56,9 +58,10 @@ def warm_up(context: AppContext, prompt: str = WARM_UP_PROMPT, new_tokens: int =
 
 
 def finish_run(context: AppContext, session: RunSession, measure_ar: bool, started: float | None,
-               prepared: ViewUpdate | None = None) -> Iterator[ViewUpdate]:
+               prepared: ViewUpdate | None = None, frames: DrawnFrames | None = None) -> Iterator[ViewUpdate]:
     """After the columns: the AR baseline (if asked and not yet run), the oracle, likelihoods, table and
-    exports (``prepared``: that view already built during the replay)."""
+    exports (``prepared``: that view already built during the replay; ``frames``: a page that acknowledges what it
+    has drawn, ``table_then_charts``)."""
     if measure_ar and not session.cancel.is_set() and not (session.ar and session.ar.done):
         yield ViewUpdate(status=page.run_status_html("Finishing the AR baseline (target alone)…", "busy"),
                          table=table_view(session))
@@ -69,9 +72,25 @@ def finish_run(context: AppContext, session: RunSession, measure_ar: bool, start
             yield ViewUpdate(status=page.run_status_html("Scoring each output under the target (log-likelihood "
                                                          "per token, for SMC-SD's error)…", "busy"))
         session.analyse()
-    update = prepared if prepared is not None else finished_view(context, session)
-    update.status = final_status(session, started, time.perf_counter())
-    yield update
+    update, now = prepared if prepared is not None else finished_view(context, session), time.perf_counter()
+    yield from table_then_charts(update, lambda charts_pending, drawn=None:
+                                 final_status(session, started, now, charts_pending, drawn), frames)
+
+
+def table_then_charts(finished: ViewUpdate, status, frames: DrawnFrames | None = None) -> Iterator[ViewUpdate]:
+    """The finished page in two frames: everything but the charts, its status line (``status(charts_pending,
+    drawn)``) saying the charts are on their way (style.css keeps the last Run's charts hidden meanwhile), then the
+    same view again with the charts. The browser draws nine charts in one 0.7 s task, and the finished table and
+    columns should not wait behind it: with ``frames`` (a page that acknowledges what it has drawn) the charts go
+    once the table has been painted. The second frame repeats every value (unchanged: nothing redrawn) so that an
+    API client's last values are complete."""
+    if finished.plots:
+        token = frames.expect() if frames is not None else None
+        yield replace(finished, plots=None, status=status(True, token))
+        if frames is not None:
+            frames.wait(token)
+    finished.status = status(False)
+    yield finished
 
 
 def run(context: AppContext, inputs: PageInputs, frame_s: float = race.RACE_FRAME_S,
@@ -97,7 +116,8 @@ def run(context: AppContext, inputs: PageInputs, frame_s: float = race.RACE_FRAM
     prepared = None
     if not session.cancel.is_set():
         prepared = yield from replay_race(context, session, frame_s)
-    yield from finish_run(context, session, inputs.measure_ar, started, prepared)
+    yield from finish_run(context, session, inputs.measure_ar, started, prepared,
+                          context.frames if inputs.acknowledges else None)
 
 
 def session_for_step(context: AppContext, inputs: PageInputs, session: RunSession | None) -> RunSession:

@@ -23,6 +23,7 @@ from . import charts, columns, frames, handlers, live, narration, page, tables
 from .atlas_tab import atlas_tab
 from .drafter_menu import DrafterMenu
 from .drafter_switch import app_context, drafter_context
+from .frames import AcknowledgeRoute, DrawnFrames
 from .page_types import AppContext, PageInputs, ViewUpdate
 from .queue_watch import client_still_there, quiet_queue
 from .quiet_frames import HeadScript
@@ -47,8 +48,12 @@ def load_examples(path: Path = EXAMPLES_PATH) -> list[dict]:
         return [{"label": "Counting", "prompt": "Count from 1 to 20, separated by commas."}]
 
 
-def launch_options() -> dict:
-    """Arguments for ``demo.launch`` that Gradio 6 takes there rather than in ``gr.Blocks``."""
+def launch_options(drawn_frames: DrawnFrames | None = None) -> dict:
+    """Arguments for ``demo.launch`` that Gradio 6 takes there rather than in ``gr.Blocks`` (``drawn_frames``: the
+    app's, which the page acknowledges at ``frames.ACKNOWLEDGE_PATH``)."""
+    middleware = [Middleware(HeadScript)]
+    if drawn_frames is not None:
+        middleware.append(Middleware(AcknowledgeRoute, frames=drawn_frames))
     return {"css": CSS_PATH.read_text(encoding="utf-8") if CSS_PATH.exists() else "",
             # System fonts only: a workshop room may have no internet (no web-font downloads).
             "theme": gr.themes.Soft(primary_hue="blue", font=["ui-sans-serif", "system-ui", "Segoe UI", "Roboto",
@@ -58,7 +63,7 @@ def launch_options() -> dict:
             "footer_links": ["api"],
             "js": frames.DRAWN_JS,     # the page acknowledges each timing frame once drawn (ui/frames.py)
             # ... and holds its animation frames while a method is timed (ui/quiet_frames.py)
-            "app_kwargs": {"middleware": [Middleware(HeadScript)]}}
+            "app_kwargs": {"middleware": middleware}}
 
 
 @dataclass
@@ -295,6 +300,7 @@ def build_ui(target, drafters, preverifier=None, limits: Limits | None = None, p
         wire_buttons(demo, context, live, session_state)
         wire_drafter_choice(context, live, pair_note)
         wire_display_switches(live)
+    demo.pacer_frames = context.frames      # serve() routes the page's acknowledgements to them
     return demo
 
 
@@ -383,5 +389,6 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, con
         except ValueError:
             concurrency = 1
     demo.queue(default_concurrency_limit=concurrency, max_size=int(os.environ.get("PACER_QUEUE_SIZE", "32")))
-    options = launch_options() | {"server_name": host, "server_port": port} | launch_kwargs
+    options = launch_options(getattr(demo, "pacer_frames", None)) | {"server_name": host, "server_port": port} \
+        | launch_kwargs
     return demo.launch(**options)

@@ -71,8 +71,10 @@ def pair_status_html(describe: dict, preverifier_kind: str, note: str | None = N
     return f'<div class="pair-status {"pv-trained" if trained else "pv-heuristic"}">{parts}{extra}</div>'
 
 
-def run_status_html(message: str, kind: str = "info", drawn: str | None = None) -> str:
+def run_status_html(message: str, kind: str = "info", drawn: str | None = None, charts_pending: bool = False) -> str:
     """The line under the legend: kind is info, busy, done or error (a CSS class run-<kind>). ``drawn``: a token the
-    page acknowledges once it has drawn this frame (``ui/frames.py``)."""
+    page acknowledges once it has drawn this frame (``ui/frames.py``); ``charts_pending``: a finished Run whose
+    charts come in the next frame (style.css hides the last Run's charts until then)."""
     token = f' data-drawn="{escape_attr(drawn)}"' if drawn else ""
+    token += ' data-charts="pending"' if charts_pending else ""
     return f'<div class="run-status run-{escape_attr(kind)}"{token}>{escape_text(message)}</div>'

@@ -82,13 +82,32 @@ def race_line(lanes: list[Lane], elapsed: float) -> str:
             + " · ".join(lane_word(lane, elapsed) for lane in lanes))
 
 
+def turn_place(method: str, position: int, count: int, previous: str | None = None) -> str:
+    """Where a turn stands in its pass: "2 of 4: PACER; fixed SD took 0.80 s for 48 tokens"."""
+    return f"{position} of {count}: {label_of(method)}" + (f"; {previous}" if previous else "")
+
+
 def timing_line(method: str, position: int, count: int, previous: str | None = None) -> str:
     """The timing phase's status at a method's turn: which method runs alone now (and what the last one took)."""
-    name = label_of(method)
-    took = f"; {previous}" if previous else ""
-    return (f"Timing each method alone, one after another ({position} of {count}: {name}{took}). Nothing on the "
-            f"page moves while a method decodes, so its seconds are its own. Then the columns replay side by side "
-            f"at the pace each ran ({REPLAY_SPEED:g}× speed).")
+    return (f"Timing each method alone, one after another ({turn_place(method, position, count, previous)}). Nothing "
+            f"on the page moves while a method decodes, so its seconds are its own. Then the columns replay side by "
+            f"side at the pace each ran ({REPLAY_SPEED:g}× speed).")
+
+
+def timing_again_line(method: str, position: int, count: int, pass_number: int, passes: int,
+                      previous: str | None = None) -> str:
+    """A later pass's status at a method's turn (``timing_turn.timing_passes``): why a short Run times again."""
+    why = (f"A short Run is timed {passes} times and each method keeps its fastest pass, so one busy moment of the "
+           "machine does not decide its speed.")
+    return (f"Timing each method alone again, pass {pass_number} of {passes} "
+            f"({turn_place(method, position, count, previous)}). {why} Nothing on the page moves while a method "
+            f"decodes.")
+
+
+def how_timed(passes: int) -> str:
+    """How the finished Run was timed, for its status line: "each method timed alone (best of 2)": a short Run
+    timed each method in more than one pass and kept its fastest."""
+    return HOW_TIMED + (f" (best of {passes})" if passes > 1 else "")
 
 
 def took_line(run) -> str:
@@ -97,11 +116,13 @@ def took_line(run) -> str:
             f"{live_numbers(run.events)['tokens']} tokens")
 
 
-def waiting_text(run, current: bool) -> str:
-    """What a column shows while the methods are timed: its own progress, its time, or its turn to come."""
+def waiting_text(run, current: bool, again: str | None = None) -> str:
+    """What a column shows while the methods are timed: its own progress, its time, or its turn to come
+    (``again``: the later pass that times it, "pass 2 of 2")."""
     tokens = live_numbers(run.events)["tokens"]
     if current:
-        return "⏱ Timing alone now: nothing is drawn until it ends…"
+        return f"⏱ Timing alone again ({again}): nothing is drawn until it ends…" if again else \
+            "⏱ Timing alone now: nothing is drawn until it ends…"
     if run.done:
         return f"Timed alone: {tokens} tokens in {run.busy_seconds:.2f} s. The replay shows it next."
     return "Waits its turn: the methods are timed one after another."

@@ -1,7 +1,8 @@
 """Run's second phase, the race replayed: the columns side by side at the pace each method ran when it was timed
 alone (``ui/race.py`` says what a lane shows at each instant), while a thread builds the charts that need no
 scoring, then scores the outputs (oracle γ*, log-likelihoods) and builds the finished view. The replay's frames
-carry each chart as soon as it is ready; the page shows them when the race ends."""
+carry no chart: drawing nine charts takes the browser 0.7 s in one go, which would hold up the replay's last frames
+and the finished table behind it (``handlers.finish_run`` sends the charts after the table)."""
 from __future__ import annotations
 
 import threading
@@ -34,10 +35,8 @@ def replay_race(context: AppContext, session: RunSession, frame_s: float = race.
                 clock=time.perf_counter, sleep=time.sleep) -> Iterator[ViewUpdate]:
     """Run's second phase: the columns side by side at the pace each method ran alone (``race.REPLAY_SPEED``
     times faster), a frame at most every ``frame_s``. Meanwhile (nothing is timed now) a thread builds the plots
-    that need no scoring, then computes the oracle and log-likelihoods and builds the finished view, which this
-    generator returns. Each plot goes with the next frame once it is ready: the browser draws them while the race
-    plays and shows them when it ends (style.css hides a running page's charts), so a scoring that outlasts the
-    race leaves only the oracle's plot to draw. Stop skips to the end."""
+    that need no scoring, then computes the oracle and log-likelihoods and builds the finished view (every chart
+    in it), which this generator returns. Stop skips to the end."""
     lanes, early_plots, prepared = race.lanes_of(session), {}, []
 
     def score_and_prepare() -> None:
@@ -49,7 +48,7 @@ def replay_race(context: AppContext, session: RunSession, frame_s: float = race.
 
     worker = threading.Thread(target=score_and_prepare, name="pacer-finish", daemon=True)
     worker.start()
-    live, start, plots_sent = LiveColumns(), clock(), set()
+    live, start = LiveColumns(), clock()
     while True:
         frame_start = clock()
         elapsed = (frame_start - start) * race.REPLAY_SPEED       # the methods' own seconds
@@ -58,10 +57,6 @@ def replay_race(context: AppContext, session: RunSession, frame_s: float = race.
             break                 # the finished view comes next and shows every column's end: no frame to draw first
         update = ViewUpdate(columns=race_columns(context, session, lanes, live, elapsed),
                             status=page.run_status_html(race.race_line(lanes, elapsed), "busy"))
-        ready = prepared[0].plots if prepared else dict(early_plots)
-        if ready.keys() - plots_sent:
-            update.plots = {name: figure for name, figure in ready.items() if name not in plots_sent}
-            plots_sent |= update.plots.keys()
         yield update
         if over:
             break
@@ -70,5 +65,4 @@ def replay_race(context: AppContext, session: RunSession, frame_s: float = race.
     if worker.is_alive():
         yield ViewUpdate(status=page.run_status_html("Scoring each output under the target…", "busy"))
     worker.join()
-    return prepared[0] if prepared else None    # with the plots again: the API's last values carry them (the
-                                                  # page redraws nothing for an unchanged figure)
+    return prepared[0] if prepared else None

@@ -15,8 +15,8 @@ from ..method_table import label_of, method_keys
 
 COLUMNS = ["method", "drafter", "tau", "alpha", "target_calls", "draft_calls", "new_tokens", "seconds", "tokens_per_s",
            "speedup", "same_as_ar", "target_loglik"]
-LABEL = ("Metrics · each method timed alone, one after another, only a progress line drawn while it ran · "
-         "speedup = tokens/s ÷ AR tokens/s")      # the live page's table; how it was timed, in one line
+LABEL = ("Metrics · each method timed alone, one after another, nothing drawn while it ran (a short Run: its "
+         "fastest of 2-3 passes) · speedup = tokens/s ÷ AR tokens/s")      # the live page's table; how it was timed, in one line
 
 
 def metrics_row(method: str, result, seconds: float | None = None, status: str | None = None) -> dict:

@@ -10,6 +10,7 @@ holder was stopped, or has not been seen for ``STALE_S``, passes to the next Run
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from typing import Iterator
@@ -21,6 +22,8 @@ from .page_types import ViewUpdate
 from .session import RunSession
 
 STALE_S = 15.0     # a timing Run checks in at least every CLIENT_CHECK_S (0.5 s) unless one step takes this long
+MIN_TIMED_S = 2.5  # a first pass over the methods shorter than this is followed by more (16 new tokens of the
+MAX_PASSES = 3     # embedded pair: 1.4 s, two passes); each method keeps its fastest (``time_each_alone``)
 
 
 class TimingTurn:
@@ -60,33 +63,33 @@ class TimingTurn:
             return self._holder
 
 
-def timing_column(run, current) -> str:
-    """A column while the methods are timed: its progress, its time alone, or its turn to come."""
-    return columns.column_html(run.method, [], None, run.error if not run.skipped else None, running=run is current,
-                               note=None, placeholder=None if run.error else race.waiting_text(run, run is current))
+def timing_column(run, current: bool, again: str | None = None) -> str:
+    """A column while the methods are timed: its progress, its time alone, or its turn to come (``again``: which
+    later pass times it now)."""
+    return columns.column_html(run.method, [], None, run.error if not run.skipped else None, running=current,
+                               note=None, placeholder=None if run.error else race.waiting_text(run, current, again))
 
 
-def timing_columns(session: RunSession, current) -> dict[str, str]:
-    return {method: timing_column(run, current) for method, run in session.runs.items()}
+def timing_columns(session: RunSession, current: str | None, again: str | None = None) -> dict[str, str]:
+    """Every column while the methods are timed; ``current``: the method timed now (None: before the first)."""
+    return {method: timing_column(run, method == current, again) for method, run in session.runs.items()}
 
 
-def timing_update(session: RunSession, current, position: int, count: int, drawn: str | None = None) -> ViewUpdate:
-    """A method's turn: the status line (with the token the page acknowledges once drawn) and every column."""
-    line = race.timing_line(current.method, position, count, previous_line(session, current))
-    return ViewUpdate(columns=timing_columns(session, current),
-                      status=page.run_status_html(line, "busy", drawn=drawn))
+def timing_passes(first_pass_s: float, min_timed_s: float = MIN_TIMED_S, max_passes: int = MAX_PASSES) -> int:
+    """How many passes over the methods a Run times: enough that together they take ``min_timed_s``, judged by the
+    first pass's seconds, and at most ``max_passes``.
 
-
-def previous_line(session: RunSession, current) -> str | None:
-    """What the last method timed took, for the next turn's line (None at the first turn)."""
-    runs = session.all_runs()
-    earlier = [run for run in runs[:runs.index(current)] if run.done and not run.skipped]
-    return race.took_line(earlier[-1]) if earlier else None
+    >>> timing_passes(3.4), timing_passes(1.4), timing_passes(0.5), timing_passes(0.0)
+    (1, 2, 3, 1)
+    """
+    if first_pass_s <= 0 or first_pass_s >= min_timed_s:
+        return 1
+    return min(max_passes, math.ceil(min_timed_s / first_pass_s))
 
 
 def time_each_alone(session: RunSession, frames: DrawnFrames | None = None, check=lambda: True,
                     clock=time.perf_counter, check_s: float = race.CLIENT_CHECK_S,
-                    quiet=contextlib.nullcontext) -> Iterator[ViewUpdate]:
+                    quiet=contextlib.nullcontext, min_timed_s: float = MIN_TIMED_S) -> Iterator[ViewUpdate]:
     """Run's first phase: each method decodes alone, one after another (``RunSession.timing_queue``). A method's
     turn is one frame (its line and the columns); with ``frames`` (a page that acknowledges what it has drawn) its
     decoding starts once the page has drawn that frame, and nothing is sent until it ends: its timed window holds
@@ -95,30 +98,62 @@ def time_each_alone(session: RunSession, frames: DrawnFrames | None = None, chec
     browser to disturb) the turn's status line goes out again instead, where Gradio ends a Run whose client left or
     cancelled (an update with no value at all is an error to Gradio). ``quiet()``: a context held while a
     page's method decodes (``layout.quiet_queue``: the server's own polling slowed down meanwhile).
-    Stop ends the current method and skips the rest."""
+
+    A first pass shorter than ``min_timed_s`` is followed by more (``timing_passes``), each method timed afresh in
+    the same order and keeping its fastest pass (``RunSession.keep_faster``): one pass of a short Run moves by 10%
+    with whatever else the machine did in its window, and a busy moment only ever adds time.
+    Stop ends the current method and skips the rest (in a later pass, the first pass's figures stand)."""
     queue = session.timing_queue()
+    turn = Turn(session, frames, check, clock, check_s, quiet)
     for position, current in enumerate(queue, 1):
+        yield from turn.take(current, race.timing_line(current.method, position, len(queue), turn.previous))
+        if session.cancel.is_set():
+            session.skip_unstarted()
+            return
+    methods = [run.method for run in queue if run.result is not None]
+    passes = timing_passes(sum(session.busy_seconds()[method] for method in methods), min_timed_s)
+    for pass_number in range(2, passes + 1):
+        for position, method in enumerate(methods, 1):
+            again = session.new_run(method)
+            line = race.timing_again_line(method, position, len(methods), pass_number, passes, turn.previous)
+            yield from turn.take(again, line, again=f"pass {pass_number} of {passes}")
+            session.keep_faster(again)
+            if session.cancel.is_set():
+                return
+
+
+class Turn:
+    """How one method's turn is taken: its frame, then its decoding (``time_each_alone``); ``previous``: the run
+    timed last, for the next turn's line."""
+
+    def __init__(self, session: RunSession, frames: DrawnFrames | None, check, clock, check_s: float, quiet):
+        self.session, self.frames, self.check, self.clock, self.check_s, self.quiet = \
+            session, frames, check, clock, check_s, quiet
+        self.previous = None
+
+    def take(self, current, line: str, again: str | None = None) -> Iterator[ViewUpdate]:
+        """``current``'s turn: one frame (the status ``line``, every column), then its steps with nothing sent (a
+        page that acknowledges frames) or with the line sent again every ``check_s`` (an API client)."""
+        session, frames, clock = self.session, self.frames, self.clock
         token = frames.expect() if frames is not None else None
-        turn = timing_update(session, current, position, len(queue), drawn=token)
-        yield turn
+        status = page.run_status_html(line, "busy", drawn=token)
+        yield ViewUpdate(columns=timing_columns(session, current.method, again), status=status)
         if frames is not None:                 # a page: decode once it has drawn the turn, send nothing until the end
             started = clock()
             frames.wait(token)
             session.phase_seconds["drawing"] = session.phase_seconds.get("drawing", 0.0) + clock() - started
-            with quiet():                      # the whole method on the compute thread: no hand-off per step
-                on_compute_thread(decode_alone, session, current, check, clock, check_s)
+            with self.quiet():                 # the whole method on the compute thread: no hand-off per step
+                on_compute_thread(decode_alone, session, current, self.check, clock, self.check_s)
         else:
             checked = clock()
             while not current.done:
                 session.advance_one(current)
-                if not current.done and clock() - checked >= check_s:
-                    yield ViewUpdate(status=turn.status)
-                    if not check():
+                if not current.done and clock() - checked >= self.check_s:
+                    yield ViewUpdate(status=status)
+                    if not self.check():
                         session.stop()
                     checked = clock()
-        if session.cancel.is_set():
-            session.skip_unstarted()
-            return
+        self.previous = race.took_line(current)
 
 
 def decode_alone(session: RunSession, current, check, clock, check_s: float) -> None:

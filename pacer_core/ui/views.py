@@ -94,14 +94,18 @@ def steps_so_far(session: RunSession) -> int:
     return max((len(run.events) for run in session.runs.values()), default=0)
 
 
-def final_status(session: RunSession, started: float | None, now: float) -> str:
-    """The status line once every column is done: time taken or stopped, how it was timed, failures, notes."""
-    message = f"Done in {now - started:.1f} s, {race.HOW_TIMED}." if started is not None else \
+def final_status(session: RunSession, started: float | None, now: float, charts_pending: bool = False,
+                 drawn: str | None = None) -> str:
+    """The status line once every column is done: time taken or stopped, how it was timed, failures, notes
+    (``charts_pending``: the finished table is out, its charts come in the next frame; ``drawn``: the token the
+    page acknowledges once it has painted it)."""
+    how = race.how_timed(session.timing_pass_count())
+    message = f"Done in {now - started:.1f} s, {how}." if started is not None else \
         "All methods finished (step-through: each method's own passes, timed between your clicks)."
     if session.stopped:
         message = "Stopped."
     elif session.cancel.is_set():
-        message = f"Done in {now - started:.1f} s, {race.HOW_TIMED} (replay skipped)."
+        message = f"Done in {now - started:.1f} s, {how} (replay skipped)."
     failed = {method: run.error for method, run in session.runs.items() if run.error and not run.skipped}
     for method, error in failed.items():      # one column's failure must not read as a clean "Done"
         message += f" {label_of(method)} did not finish: {error}"
@@ -109,7 +113,8 @@ def final_status(session: RunSession, started: float | None, now: float) -> str:
     if skipped:
         message += f" Not run (stopped before their turn): {', '.join(skipped)}."
     message += "".join(f" {note}" for note in (session.oracle_note, session.prompt_note) if note)
-    return page.run_status_html(message, "error" if len(failed) == len(session.runs) else "done")
+    return page.run_status_html(message, "error" if len(failed) == len(session.runs) else "done",
+                                drawn=drawn, charts_pending=charts_pending)
 
 
 def finished_view(context: AppContext, session: RunSession, ready_plots: dict | None = None) -> ViewUpdate:
