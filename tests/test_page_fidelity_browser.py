@@ -5,8 +5,8 @@ At the page's 48 tokens a method's speedup on the page must be within a factor o
 page that decoded interleaved while it drew was off by up to 2x (SMC-SD 1.27x on the page against 0.63x alone).
 At 16 tokens, where a method decodes in a fraction of a second and anything of the page inside its timed window
 (a frame still being drawn, a progress tick) would show as it does on a fast machine, a method's page seconds must
-be at most 1.15x its alone seconds (the faster of two runs on each side, so a busy moment of the shared machine is
-not taken for the page). The benchmark holds the tight figures."""
+be at most 1.15x its alone seconds (the fastest of four rounds on each side, page and alone interleaved, so a busy
+moment or a slower spell of the shared machine is not taken for the page). The benchmark holds the tight figures."""
 from __future__ import annotations
 
 import sys
@@ -23,7 +23,7 @@ import page_fidelity  # noqa: E402
 
 pytestmark = browser_marks() + [pytest.mark.slow]
 FACTOR = 1.5
-SHORT_TOKENS, SHORT_BOUND = 16, 1.15
+SHORT_TOKENS, SHORT_BOUND, SHORT_ROUNDS = 16, 1.15, 4
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +65,12 @@ def test_a_short_runs_page_seconds_are_the_decoders_own(page, app_url, default_l
     prompt = page_fidelity.examples([0])[0]["prompt"]
     warm = page_fidelity.page_round(page, page_fidelity.WARM_UP_PROMPT, tmp_path)    # the page loaded, as the
     page_fidelity.alone_round(target, drafters.default, warm["trace"])                    # benchmark warms up
-    traces = [page_fidelity.page_round(page, prompt, tmp_path, SHORT_TOKENS)["trace"] for _ in range(3)]
-    page_fidelity.leave_page(page)              # alone: no page open beside the decoders, as in the benchmark
-    alone = [page_fidelity.alone_round(target, drafters.default, traces[-1]) for _ in range(3)]
+    traces, alone = [], []
+    for _ in range(SHORT_ROUNDS):               # interleaved, as in the benchmark: the host's slower and faster
+        page_fidelity.open_page(page, app_url)  # spells fall on both sides alike
+        traces.append(page_fidelity.page_round(page, prompt, tmp_path, SHORT_TOKENS)["trace"])
+        page_fidelity.leave_page(page)          # alone: no page open beside the decoders, as in the benchmark
+        alone.append(page_fidelity.alone_round(target, drafters.default, traces[-1]))
     page_fidelity.open_page(page, app_url)      # the module's page back on the app for the tests after this one
     compared = page_fidelity.compare(fastest([page_fidelity.page_methods(trace) for trace in traces]), fastest(alone))
     assert set(compared) == {"ar", "fixed", "pacer", "smc"}
