@@ -27,10 +27,11 @@ MAX_TOKEN_BYTES = 256
 # is acknowledged after the next paint (a rAF, then a task) and the browser's next idle moment, so the columns and
 # the line sent with it are laid out and painted. The token goes by a plain POST to ``ACKNOWLEDGE_PATH``: sent
 # through a Gradio event (the hidden textbox's change, still the fallback and the load-time ready mark) it cost
-# the browser 60-90 ms of script and garbage collection just after the method's decoding had started. A hidden tab paints nothing and acknowledges at once. Once it
-# has acknowledged a method's turn (a busy line), the page holds its animation frames (``ui/quiet_frames.py``)
-# until the status line changes again: the method's timed window has the cores to itself. The finished table's
-# frame (``handlers.table_then_charts``) is acknowledged without a hold: nothing is timed after it.
+# the browser 60-90 ms of script and garbage collection just after the method's decoding had started. A hidden tab
+# paints nothing and acknowledges at once. Once it has acknowledged a method's turn (a busy line), the page holds
+# its animation frames (``ui/quiet_frames.py``) until the status line changes again: the method's timed window has
+# the cores to itself. The finished table's frame (``handlers.table_then_charts``) is acknowledged without a hold:
+# nothing is timed after it.
 DRAWN_JS = """
 () => {
   const seen = new Set();
@@ -84,9 +85,10 @@ class AcknowledgeRoute:
             body += message.get("body", b"")
             if not message.get("more_body", False) or len(body) > MAX_TOKEN_BYTES:
                 break
-        if len(body) <= MAX_TOKEN_BYTES:
+        fits = len(body) <= MAX_TOKEN_BYTES
+        if fits:
             self.frames.acknowledge(body.decode("utf-8", "replace"))
-        await send({"type": "http.response.start", "status": 204 if len(body) <= MAX_TOKEN_BYTES else 413,
+        await send({"type": "http.response.start", "status": 204 if fits else 413,
                     "headers": [(b"content-length", b"0")]})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
