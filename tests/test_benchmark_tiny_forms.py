@@ -128,3 +128,20 @@ def test_pass_costs_runs_in_its_tiny_form(tmp_path):
     for by_size in report["medians"].values():
         assert set(by_size) == {"1_token_ms", "2_token_ms", "4_token_ms", "8_token_ms"}
         assert all(value > 0 for value in by_size.values())
+
+
+@pytest.mark.embedded
+def test_host_noise_runs_in_its_tiny_form(tmp_path):
+    """One repeat of 4 tokens on one llama.cpp thread, in the child process the full run uses per thread count."""
+    out = tmp_path / "host-noise"
+    report = run_script_report("benchmarks/host_noise.py", out, "--repeats", "1", "--max-new-tokens", "4",
+                               "--threads", "1", "--array-mb", "8", report=out / "results.json")
+    [leg] = report["legs"]
+    assert leg["threads"] == 1 and leg["same_tokens"]
+    [run] = leg["runs"]["ar"]
+    assert run["seconds"] > 0 and 0 < run["step_ms_fastest"] <= run["step_ms_median"]
+    assert 0.5 < run["cpu_over_wall"] < 1.5, "one llama.cpp thread keeps about one CPU busy"
+    for probe in ("memory", "compute"):
+        [timed] = leg["runs"][probe]
+        assert timed["solo_s"] > 0 and timed["pair_s"] > 0
+    assert "| 1 |" in (out / "report.md").read_text()
