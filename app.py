@@ -103,9 +103,12 @@ def serve_on_main_thread(demo, args: argparse.Namespace) -> None:
     """Gradio serves from its own threads while this thread, which loaded the models, runs the page's model work
     (``pacer_core.compute_thread``: one OpenMP team in the process, so the page decodes at a script's speed)."""
     from pacer_core.compute_thread import COMPUTE_THREAD
+    from pacer_core.heap import freeze_loaded_heap
     from pacer_core.ui.layout import serve
 
     serve(demo, host=args.host, port=args.port, concurrency=args.concurrency, prevent_thread_lock=True)
+    print(f"[pacer] startup's objects frozen out of the collector in {freeze_loaded_heap():.2f} s", file=sys.stderr,
+          flush=True)      # a full collection then never stalls a timed method (pacer_core/heap.py)
     try:
         COMPUTE_THREAD.serve_forever()
     except KeyboardInterrupt:

@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pacer_core import method_table  # noqa: E402
+from pacer_core.heap import freeze_loaded_heap  # noqa: E402
 from pacer_core.testing.app_runner import running_app, set_max_new_tokens  # noqa: E402
 
 EXAMPLES_PATH = ROOT / "assets" / "examples.json"
@@ -127,11 +128,28 @@ def _page_round_once(page, prompt: str, downloads: Path, new_tokens: int | None)
 
 
 def page_methods(trace: dict) -> dict:
-    """{method: {seconds, tokens, token_ids}} as the page measured them (busy_seconds: the table's seconds)."""
+    """{method: {seconds, tokens, token_ids, in_steps_s, step_ms}} as the page measured them (busy_seconds: the
+    table's seconds; the split from the kept pass's events, ``step_split``)."""
     busy = trace.get("busy_seconds", {})
     return {method: {"seconds": busy[method], "tokens": result["metrics"]["new_tokens"],
-                     "token_ids": result["token_ids"]}
+                     "token_ids": result["token_ids"]} | step_split(result.get("events", []))
             for method, result in trace.get("results", {}).items() if method in busy}
+
+
+def _event_field(event, name: str) -> float:
+    value = event.get(name) if isinstance(event, dict) else getattr(event, name, None)
+    return float(value or 0.0)
+
+
+def step_split(events: list) -> dict:
+    """``in_steps_s``: a run's seconds inside its steps' model calls (each step's draft and verify seconds, a trace's
+    dicts or a run's events alike), so that seconds − in_steps_s is what its timed window held besides them: the
+    decoder's own bookkeeping, and anything of the page that ran there. ``step_ms``: the median step after the
+    first (which carries the prompt's prefill); for AR, one target step, which follows the host's memory path
+    (docs/measurements.md, "What moves AR between runs")."""
+    steps = [_event_field(event, "draft_seconds") + _event_field(event, "verify_seconds") for event in events]
+    later = steps[1:] or steps
+    return {"in_steps_s": sum(steps), "step_ms": 1000 * statistics.median(later) if later else None}
 
 
 # ---------------------------------------------------------------- the same decoders alone
@@ -180,17 +198,26 @@ def alone_round(target, drafter, trace: dict, repeats: int = 1) -> dict:
 
     settings = {name: value for name, value in trace["settings"].items() if value is not None}
     per_sample = page_passes(trace)
-    seconds, out = {method: [] for method in page_order(trace)}, {}
+    seconds, splits, out = {method: [] for method in page_order(trace)}, {method: [] for method in page_order(trace)}, {}
     for _ in range(repeats * per_sample):
         for method in seconds:
             started = time.perf_counter()
             result = generate(target, drafter, method, trace["prompt"], chat=trace.get("chat_template"), **settings)
             seconds[method].append(time.perf_counter() - started)
+            splits[method].append(step_split(result.events))
             out[method] = {"tokens": result.metrics.new_tokens, "token_ids": list(result.token_ids)}
     samples = {method: [min(passes[start:start + per_sample]) for start in range(0, len(passes), per_sample)]
                for method, passes in seconds.items()}
     return {method: {"seconds": statistics.median(samples[method]), "samples": samples[method],
-                     "passes": seconds[method]} | out[method] for method in seconds}
+                     "passes": seconds[method], "outside_steps_passes": outside_steps(seconds[method], splits[method]),
+                     "step_ms_passes": [split["step_ms"] for split in splits[method]],
+                     "outside_steps_s": statistics.median(outside_steps(seconds[method], splits[method])),
+                     "step_ms": median_or_none(split["step_ms"] for split in splits[method])} | out[method]
+            for method in seconds}
+
+
+def outside_steps(seconds: list[float], splits: list[dict]) -> list[float]:
+    return [max(total - split["in_steps_s"], 0.0) for total, split in zip(seconds, splits)]
 
 
 def speedups(methods: dict) -> dict:
@@ -210,7 +237,11 @@ def compare(page: dict, alone: dict) -> dict:
                      "page_speedup": page_speed.get(method), "alone_speedup": alone_speed.get(method),
                      "speedup_ratio": (page_speed[method] / alone_speed[method]
                                        if method in page_speed and method in alone_speed else None),
-                     "same_tokens": page[method]["token_ids"] == alone[method]["token_ids"]}
+                     "same_tokens": page[method]["token_ids"] == alone[method]["token_ids"],
+                     "page_outside_steps_s": (max(page[method]["seconds"] - page[method]["in_steps_s"], 0.0)
+                                              if page[method].get("in_steps_s") is not None else None),
+                     "alone_outside_steps_s": alone[method].get("outside_steps_s"),
+                     "page_step_ms": page[method].get("step_ms"), "alone_step_ms": alone[method].get("step_ms")}
             for method in method_table.method_keys() if method in page and method in alone}
 
 
@@ -250,7 +281,8 @@ def summarize(example_rounds: list[dict]) -> dict:
             continue
         methods[method] = {key: median_of(compared, method, key)
                            for key in ("page_s", "alone_s", "seconds_ratio", "page_speedup", "alone_speedup",
-                                       "speedup_ratio")}
+                                       "speedup_ratio", "page_outside_steps_s", "alone_outside_steps_s",
+                                       "page_step_ms", "alone_step_ms")}
         methods[method]["same_tokens"] = all(row[method]["same_tokens"] for row in compared if method in row)
         floor = [entry["alone_against_itself"][method] for entry in example_rounds
                  if method in entry.get("alone_against_itself", {})]
@@ -298,6 +330,17 @@ def report(results: dict) -> str:
                          f"{fmt(row['seconds_ratio'])} | {fmt(row['page_speedup'])} | {fmt(row['alone_speedup'])} | "
                          f"{fmt(row['speedup_ratio'])} | {fmt(row.get('alone_against_itself'))} | "
                          f"{'yes' if row['same_tokens'] else 'no'} |")
+    lines += ["", "Where each method's seconds went (medians over rounds): outside steps is its timed seconds less the "
+              "seconds inside its steps' model calls (the decoder's bookkeeping, and anything of the page that ran in "
+              "its window); a step is the median step's model seconds after the first. AR's step is one target "
+              "step, which moves with the host between runs (docs/measurements.md, \"What moves AR between runs\").",
+              "", "| example | method | page outside steps s | alone outside steps s | page step ms | alone step ms |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for example in results["examples"]:
+        for method, row in example["summary"]["methods"].items():
+            lines.append(f"| {example['label']} | {method} | {fmt(row.get('page_outside_steps_s'), 3)} | "
+                         f"{fmt(row.get('alone_outside_steps_s'), 3)} | {fmt(row.get('page_step_ms'), 1)} | "
+                         f"{fmt(row.get('alone_step_ms'), 1)} |")
     lines += ["", "Click to finished table: from the Run button's click event to the finished status line and table in "
               "the page, on the browser's clock; charts: to the frame after the finished charts were drawn (they "
               "follow the table); driver: the same click to table as Playwright sees it, its own round trips "
@@ -340,6 +383,7 @@ def measure(args) -> dict:
         browser, page = browser_page(playwright, url)
         warm = page_round(page, WARM_UP_PROMPT, downloads)        # lazy builds and first-call costs, both sides
         alone_round(target, drafters.default, warm["trace"])
+        freeze_loaded_heap()        # as app.py does once it serves: no full collection of startup's objects
         for round_index in range(args.rounds):
             for item in chosen:
                 open_page(page, url)

@@ -23,6 +23,7 @@ from .bench_report import (RunRecord, add_drafters_and_identity, add_log_likelih
                            write_outputs)
 from .decoders.oracle import OracleLength
 from .drafters import load_drafter
+from .heap import freeze_loaded_heap
 from .methods import HF_METHODS, MethodSpec, parse_method
 from .models import ModelLoadError, load_target
 from .prompts import load_prompts
@@ -245,6 +246,7 @@ def interleaved_runs(specs: list[MethodSpec], prompt_count: int, repeats: int, r
     ordered = sorted(specs, key=lambda spec: spec.kind != "ar")  # AR first: the oracle needs its output
     for spec in tqdm(ordered, desc="warm-up", file=sys.stderr):
         run_one(spec, 0)
+    freeze_loaded_heap()       # no full collection of the loaded models' objects inside a timed run (heap.py)
     runs = {spec.label: [] for spec in specs}
     progress = tqdm(total=repeats * len(specs) * prompt_count, desc="benchmark", file=sys.stderr)
     for repeat in range(repeats):

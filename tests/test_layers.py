@@ -26,7 +26,7 @@ LAYERS = (
     ("core", ("pacer_core.settings", "pacer_core.events", "pacer_core.sampling", "pacer_core.particles",
               "pacer_core.kvcache", "pacer_core.packed_linear", "pacer_core.quantized_linear", "pacer_core.prompts", "pacer_core.phrases",
               "pacer_core.stopping", "pacer_core.acceptance", "pacer_core.method_table",
-              "pacer_core.compute_thread")),
+              "pacer_core.compute_thread", "pacer_core.heap")),
     ("components", ("pacer_core.embedded", "pacer_core.models", "pacer_core.drafters", "pacer_core.analysis",
                     "pacer_core.preverifier", "pacer_core.llama", "pacer_core.graphed", "pacer_core.loading",
                     "pacer_core.default_target")),

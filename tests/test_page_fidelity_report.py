@@ -54,7 +54,9 @@ def test_an_alone_sample_is_the_fastest_of_as_many_passes_as_the_page_timed(monk
 
     def generate(target, drafter, method, prompt, **settings):
         now[0] += next(durations)
-        return types.SimpleNamespace(metrics=types.SimpleNamespace(new_tokens=4), token_ids=[1, 2])
+        steps = [types.SimpleNamespace(draft_seconds=0.0, verify_seconds=0.1),      # the prefill's step
+                 types.SimpleNamespace(draft_seconds=0.05, verify_seconds=0.15)]
+        return types.SimpleNamespace(metrics=types.SimpleNamespace(new_tokens=4), token_ids=[1, 2], events=steps)
 
     monkeypatch.setattr(pacer_core, "generate", generate)
     monkeypatch.setattr(page_fidelity, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
@@ -65,3 +67,24 @@ def test_an_alone_sample_is_the_fastest_of_as_many_passes_as_the_page_timed(monk
     assert side["fixed"]["samples"] == pytest.approx([0.4, 0.5, 0.3]) and side["fixed"]["seconds"] == pytest.approx(0.4)
     assert side["ar"]["samples"] == pytest.approx([0.9, 0.8, 1.0]) and side["ar"]["seconds"] == pytest.approx(0.9)
     assert len(side["ar"]["passes"]) == 6
+    # each pass spent 0.3 s inside its steps' model calls; the rest of its seconds were outside them
+    assert side["fixed"]["outside_steps_passes"] == pytest.approx([0.2, 0.1, 0.3, 0.2, 0.0, 0.4])
+    assert side["fixed"]["outside_steps_s"] == pytest.approx(0.2) and side["fixed"]["step_ms"] == pytest.approx(200)
+
+
+def test_a_runs_split_reads_a_traces_steps_and_a_runs_events_alike():
+    """Seconds inside the steps' model calls, and the median step after the first (which carries the prefill)."""
+    import types
+
+    as_dicts = [{"kind": "step", "draft_seconds": 0.0, "verify_seconds": 0.5},
+                {"kind": "step", "draft_seconds": 0.02, "verify_seconds": 0.01},
+                {"kind": "smc_cycle", "draft_seconds": 0.04, "verify_seconds": None}]
+    as_events = [types.SimpleNamespace(**{k: v for k, v in event.items() if k != "kind"}) for event in as_dicts]
+    for events in (as_dicts, as_events):
+        split = page_fidelity.step_split(events)
+        assert split["in_steps_s"] == pytest.approx(0.57) and split["step_ms"] == pytest.approx(35.0)
+    assert page_fidelity.step_split([]) == {"in_steps_s": 0, "step_ms": None}
+    page = page_fidelity.page_methods({"busy_seconds": {"ar": 0.7},
+                                       "results": {"ar": {"metrics": {"new_tokens": 3}, "token_ids": [1, 2, 3],
+                                                          "events": as_dicts}}})
+    assert page["ar"]["in_steps_s"] == pytest.approx(0.57) and page["ar"]["seconds"] == 0.7
