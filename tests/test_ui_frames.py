@@ -91,6 +91,41 @@ def test_the_page_acknowledges_a_frame_by_a_plain_post_that_never_reaches_gradio
     assert f"'{ACKNOWLEDGE_PATH}'" in DRAWN_JS and "viaBox(token)" in DRAWN_JS       # the textbox: the fallback
 
 
+def test_the_reply_is_written_before_the_acknowledgement_starts_a_methods_clock():
+    """The turn waiting on the token resumes only after the 204 went out; a reply that fails still acknowledges."""
+    import asyncio
+
+    frames = DrawnFrames()
+
+    def acknowledge(token: str, send) -> None:
+        async def receive():
+            return {"type": "http.request", "body": token.encode(), "more_body": False}
+
+        asyncio.run(AcknowledgeRoute(None, frames)({"type": "http", "method": "POST", "path": f"/{ACKNOWLEDGE_PATH}"},
+                                                   receive, send))
+
+    order, acknowledged = [], frames.acknowledge
+    frames.acknowledge = lambda token: order.append("acknowledged") or acknowledged(token)
+    token = frames.expect()
+
+    async def send(message):
+        order.append(message["type"])
+
+    acknowledge(token, send)
+    assert order == ["http.response.start", "http.response.body", "acknowledged"]
+    assert frames.wait(token, timeout=0.0)
+
+    async def broken(message):
+        raise OSError("the page left")
+
+    gone = frames.expect()
+    try:
+        acknowledge(gone, broken)
+    except OSError:
+        pass
+    assert frames.wait(gone, timeout=0.0)
+
+
 def test_the_app_routes_the_page_s_acknowledgements_to_its_frames():
     from pacer_core.drafters import LoadedDrafters
     from pacer_core.testing.tiny import tiny_pair

@@ -69,8 +69,9 @@ DRAWN_JS = """
 
 
 class AcknowledgeRoute:
-    """ASGI middleware: a POST to a path ending in ``/ACKNOWLEDGE_PATH`` acknowledges the token in its body
-    (``DrawnFrames.acknowledge``) and answers 204; everything else goes on to the app."""
+    """ASGI middleware: a POST to a path ending in ``/ACKNOWLEDGE_PATH`` answers 204, then acknowledges the token in
+    its body (``DrawnFrames.acknowledge``): a method's clock starts at the acknowledgement, so the server's reply is
+    written before it, not inside the method's timed window; everything else goes on to the app."""
 
     def __init__(self, app, frames: "DrawnFrames"):
         self.app, self.frames = app, frames
@@ -86,11 +87,13 @@ class AcknowledgeRoute:
             if not message.get("more_body", False) or len(body) > MAX_TOKEN_BYTES:
                 break
         fits = len(body) <= MAX_TOKEN_BYTES
-        if fits:
-            self.frames.acknowledge(body.decode("utf-8", "replace"))
-        await send({"type": "http.response.start", "status": 204 if fits else 413,
-                    "headers": [(b"content-length", b"0")]})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        try:
+            await send({"type": "http.response.start", "status": 204 if fits else 413,
+                        "headers": [(b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:                # a page gone before the reply still drew the frame
+            if fits:
+                self.frames.acknowledge(body.decode("utf-8", "replace"))
 
 
 class DrawnFrames:
