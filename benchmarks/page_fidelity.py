@@ -198,7 +198,8 @@ def alone_round(target, drafter, trace: dict, repeats: int = 1) -> dict:
 
     settings = {name: value for name, value in trace["settings"].items() if value is not None}
     per_sample = page_passes(trace)
-    seconds, splits, out = {method: [] for method in page_order(trace)}, {method: [] for method in page_order(trace)}, {}
+    order = page_order(trace)
+    seconds, splits, out = {method: [] for method in order}, {method: [] for method in order}, {}
     for _ in range(repeats * per_sample):
         for method in seconds:
             started = time.perf_counter()
@@ -209,15 +210,16 @@ def alone_round(target, drafter, trace: dict, repeats: int = 1) -> dict:
     samples = {method: [min(passes[start:start + per_sample]) for start in range(0, len(passes), per_sample)]
                for method, passes in seconds.items()}
     return {method: {"seconds": statistics.median(samples[method]), "samples": samples[method],
-                     "passes": seconds[method], "outside_steps_passes": outside_steps(seconds[method], splits[method]),
-                     "step_ms_passes": [split["step_ms"] for split in splits[method]],
-                     "outside_steps_s": statistics.median(outside_steps(seconds[method], splits[method])),
-                     "step_ms": median_or_none(split["step_ms"] for split in splits[method])} | out[method]
+                     "passes": seconds[method]} | split_of_passes(seconds[method], splits[method]) | out[method]
             for method in seconds}
 
 
-def outside_steps(seconds: list[float], splits: list[dict]) -> list[float]:
-    return [max(total - split["in_steps_s"], 0.0) for total, split in zip(seconds, splits)]
+def split_of_passes(seconds: list[float], splits: list[dict]) -> dict:
+    """A method's alone passes split as the page's are (``step_split``): per pass and their medians."""
+    outside = [max(total - split["in_steps_s"], 0.0) for total, split in zip(seconds, splits)]
+    steps = [split["step_ms"] for split in splits]
+    return {"outside_steps_passes": outside, "step_ms_passes": steps,
+            "outside_steps_s": statistics.median(outside), "step_ms": median_or_none(steps)}
 
 
 def speedups(methods: dict) -> dict:
@@ -330,17 +332,7 @@ def report(results: dict) -> str:
                          f"{fmt(row['seconds_ratio'])} | {fmt(row['page_speedup'])} | {fmt(row['alone_speedup'])} | "
                          f"{fmt(row['speedup_ratio'])} | {fmt(row.get('alone_against_itself'))} | "
                          f"{'yes' if row['same_tokens'] else 'no'} |")
-    lines += ["", "Where each method's seconds went (medians over rounds): outside steps is its timed seconds less the "
-              "seconds inside its steps' model calls (the decoder's bookkeeping, and anything of the page that ran in "
-              "its window); a step is the median step's model seconds after the first. AR's step is one target "
-              "step, which moves with the host between runs (docs/measurements.md, \"What moves AR between runs\").",
-              "", "| example | method | page outside steps s | alone outside steps s | page step ms | alone step ms |",
-              "| --- | --- | --- | --- | --- | --- |"]
-    for example in results["examples"]:
-        for method, row in example["summary"]["methods"].items():
-            lines.append(f"| {example['label']} | {method} | {fmt(row.get('page_outside_steps_s'), 3)} | "
-                         f"{fmt(row.get('alone_outside_steps_s'), 3)} | {fmt(row.get('page_step_ms'), 1)} | "
-                         f"{fmt(row.get('alone_step_ms'), 1)} |")
+    lines += split_table(results)
     lines += ["", "Click to finished table: from the Run button's click event to the finished status line and table in "
               "the page, on the browser's clock; charts: to the frame after the finished charts were drawn (they "
               "follow the table); driver: the same click to table as Playwright sees it, its own round trips "
@@ -357,6 +349,22 @@ def report(results: dict) -> str:
                      f"{fmt(summary.get('click_to_charts_s'))} | {fmt(summary.get('driver_click_to_table_s'))} | "
                      f"{passed} |")
     return "\n".join(lines) + "\n"
+
+
+def split_table(results: dict) -> list[str]:
+    """The report's lines on where each method's seconds went: outside its steps' model calls, and its median step."""
+    lines = ["", "Where each method's seconds went (medians over rounds): outside steps is its timed seconds less the "
+             "seconds inside its steps' model calls (the decoder's bookkeeping, and anything of the page that ran in "
+             "its window); a step is the median step's model seconds after the first. AR's step is one target "
+             "step, which moves with the host between runs (docs/measurements.md, \"What moves AR between runs\").",
+             "", "| example | method | page outside steps s | alone outside steps s | page step ms | alone step ms |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for example in results["examples"]:
+        for method, row in example["summary"]["methods"].items():
+            lines.append(f"| {example['label']} | {method} | {fmt(row.get('page_outside_steps_s'), 3)} | "
+                         f"{fmt(row.get('alone_outside_steps_s'), 3)} | {fmt(row.get('page_step_ms'), 1)} | "
+                         f"{fmt(row.get('alone_step_ms'), 1)} |")
+    return lines
 
 
 def browser_page(playwright, url: str):
