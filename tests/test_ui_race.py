@@ -45,6 +45,16 @@ def test_the_race_lasts_as_long_as_its_slowest_lane_and_says_who_finished():
     assert "1.0 s" in race.race_line([fast, slow], 3.0)          # the clock stops at the end
 
 
+def test_the_explain_tab_states_the_replays_speed():
+    """The Explain tab tells how fast the race replays: the number the race uses, not an older one."""
+    from pacer_core.ui.widgets import EXPLAIN_PATH
+
+    import re
+
+    stated = re.findall(r"sped up (\d+(?:\.\d+)?)x", EXPLAIN_PATH.read_text(encoding="utf-8"))
+    assert stated and all(float(speed) == race.REPLAY_SPEED for speed in stated), stated
+
+
 def test_run_times_each_method_alone_one_after_another(context, monkeypatch):
     order = []
     advance_one = handlers.RunSession.advance_one
