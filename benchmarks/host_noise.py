@@ -165,9 +165,9 @@ def markdown(report: dict) -> str:
              f"{settings['max_new_tokens']} new tokens at T = 0.7, seed 0; {settings['repeats']} repeats, each after "
              f"a {PAUSE_S} s pause, interleaved with the two host probes ({settings['array_mb']} MB array summed; "
              "256 x 256 product). Medians (min-max, max/min).", "",
-             "| llama.cpp threads | AR s | AR one-row step ms | CPU s / wall s | steal s | memory pair / solo | "
-             "compute pair / solo | same tokens |",
-             "| ---: | --- | --- | --- | ---: | --- | --- | --- |"]
+             "| llama.cpp threads | AR s | AR one-row step ms | CPU s / wall s | steal s | memory solo ms | "
+             "memory pair / solo | compute solo ms | compute pair / solo | same tokens |",
+             "| ---: | --- | --- | --- | ---: | --- | --- | --- | --- | --- |"]
     for leg in report["legs"]:
         summary = leg["summary"]
         lines.append(f"| {leg['threads']} | {fmt_spread(summary['ar_seconds'], 3)} | "

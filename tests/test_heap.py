@@ -3,10 +3,10 @@ freezes once it serves, before its compute thread takes the page's model work.""
 from __future__ import annotations
 
 import gc
-import sys
 import weakref
 
 import pytest
+from script_module import load_script
 
 
 class Node:
@@ -43,8 +43,6 @@ def test_startup_garbage_is_collected_and_what_is_alive_is_frozen(unfrozen):
 def test_the_app_freezes_once_it_serves_before_its_compute_thread_runs(monkeypatch):
     import argparse
 
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-    import app
     from pacer_core import heap
     from pacer_core.compute_thread import COMPUTE_THREAD
     from pacer_core.ui import layout
@@ -53,5 +51,5 @@ def test_the_app_freezes_once_it_serves_before_its_compute_thread_runs(monkeypat
     monkeypatch.setattr(layout, "serve", lambda demo, **options: order.append("serve"))
     monkeypatch.setattr(heap, "freeze_loaded_heap", lambda: order.append("freeze") or 0.0)
     monkeypatch.setattr(COMPUTE_THREAD, "serve_forever", lambda: order.append("compute"))
-    app.serve_on_main_thread(object(), argparse.Namespace(host="127.0.0.1", port=0, concurrency=None))
+    load_script("app.py").serve_on_main_thread(object(), argparse.Namespace(host="127.0.0.1", port=0, concurrency=None))
     assert order == ["serve", "freeze", "compute"]

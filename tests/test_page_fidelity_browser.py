@@ -5,8 +5,9 @@ At the page's 48 tokens a method's speedup on the page must be within a factor o
 page that decoded interleaved while it drew was off by up to 2x (SMC-SD 1.27x on the page against 0.63x alone).
 At 16 tokens, where a method decodes in a fraction of a second and anything of the page inside its timed window
 (a frame still being drawn, a progress tick) would show as it does on a fast machine, a method's page seconds must
-be at most 1.15x its alone seconds (the fastest of four rounds on each side, page and alone interleaved, so a busy
-moment or a slower spell of the shared machine is not taken for the page). The benchmark holds the tight figures."""
+be at most 1.15x its alone seconds (the fastest of four rounds on each side, page and alone interleaved, or of eight
+when a method is over the bound after four, so a busy moment or a slower spell of the shared machine is not taken
+for the page). The benchmark holds the tight figures."""
 from __future__ import annotations
 
 import sys
