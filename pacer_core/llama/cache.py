@@ -16,6 +16,7 @@ from typing import Protocol
 
 import torch
 
+from ..drafters.vocabulary import full_vocabulary_logits
 from ..kvcache import FeedsSequence
 from . import model as llama_model
 from .model import BATCH_TOKENS, MAX_ROWS, ContextPool, GGUFModel, llama_cpp_module
@@ -53,6 +54,9 @@ class GGUFCache(FeedsSequence):
         self.row_tokens: list[list[int]] = [[]]
         self.device = torch.device("cpu")
         self.calls = 0
+        # a short-head file (short_head.py): ids are fed as its rows, its scored rows read back as ids
+        self.short_head = getattr(owner, "short_head", None)
+        self.off_vocabulary_mass = 0.0       # > 0: SMC-SD's proposal keeps q > 0 off the scored ids
 
     @property
     def length(self) -> int:
@@ -73,7 +77,12 @@ class GGUFCache(FeedsSequence):
         for row, tokens in zip(self.row_tokens, rows):
             row.extend(tokens)
         self.calls += 1
-        logits = logits.view(len(rows), kept, -1)[..., : self.vocab_size]
+        logits = logits.view(len(rows), kept, -1)
+        if self.short_head is not None:
+            logits = full_vocabulary_logits(logits[..., : self.short_head.head_rows], self.short_head.kept_ids,
+                                            self.vocab_size, self.off_vocabulary_mass)
+        else:
+            logits = logits[..., : self.vocab_size]
         if output_hidden_states:
             return logits, logits.new_zeros(len(rows), kept, 0)
         return logits
@@ -106,8 +115,10 @@ class GGUFCache(FeedsSequence):
         llama_cpp = llama_cpp_module()
         batch = self.batch.batch
         outputs = 0
+        rows_of = self.short_head.position_of if self.short_head is not None else None
         for index, (sequence, position, token_id, wanted) in enumerate(entries):
-            batch.token[index], batch.pos[index] = token_id, position
+            batch.token[index] = token_id if rows_of is None else int(rows_of[token_id])
+            batch.pos[index] = position
             batch.seq_id[index][0], batch.n_seq_id[index] = sequence, 1
             batch.logits[index] = wanted
             outputs += int(wanted)

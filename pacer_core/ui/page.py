@@ -47,8 +47,9 @@ def drafter_text(describe: dict) -> str:
         return (f"{describe.get('draft', '?')}: the target's own weights, int{drafter.get('bits', '?')} weight-only "
                 f"({drafter.get('quantized_megabytes', 0):.0f} MB{kept})")
     if drafter.get("kind") == "gguf":
+        kept = f", proposes its {drafter['kept_ids']:,} most frequent ids" if drafter.get("kept_ids") else ""
         return (f"gguf: the target's own GGUF run by llama.cpp ({str(drafter.get('dtype', '?')).split()[-1]}, "
-                f"{drafter.get('file_megabytes', 0):.0f} MB, {drafter.get('threads', '?')} threads)")
+                f"{drafter.get('file_megabytes', 0):.0f} MB, {drafter.get('threads', '?')} threads{kept})")
     return str(describe.get("draft", "?"))
 
 
