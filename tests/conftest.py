@@ -19,6 +19,22 @@ def pytest_addoption(parser):
                           f"the environment variable {DEVICE_ENV} sets it too")
 
 
+def pytest_collection_finish(session):
+    """A session that will run the Space build test starts that build now, in the background at the idle class
+    (tests/space_build.py): the test waits for it instead of spending ~7 min building after the other tests."""
+    from space_build import SPACE_BUILD, TEST_ID, background_build
+
+    if not session.config.option.collectonly and any(item.nodeid == TEST_ID for item in session.items):
+        session.config.stash[SPACE_BUILD] = background_build()
+
+
+def pytest_unconfigure(config):
+    from space_build import SPACE_BUILD, stop_and_remove
+
+    if SPACE_BUILD in config.stash:
+        stop_and_remove(config.stash[SPACE_BUILD])
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     """While a test runs, an app.py it started (app_process.running_app) that dies interrupts it within a second
@@ -91,9 +107,10 @@ def draft_model(tiny):
     return tiny[1].model
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def app_url(tmp_path_factory):
-    """app.py in a subprocess on the embedded pair (or PACER_TARGET/PACER_DRAFT), on a free port; one per module."""
+    """app.py in a subprocess on the embedded pair (or PACER_TARGET/PACER_DRAFT), on a free port: one for the
+    session, shared by every module that does not start its own (each app start is ~25 s of a 2-core machine)."""
     from app_process import AppStartError, running_app
 
     try:

@@ -56,7 +56,7 @@ def test_a_browser_wait_on_a_dead_app_fails_within_seconds(tmp_path, chromium_br
 @pytest.mark.server
 @pytest.mark.embedded
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"chromium not found at {CHROMIUM}")
-@pytest.mark.parametrize("hook", ["SIGILL", "SIGSEGV"])
+@pytest.mark.parametrize("hook", ["SIGILL"])    # the field's crash (AMX); tests/test_native_proof.py has SIGSEGV too
 def test_a_crashing_gguf_build_leaves_the_page_serving_without_it(tmp_path, chromium_browser, hook):
     reason = embedded_pair_missing()
     if reason:

