@@ -33,10 +33,10 @@ def pytest_collection_finish(session):
 
 
 def pytest_unconfigure(config):
-    from space_build import SPACE_BUILD, stop_and_remove
+    from space_build import SPACE_BUILD
 
     if SPACE_BUILD in config.stash:
-        stop_and_remove(config.stash[SPACE_BUILD])
+        config.stash[SPACE_BUILD].stop_and_remove()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -72,7 +72,8 @@ def idle_class() -> None:
 
 
 def run_step(command: list[str], log, env: dict, cwd: Path, idle: bool, children: list) -> None:
-    """``command`` to its end in a session of its own (``children`` holds it meanwhile, for ``stop_and_remove``)."""
+    """``command`` to its end in a session of its own (``children`` holds it meanwhile, for
+    ``SpaceBuild.stop_and_remove``)."""
     log.write(f"\n$ {' '.join(command)}\n")
     log.flush()
     started = time.monotonic()
@@ -151,22 +152,22 @@ class SpaceBuild:
             raise self.error
         return self.python
 
+    def stop_and_remove(self) -> None:
+        """A build still going when the session ends is stopped (its step's whole process group), its folder
+        removed."""
+        for child in list(self._children):
+            try:
+                os.killpg(child.pid, 9)
+            except ProcessLookupError:
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        shutil.rmtree(self.work, ignore_errors=True)
+
 
 SPACE_BUILD = pytest.StashKey["SpaceBuild"]()      # the session's background build, on its config's stash
 
 
 def background_build() -> SpaceBuild:
-    """The build started now at the idle class, in a temporary folder of its own (``cleanup`` removes it)."""
+    """The build started now at the idle class, in a temporary folder of its own (``stop_and_remove`` removes it)."""
     return SpaceBuild(Path(tempfile.mkdtemp(prefix="pacer-space-build-")), idle=True).start()
-
-
-def stop_and_remove(build: SpaceBuild) -> None:
-    """A build still going when the session ends is stopped (its step's whole process group), its folder removed."""
-    for child in list(build._children):
-        try:
-            os.killpg(child.pid, 9)
-        except ProcessLookupError:
-            pass
-    if build._thread is not None:
-        build._thread.join(timeout=30)
-    shutil.rmtree(build.work, ignore_errors=True)
