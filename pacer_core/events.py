@@ -71,6 +71,7 @@ class StepEvent:
     stop_reason: str | None = None      # PACER: why drafting stopped (preverifier, cost, max_len, budget, eos)
     stop_note: str | None = None        # PACER's cost rule: the comparison that ended drafting
     oracle_len: float | None = None     # gamma*: accepted count of a forced long draft (pacer_core.analysis)
+    prefill_seconds: float = 0.0        # the run's first pass only: the prompt's prefill and fresh caches before it
     kind: str = "step"
 
 
@@ -95,6 +96,7 @@ class SMCCycleEvent:
     particle_tokens: list[list[TokenRecord]] = field(default_factory=list)  # each particle's new tokens this
     #                                     cycle, each with its own text: DRAFTED (kept, reweighted) or BONUS
     resample_below: float | None = None  # the ESS line it resampled below: 1 + ess_threshold·(N − 1)
+    prefill_seconds: float = 0.0        # the first cycle only: the prompt's prefill and the N rows made before it
     kind: str = "smc_cycle"
 
     @property

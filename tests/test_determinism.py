@@ -19,6 +19,18 @@ def test_same_seed_same_tokens(method, temperature):
     assert runs[0] == runs[1] and len(runs[0]) == 24
 
 
+@pytest.mark.parametrize("method", method_table.method_keys())
+def test_the_first_pass_reports_what_the_run_spent_before_it(method):
+    """Fresh caches and the prompt's prefill are reported once, on the first event (the timeline's first bar), and
+    every event's seconds together stay within the run's."""
+    target, drafter = tiny_pair(scale=4.0)
+    result = generate(target, drafter, method, "t3 t4 t5", max_new_tokens=12, temperature=0.9, seed=3)
+    prefills = [event.prefill_seconds for event in result.events]
+    assert len(prefills) > 1 and prefills[0] > 0 and not any(prefills[1:])
+    accounted = sum(event.prefill_seconds + event.draft_seconds + event.verify_seconds for event in result.events)
+    assert accounted <= result.metrics.seconds
+
+
 def test_different_seeds_differ_when_sampling():
     target, drafter = tiny_pair(scale=1.0)
     outputs = {tuple(generate(target, drafter, "fixed", "t3", max_new_tokens=16, temperature=1.0, seed=s).token_ids)

@@ -66,6 +66,18 @@ def test_discarded_drafts_count_as_wasted():
     assert wasted[0].seconds == pytest.approx(0.2)
 
 
+def test_a_lane_starts_with_the_prefill_its_first_pass_reports():
+    first = step("fixed", 0, ["accepted", "corrected"], 0.1, 0.2, 2)
+    first.prefill_seconds = 0.05
+    segments = timeline.method_segments("fixed", [first, FIXED[1]])
+    assert [(s.step, s.kind, round(s.start, 6), round(s.seconds, 6)) for s in segments[:3]] == [
+        (0, timeline.PREFILL, 0.0, 0.05), (0, timeline.KEPT_DRAFT, 0.05, 0.1), (0, timeline.VERIFY, 0.15, 0.2)]
+    assert sum(s.seconds for s in segments) == pytest.approx(0.05 + 0.3 + 0.6)
+    grouped = timeline.method_segments("fixed", [first, FIXED[1]], group=2)    # a bar for both passes
+    assert grouped[0].kind == timeline.PREFILL and grouped[0].seconds == pytest.approx(0.05)
+    assert timeline.method_segments("ar", AR)[0].kind == timeline.VERIFY          # a trace without one: none
+
+
 def test_lanes_come_in_a_fixed_order_and_empty_input_gives_nothing():
     segments = timeline.timeline_segments({"smc": [cycle(0)], "fixed": FIXED, "ar": AR})
     order = list(dict.fromkeys(s.method for s in segments))
@@ -147,8 +159,10 @@ def hover_text(fig) -> str:
     return "\n".join(map(str, parts))
 
 
-def test_timeline_figure_has_a_lane_per_method_and_the_three_kinds():
-    fig = plots_time.timeline_figure({"ar": AR, "fixed": FIXED, "pacer": [], "smc": [cycle(0)]})
+def test_timeline_figure_has_a_lane_per_method_and_the_four_kinds():
+    smc = cycle(0)
+    smc.prefill_seconds = 0.03
+    fig = plots_time.timeline_figure({"ar": AR, "fixed": FIXED, "pacer": [], "smc": [smc]})
     bars = [trace for trace in fig.data if trace.type == "bar"]
     assert {trace.name for trace in bars} == {name for name, _, _ in plots_time.SEGMENT_STYLES.values()}
     lanes = {lane for trace in bars for lane in trace.y}
@@ -156,6 +170,9 @@ def test_timeline_figure_has_a_lane_per_method_and_the_three_kinds():
     wasted = next(trace for trace in bars if "wasted" in trace.name)
     assert wasted.marker.pattern.shape == "x" and list(wasted.x) == pytest.approx([0.2])
     assert "did not keep" in hover_text(fig)
+    prefill = next(trace for trace in bars if trace.name == "prompt prefill")
+    assert list(prefill.y) == ["SMC-SD"] and list(prefill.x) == pytest.approx([0.03])
+    assert "prompt's prefill" in hover_text(fig)
 
 
 def test_speedup_figure_draws_curves_points_and_ar_at_one():

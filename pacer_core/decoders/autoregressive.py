@@ -34,4 +34,5 @@ class Autoregressive:
                          tokens=[TokenRecord(token_id, target.token_texts([token_id])[0], "target",
                                              target_prob=shown_prob)],
                          emitted_ids=emitted, emitted_text=target.decode(emitted), n_drafted=0, n_accepted=0,
-                         draft_seconds=0.0, verify_seconds=seconds, total_new_tokens=state.new_tokens)
+                         draft_seconds=0.0, verify_seconds=seconds, total_new_tokens=state.new_tokens,
+                         prefill_seconds=state.take_prefill_seconds())

@@ -50,8 +50,15 @@ class DecodeState:
     first_accepted: int = 0                    # of those, steps that accepted it
     last_first_accepted: bool | None = None    # the latest such step's verdict
     started: float = field(default_factory=time.perf_counter)
+    prefill_seconds: float = 0.0     # fresh caches and the prompt's prefill (``make_state``), until the first event
     target_log_probs: list[float] = field(default_factory=list)   # log p(token) at T = 1 of each emitted token
     target_rows: list | None = None   # the logits rows that judged the emitted tokens, when the run keeps them
+
+    def take_prefill_seconds(self) -> float:
+        """What the run spent before its first pass (``prefill_seconds``), once: the first event reports it, the
+        later ones 0."""
+        seconds, self.prefill_seconds = self.prefill_seconds, 0.0
+        return seconds
 
     def record_log_probs(self, target_logits_rows: torch.Tensor, emitted: list[int], settings: DecodeSettings) -> None:
         """When sampling, the target's log-probability (temperature 1) of each token just emitted, read from
@@ -179,7 +186,7 @@ def make_state(target, drafter, prompt_ids: list[int], settings: DecodeSettings,
     return state_type(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target_cache, draft=draft,
                       generator=new_generator(settings.seed, target_cache.device), eos_ids=target.eos_token_ids,
                       drafter=drafter if with_draft else None, started=started,
-                      target_rows=[] if keep_rows else None)
+                      prefill_seconds=time.perf_counter() - started, target_rows=[] if keep_rows else None)
 
 
 def commit(state: DecodeState, emitted_ids: list[int], settings: DecodeSettings) -> list[int]:
@@ -287,7 +294,8 @@ class SpeculativeDecoder:
         return StepEvent(method=self.name, step=step, tokens=tokens, emitted_ids=emitted,
                          emitted_text=target.decode(emitted), n_drafted=verified, n_accepted=verdict.n_accepted,
                          draft_seconds=proposal.seconds, verify_seconds=verify_seconds,
-                         total_new_tokens=state.new_tokens, **proposal.event_fields())
+                         total_new_tokens=state.new_tokens, prefill_seconds=state.take_prefill_seconds(),
+                         **proposal.event_fields())
 
 
 def draft_one(target, state: DecodeState, draft_sequence: list[int], settings: DecodeSettings,

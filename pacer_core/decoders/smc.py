@@ -85,7 +85,7 @@ class ParticleState:
     log_weights: torch.Tensor    # [N] float64
     target: ModelCache
     draft: ModelCache
-    prefill_seconds: tuple[float, float] = (0.0, 0.0)   # (draft, target): the prompt's passes, not yet reported
+    prefill_seconds: float = 0.0   # fresh caches, the prompt's prefill and the N rows made, until the first cycle
     cycle_target_logits: list | None = None   # each cycle's verify logits [N, K+1, V], when the run keeps them
     cycle_draft_logits: list | None = None    # each cycle's draft calls, (first position predicted, [N, T, V]) each
 
@@ -102,6 +102,11 @@ class ParticleState:
     def generated(self) -> int:
         """Positions generated so far in every row (live particles' length)."""
         return self.histories.shape[1] - self.prompt_len
+
+    def take_prefill_seconds(self) -> float:
+        """What the run spent before its first cycle, once: the first cycle's event reports it, the later ones 0."""
+        seconds, self.prefill_seconds = self.prefill_seconds, 0.0
+        return seconds
 
     def continuation(self, index: int) -> list[int]:
         return self.histories[index, self.prompt_len: self.prompt_len + int(self.lengths[index])].tolist()
@@ -124,30 +129,21 @@ def start_particles(target, drafter, prompt_ids: list[int], n_particles: int) ->
     target_cache, draft = new_caches(target, drafter, full_support=True)   # the target runs first below: a head sees its states
     device = target_cache.device
     expand = torch.zeros(n_particles, dtype=torch.long, device=device)
-    seconds = {}
     if len(prompt_ids) > 1:
-        prefix = torch.tensor([list(prompt_ids[:-1])], dtype=torch.long, device=device)   # [1, P-1]
-        for name, model in (("target", target_cache), ("draft", draft)):
-            started = time.perf_counter()
-            if model is draft and getattr(draft, "adopts_target_prompt", False):
-                draft.adopt(target_cache)             # the target's keys and values (drafters/gguf_drafter.py)
-            elif model is target_cache:
-                prefill_prompt(target_cache, prompt_ids)      # as every run starts (decoders.base.make_state)
-            else:
-                model.forward(prefix, keep=1)   # the logits are not used: compute one row
-            seconds[name] = time.perf_counter() - started
-        for name, model in (("target", target_cache), ("draft", draft)):
-            started = time.perf_counter()
-            model.reorder(expand)                                           # [1, ...] → [N, ...]
-            seconds[name] += time.perf_counter() - started
+        prefill_prompt(target_cache, prompt_ids)              # as every run starts (decoders.base.make_state)
+        if getattr(draft, "adopts_target_prompt", False):
+            draft.adopt(target_cache)                         # the target's keys and values (drafters/gguf_drafter.py)
+        else:                                                 # [1, P-1]; the logits are not used: compute one row
+            draft.forward(torch.tensor([list(prompt_ids[:-1])], dtype=torch.long, device=device), keep=1)
+        for model in (target_cache, draft):
+            model.reorder(expand)                             # [1, ...] → [N, ...]
     histories = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device).expand(n_particles, -1).clone()
     return ParticleState(prompt_len=len(prompt_ids), histories=histories,
                          lengths=torch.zeros(n_particles, dtype=torch.long, device=device),
                          finished=torch.zeros(n_particles, dtype=torch.bool, device=device),
                          ended_with_eos=torch.zeros(n_particles, dtype=torch.bool, device=device),
                          log_weights=torch.zeros(n_particles, dtype=torch.float64, device=device),
-                         target=target_cache, draft=draft,
-                         prefill_seconds=(seconds.get("draft", 0.0), seconds.get("target", 0.0)))
+                         target=target_cache, draft=draft)
 
 
 def new_token_records(target, token_ids: list[int], n_draft: int) -> list[TokenRecord]:
@@ -188,6 +184,7 @@ class SMC:
         settings = with_pinned(settings, self.pinned)
         started = time.perf_counter()
         state = start_particles(target, drafter, prompt_ids, settings.n_particles)
+        state.prefill_seconds = time.perf_counter() - started       # the first cycle's event reports it
         state.cycle_target_logits = [] if keep_rows else None
         state.cycle_draft_logits = [] if keep_rows and keeps_draft_rows(state, drafter, settings) else None
         generator = new_generator(settings.seed, state.device)
@@ -230,7 +227,7 @@ class SMC:
             drafted_ids[:, k] = sample_rows(draft_log_dist.exp(), generator)
             draft_log_probs[:, k] = draft_log_dist.gather(-1, drafted_ids[:, k: k + 1]).squeeze(-1)
             pending = drafted_ids[:, k: k + 1]
-        draft_seconds = time.perf_counter() - started + state.prefill_seconds[0]   # the first cycle: with the prompt's
+        draft_seconds = time.perf_counter() - started
 
         # 2. Verify: ONE target forward over [pending, d_1..d_K] for all N rows; the last K+1 positions
         #    score d_1..d_K and the bonus.
@@ -240,10 +237,9 @@ class SMC:
         target_log_dist = token_log_probs(target_logits, temperature, settings.top_k, settings.top_p)
         target_log_probs = target_log_dist[:, :n_draft].gather(-1, drafted_ids.unsqueeze(-1)).squeeze(-1)  # [N, K]
         bonus_ids = sample_rows(target_log_dist[:, n_draft].exp(), generator)       # [N]
-        verify_seconds = time.perf_counter() - started + state.prefill_seconds[1]
+        verify_seconds = time.perf_counter() - started
         if state.cycle_target_logits is not None:
             state.cycle_target_logits.append(target_logits)                          # kept, not computed
-        state.prefill_seconds = (0.0, 0.0)
 
         # 3. Weight: logw_i += Σ_k [a · log p_T(d_k) − log q_Td(d_k)], masked after EOS and for finished rows.
         new_ids = torch.cat([drafted_ids, bonus_ids.unsqueeze(1)], dim=1)           # [N, K+1]
@@ -306,7 +302,7 @@ class SMC:
             ess_threshold=ess_threshold, resample_below=resample_line(n_particles, ess_threshold), resampled=resampled,
             ancestors=ancestors.tolist(), finished=finished,
             draft_seconds=outcome.draft_seconds, verify_seconds=outcome.verify_seconds,
-            total_new_tokens=total_new_tokens, leader_text=leader_text,
+            total_new_tokens=total_new_tokens, leader_text=leader_text, prefill_seconds=state.take_prefill_seconds(),
             particle_tokens=[new_token_records(target, ids, outcome.n_draft) for ids in outcome.new_tokens])
 
     # ------------------------------------------------------------------ 6. the output particle

@@ -19,6 +19,7 @@ import plotly.io as pio
 from ..events import SMCCycleEvent, StepEvent
 
 ACCEPTED, REJECTED, STOPPED, DUPLICATED = "#009E73", "#D55E00", "#E69F00", "#CC79A7"
+PREFILL_GREY = "#999999"      # the timeline's prompt prefill: work every method does alike
 PARTICLE_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 # A long run's figures keep a bounded number of points, so a redraw costs about the same at 48 tokens as at
 # 512: per-step plots show every k-th step (``thinned``), the timeline groups consecutive passes, the SMC-SD

@@ -9,15 +9,19 @@ import plotly.graph_objects as go
 
 from ..method_table import colour_of, column_keys, short_label_of
 from . import timeline
-from .plots_style import ACCEPTED, MAX_STEPS_SHOWN, REJECTED, empty_figure, hline, styled
+from .plots_style import ACCEPTED, MAX_STEPS_SHOWN, PREFILL_GREY, REJECTED, empty_figure, hline, styled
 
-SEGMENT_STYLES = {timeline.KEPT_DRAFT: ("draft (kept)", ACCEPTED, ""),          # (legend name, colour, hatch)
+SEGMENT_STYLES = {timeline.PREFILL: ("prompt prefill", PREFILL_GREY, ""),       # (legend name, colour, hatch)
+                  timeline.KEPT_DRAFT: ("draft (kept)", ACCEPTED, ""),
                   timeline.WASTED_DRAFT: ("draft (rejected: wasted)", REJECTED, "x"),
                   timeline.VERIFY: ("target pass (verify)", "#0072B2", "")}
 
 
 def _segment_hover(segment: timeline.Segment) -> str:
     label = short_label_of(segment.method)
+    if segment.kind == timeline.PREFILL:
+        return (f"{html.escape(label)}, before its first pass: fresh caches and the prompt's prefill "
+                f"(the same work for every method)<br>{segment.seconds * 1000:.1f} ms")
     what = {timeline.KEPT_DRAFT: f"drafting the {segment.drafted - segment.wasted} kept of {segment.drafted} tokens",
             timeline.WASTED_DRAFT: f"drafting the {segment.wasted} of {segment.drafted} tokens the target did not keep",
             timeline.VERIFY: "target forward pass" + (" (verify)" if segment.method != "ar" else "")}[segment.kind]
@@ -57,9 +61,10 @@ def timeline_figure(events_by_method: dict) -> go.Figure:
     fig.add_trace(go.Scatter(
         x=list(ends.values()), y=[short_label_of(m) for m in ends], mode="text", showlegend=False,
         text=[f"  {ends[m]:.2f} s" for m in ends], textposition="middle right", hoverinfo="text",
-        hovertext=[f"{short_label_of(m)}: {ends[m]:.2f} s of its own passes. Each method ran alone, one "
-                   "after another, with nothing drawn while it decoded." for m in ends]))
-    return styled(fig, title, "seconds of each method's own passes, timed alone", "", height=250 + 18 * len(lanes),
+        hovertext=[f"{short_label_of(m)}: {ends[m]:.2f} s of its prefill and its own passes (the metrics table's "
+                   "seconds add the decoder's work between model calls). Each method ran alone, one after another, "
+                   "with nothing drawn while it decoded." for m in ends]))
+    return styled(fig, title, "seconds of each method's prefill and own passes, timed alone", "", height=250 + 18 * len(lanes),
                    layout={"barmode": "overlay", "bargap": 0.3, "xaxis": {"range": [0, max(ends.values()) * 1.12]},
                            "yaxis": {"categoryorder": "array", "categoryarray": list(reversed(lanes))}})
 

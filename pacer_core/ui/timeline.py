@@ -2,10 +2,14 @@
 the expected speedup as a function of per-token acceptance, and the accepted-tokens-per-step histogram.
 
 Timeline. Every event (a StepEvent of AR, fixed SD or PACER, an SMCCycleEvent of SMC-SD) is one target
-pass and carries its own ``draft_seconds`` and ``verify_seconds``. Each lane lays ITS OWN passes end to
-end from 0: draft, then verify (Run times the methods alone, one after another; Step between clicks). The draft time of a step is split in
-proportion to its drafted tokens into the part that drafted tokens the target kept and the part that
-drafted tokens it rejected (or that PACER's pre-verifier discarded): that part was wasted.
+pass and carries its own ``draft_seconds`` and ``verify_seconds``; the first also carries ``prefill_seconds``,
+what the run spent before it (fresh caches, the prompt's prefill: the same work for every method on an engine
+that prefills, as the llama.cpp target does). Each lane lays ITS OWN passes end to end from 0: the prefill, then
+per pass draft, then verify (Run times the methods alone, one after another; Step between clicks). The draft time
+of a step is split in proportion to its drafted tokens into the part that drafted tokens the target kept and the
+part that drafted tokens it rejected (or that PACER's pre-verifier discarded): that part was wasted. What a lane
+leaves out is the decoder's own work between model calls (sampling, bookkeeping): its seconds in the metrics
+table are a little longer.
 
 Expected speedup (Leviathan et al. 2023, arXiv 2211.17192, section 3). If the target accepts each drafted
 token independently with probability α, a step that drafts γ tokens emits
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 from ..events import SMCCycleEvent, StepEvent, TokenState
 from ..method_table import method_keys
 
-KEPT_DRAFT, WASTED_DRAFT, VERIFY = "draft kept", "draft wasted", "verify"
+KEPT_DRAFT, WASTED_DRAFT, VERIFY, PREFILL = "draft kept", "draft wasted", "verify", "prefill"
 _WASTED_STATES = (TokenState.REJECTED, TokenState.DISCARDED)
 _DRAFT_STATES = (TokenState.ACCEPTED, TokenState.REJECTED, TokenState.DISCARDED)
 
@@ -61,7 +65,7 @@ class Segment:
     """One bar of the timeline: part of one target pass of one method."""
     method: str
     step: int           # 0-based pass index
-    kind: str           # KEPT_DRAFT, WASTED_DRAFT or VERIFY
+    kind: str           # PREFILL (before the first pass), KEPT_DRAFT, WASTED_DRAFT or VERIFY
     start: float        # seconds from the method's start, its own passes laid end to end
     seconds: float
     drafted: int        # tokens drafted in this pass (0 for AR)
@@ -90,8 +94,8 @@ def emitted_per_pass(events) -> list[int]:
 
 
 def method_segments(method: str, events, group: int = 1) -> list[Segment]:
-    """One method's lane: per pass, the kept draft time, the wasted draft time, then the verify time
-    (zero-length parts left out). ``group`` > 1: each bar stands for that many consecutive passes (their
+    """One method's lane: the prefill before its first pass, then per pass the kept draft time, the wasted draft
+    time and the verify time (zero-length parts left out). ``group`` > 1: each bar stands for that many consecutive passes (their
     times and counts summed, ``step`` the first one's), so a long run's lane keeps a bounded number of bars
     on the same time axis."""
     segments, clock = [], 0.0
@@ -105,8 +109,9 @@ def method_segments(method: str, events, group: int = 1) -> list[Segment]:
         verify_seconds = sum(max(event.verify_seconds, 0.0) for event, _ in chunk)
         wasted_seconds = sum(max(event.draft_seconds, 0.0) * lost / count
                              for (event, _), (count, lost) in zip(chunk, counts) if count)
-        parts = ((KEPT_DRAFT, draft_seconds - wasted_seconds), (WASTED_DRAFT, wasted_seconds),
-                 (VERIFY, verify_seconds))
+        prefill_seconds = sum(max(event.prefill_seconds, 0.0) for event, _ in chunk)
+        parts = ((PREFILL, prefill_seconds), (KEPT_DRAFT, draft_seconds - wasted_seconds),
+                 (WASTED_DRAFT, wasted_seconds), (VERIFY, verify_seconds))
         for kind, seconds in parts:
             if seconds > 0:
                 segments.append(Segment(method, chunk[0][0].step, kind, clock, seconds, drafted, wasted, emitted,
