@@ -58,11 +58,13 @@ def profile_table(samples: dict) -> list[dict]:
 
 
 def ours_ar(target, drafter, prompt_ids: list[int], tokens: int) -> tuple[float, float]:
-    """(prefill seconds, step seconds) of the project's AR run: its first event is the prompt's feed."""
+    """(prefill seconds, step seconds) of the project's AR run: the prompt's feed is what the run spent before its
+    first step (``prefill_seconds``: prompt[:-1] on the llama.cpp target) and that first step (the prompt's last
+    token there, the whole prompt on an engine that does not prefill)."""
     from pacer_core import Autoregressive
     from pacer_core.testing.runs import run_result
     result = run_result(Autoregressive(), target, drafter, prompt_ids, max_new_tokens=tokens)
-    prefill = result.events[0].verify_seconds
+    prefill = result.events[0].prefill_seconds + result.events[0].verify_seconds
     return prefill, step_split(result.metrics.seconds, prefill, result.metrics.new_tokens)
 
 

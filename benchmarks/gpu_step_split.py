@@ -92,7 +92,9 @@ def graph_ms(model, prompt: torch.Tensor, steps: int) -> float | str:
 
     device, length = prompt.device, prompt.shape[1]
     try:
-        cache = StaticCache(config=model.config, max_cache_len=length + 64)
+        # transformers' StaticLayer writes each call at its own running position (not at cache_position), replays
+        # included: room for the 3 warm-ups, the capture, timed_ms's 5 warm-ups and every timed step
+        cache = StaticCache(config=model.config, max_cache_len=length + 3 + 1 + 5 + steps + 8)
         given = cache_argument(model, cache)
         model(input_ids=prompt, use_cache=True, cache_position=torch.arange(length, device=device), **given)
         static_token = prompt[:, -1:].clone()

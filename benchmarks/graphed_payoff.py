@@ -10,8 +10,8 @@ Two pairs in the real shapes of the GPU default pair (Qwen2.5-7B + 0.5B, random 
           fixed:γ pass emits γ + 1 tokens: the speedup is measured, not modelled;
   random  two unrelated random models: SMC-SD's rows (its speed does not depend on acceptance).
 
-Rows, all greedy on the twin pair unless marked: AR graphed, AR eager (the same cache code with graphs off: what
-the graphs save), fixed:2/4/8, PACER, transformers' assisted generation (``generate(assistant_model=...)``, constant
+Rows, all greedy on the twin pair unless marked: AR graphed, AR eager (``PACER_GRAPHED`` off: the dynamic cache,
+so what the graphs and the static cache save together), fixed:2/4/8, PACER, transformers' assisted generation (``generate(assistant_model=...)``, constant
 γ = 4, greedy; its tokens must equal our fixed:4's), and on the random pair AR T=1, SMC-SD 4:4 and 8:8 at T = 1.
 Step costs, graphed, from direct calls of the caches (medians): the target's one-token step (AR's), the draft's
 one-token step (c = its share of AR's) and the verification of γ + 1 tokens for γ = 1..8 (v(γ)); then the expected

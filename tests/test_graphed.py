@@ -228,6 +228,18 @@ def test_models_the_engine_cannot_run_exactly_are_named_with_the_reason():
     assert "flash_attention_2" in graphed.unsupported(model(Config(_attn_implementation="flash_attention_2")))
 
 
+def test_a_model_split_over_devices_runs_eagerly(monkeypatch):
+    """Weights on two devices (device_map="auto" may split them): a step would copy between devices, which a
+    capture refuses, so its runs take the eager cache instead of failing a capture (here the head on "meta")."""
+    target, drafter = graphed_pair()
+    assert graphed.unsupported(target.model) is None
+    monkeypatch.setenv(graphed.GRAPHED_ENV, "1")
+    target.model.lm_head.to("meta")           # this pair is the test's own
+    assert "split over 2 devices (cpu, meta)" in graphed.unsupported(target.model)
+    state = make_state(target, drafter, [1, 2], validate_settings(max_new_tokens=4), with_draft=False)
+    assert type(state.target) is CachedModel
+
+
 def test_runs_alive_together_lease_different_slots_and_a_dropped_run_gives_its_slot_back():
     target, _ = graphed_pair()
     engine = graphed.engine_for(target.model)

@@ -40,7 +40,13 @@ EXACT_ATTENTION = ("sdpa", "eager")     # attention implementations that apply a
 
 def unsupported(model) -> str | None:
     """Why the graphed engine cannot run ``model`` exactly (None: it can): its full-attention 4D mask needs an
-    attention that takes such a mask, and layers that all attend to every earlier position (no sliding window)."""
+    attention that takes such a mask, and layers that all attend to every earlier position (no sliding window);
+    a graph replays one device's kernels, so the weights must all be on one device (not split as
+    ``device_map="auto"`` may split them: a step would copy between devices, which a capture refuses)."""
+    parameters = getattr(model, "parameters", None)
+    devices = {str(parameter.device) for parameter in parameters()} if callable(parameters) else set()
+    if len(devices) > 1:
+        return f"its weights are split over {len(devices)} devices ({', '.join(sorted(devices))})"
     config = getattr(model, "config", None)
     attention = getattr(config, "_attn_implementation", None) or "sdpa"
     if attention not in EXACT_ATTENTION:

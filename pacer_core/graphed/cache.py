@@ -60,9 +60,9 @@ class GraphedCache(FeedsSequence):
         logits = logits[..., : self.vocab_size].float()
         if replayed:                   # a replay's outputs are overwritten by the next replay: keep a copy
             logits, hidden = logits.clone(), None if hidden is None else hidden.clone()
-        if output_hidden_states:
-            return logits, hidden.float()
-        return logits
+        if output_hidden_states:       # on the run's device, as ``CachedModel.forward`` returns them
+            return logits.to(self.device), hidden.float().to(self.device)
+        return logits.to(self.device)
 
     def crop(self, length: int) -> None:
         """Forget every position from ``length`` on (they stay in the buffers, masked, until overwritten)."""

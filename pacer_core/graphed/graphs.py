@@ -102,8 +102,13 @@ def cuda_capturer(warmup_calls: int = 2) -> Capturer:
                 step()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-            outputs = step()
+        calling_stream = torch.cuda.current_stream()
+        try:
+            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                outputs = step()
+        except BaseException:          # a failed capture can leave the capture's stream current: the eager
+            torch.cuda.set_stream(calling_stream)    # fallback and every later call must run on the caller's
+            raise
 
         def replay() -> tuple:
             graph.replay()
