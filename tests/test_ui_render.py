@@ -305,6 +305,19 @@ def test_summarize_run_sentence():
     assert "resampled in 1 of 1 cycles" in smc
 
 
+def test_a_long_prefill_is_named_in_the_summary():
+    """A prefill of a fifth of the run or more gets a sentence (the same for every method: it dilutes speedups);
+    a short one, or none reported (an old trace), says nothing."""
+    events = [step_event(["a", "b"], method="fixed"), step_event(["c", "d"], method="fixed")]
+    result = make_result("fixed", 8, 1.0, 2, alpha=1.0)
+    assert "prefill" not in narration.summarize_run(result, events)
+    events[0].prefill_seconds = 0.1
+    assert "prefill" not in narration.summarize_run(result, events)
+    events[0].prefill_seconds = 0.4
+    text = narration.summarize_run(result, events)
+    assert "The prompt's prefill took 0.40 of its 1.00 s (40%), the same for every method" in text
+
+
 def test_summary_names_the_dead_particle_cost():
     """The SMC column's note says how many cycles ran with a particle under 1% of the weight and what share of
     the rows that was; a run without one says so; a result without the report (an old trace) says nothing."""

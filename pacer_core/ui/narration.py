@@ -146,7 +146,21 @@ def summarize_run(result: Result, events: list) -> str:
         resampled = sum(1 for event in cycles if event.resampled)
         text += f" The particles were resampled in {resampled} of {len(cycles)} cycles."
         text += _dead_particle_sentence(result.info.get("dead_particles"))
-    return text
+    return text + _prefill_sentence(result, events)
+
+
+PREFILL_SHARE_TOLD = 0.2     # a prefill of at least this share of a run's seconds gets its own sentence
+
+
+def _prefill_sentence(result: Result, events: list) -> str:
+    """On a long prompt, what the prompt's prefill (reported by the first event) took of the run: the same for every
+    method, so it dilutes any speedup (an old trace, which did not report it, says nothing)."""
+    prefill, seconds = (events[0].prefill_seconds if events else 0.0), result.metrics.seconds
+    if seconds <= 0 or prefill < PREFILL_SHARE_TOLD * seconds:
+        return ""
+    return (f" The prompt's prefill took {prefill:.2f} of its {seconds:.2f} s ({prefill / seconds:.0%}), the same "
+            "for every method: drafting speeds up writing, not reading, so a long prompt pulls the speedup over AR "
+            "toward 1x.")
 
 
 def _stop_split(steps: list, rule: str) -> str:
