@@ -1,8 +1,9 @@
 """The page shows each decoder's own speed (issues 41, 54): Runs of the default example in Chromium against the
 same decoders alone in this process (benchmarks/page_fidelity.py), with the settings the page ran.
 
-At the page's 48 tokens a method's speedup on the page must be within a factor of 1.5 of its speedup alone: the
-page that decoded interleaved while it drew was off by up to 2x (SMC-SD 1.27x on the page against 0.63x alone).
+At the page's 48 tokens a method's speedup on the page must be within a factor of 1.5 of its speedup alone (each
+side's fastest, over one page Run, or up to three when a method is outside): the page that decoded interleaved
+while it drew was off by up to 2x in every Run (SMC-SD 1.27x on the page against 0.63x alone).
 At 16 tokens, where a method decodes in a fraction of a second and anything of the page inside its timed window
 (a frame still being drawn, a progress tick) would show as it does on a fast machine, a method's page seconds must
 be at most 1.15x its alone seconds (the fastest of four rounds on each side, page and alone interleaved, or of eight
@@ -23,7 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import page_fidelity  # noqa: E402
 
 pytestmark = browser_marks() + [pytest.mark.slow]
-FACTOR = 1.5
+FACTOR, PAGE_ROUNDS = 1.5, 3
 SHORT_TOKENS, SHORT_BOUND, SHORT_ROUNDS = 16, 1.15, 4
 
 
@@ -35,19 +36,28 @@ def default_load():
     return target_from_env()
 
 
+def within_factor(compared: dict) -> bool:
+    return all(row["speedup_ratio"] is None or 1 / FACTOR < row["speedup_ratio"] < FACTOR for row in compared.values())
+
+
 def test_page_speedups_are_the_decoders_own(page, default_load, tmp_path):
+    """One page Run against the same decoders alone twice (each method's faster); a method outside the factor gets
+    up to two more page Runs (and alone pairs), each side's fastest deciding: a speedup divides by AR's seconds, and
+    one Run of AR or of a method can fall in a slow spell of a shared host (1.3x apart with nothing else running:
+    benchmarks/host_noise.py), which would move a ratio by as much as the interleaving this test is here to catch."""
     target, drafters = default_load
     prompt = page_fidelity.examples([0])[0]["prompt"]
     warm = page_fidelity.page_round(page, page_fidelity.WARM_UP_PROMPT, tmp_path)   # first-call costs, both sides
     page_fidelity.alone_round(target, drafters.default, warm["trace"])
-    on_page = page_fidelity.page_round(page, prompt, tmp_path)
-    assert "timed alone" in on_page["status"]
-    trace = on_page["trace"]
-    alone = page_fidelity.alone_round(target, drafters.default, trace)
-    again = page_fidelity.alone_round(target, drafters.default, trace)
-    for method, row in alone.items():                           # the faster of two: a busy moment is not the decoder
-        row["seconds"] = min(row["seconds"], again[method]["seconds"])
-    compared = page_fidelity.compare(page_fidelity.page_methods(trace), alone)
+    pages, alone = [], []
+    for _ in range(PAGE_ROUNDS):
+        on_page = page_fidelity.page_round(page, prompt, tmp_path)
+        assert "timed alone" in on_page["status"]
+        pages.append(page_fidelity.page_methods(on_page["trace"]))
+        alone += [page_fidelity.alone_round(target, drafters.default, on_page["trace"]) for _ in range(2)]
+        compared = page_fidelity.compare(fastest(pages), fastest(alone))
+        if within_factor(compared):
+            break
     assert set(compared) == {"ar", "fixed", "pacer", "smc"}
     for method, row in compared.items():
         assert row["same_tokens"], f"{method}: the page and the library decoded different tokens"
