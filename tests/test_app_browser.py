@@ -94,9 +94,10 @@ def test_step_through_shows_draft_then_verdict_one_pass_at_a_time(page, tmp_path
 def test_stop_ends_a_long_run_and_keeps_partial_metrics(page):
     """A run too long to finish in this test (the app's largest max new tokens, on a prompt the model does not
     end early), stopped once the page shows it running: what the page shows afterwards says stopped, whatever
-    the machine's speed. Nothing moves on the page while a method is timed, so Stop comes a second after the first
-    method's turn is shown (its decoding starts once the page has drawn that turn): far from the end of a run of
-    the largest budget on any machine. That method stops, the others never run."""
+    the machine's speed. Nothing moves on the page while a method is timed, so Stop comes a second after the page
+    has acknowledged the first method's turn (its decoding starts then; on a busy host the acknowledgement can
+    come a second or more after the turn is shown, and a Stop before it left the method with no token): far from
+    the end of a run of the largest budget on any machine. That method stops, the others never run."""
     from pacer_core.settings import Limits
 
     longest = Limits.from_env().max_new_tokens         # the app under test reads the same environment
@@ -105,7 +106,8 @@ def test_stop_ends_a_long_run_and_keeps_partial_metrics(page):
     page.click("#run-button")
     page.wait_for_function("""/Timing each method alone.*\\(1 of [0-9]+: /.test(
         document.querySelector('#run-status').innerText)""", timeout=RUN_TIMEOUT_S * 1000)
-    page.wait_for_timeout(1000)
+    page.wait_for_function("() => window.pacerFrames && window.pacerFrames.held()", timeout=RUN_TIMEOUT_S * 1000)
+    page.wait_for_timeout(1000)                         # acknowledged, so decoding: a second of it
     page.click("#stop-button")
     page.wait_for_selector("#run-status .run-done", timeout=RUN_TIMEOUT_S * 1000)
     assert page.inner_text("#run-status").startswith("Stopped."), page.inner_text("#run-status")
