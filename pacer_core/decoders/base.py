@@ -33,8 +33,18 @@ from ..settings import DecodeSettings
 from .verify import judge
 
 
+class PrefillOnce:
+    """A run's state whose ``prefill_seconds`` (fresh caches and the prompt's prefill) its first event reports."""
+    prefill_seconds: float
+
+    def take_prefill_seconds(self) -> float:
+        """What the run spent before its first pass or cycle, once: the first event reports it, the later ones 0."""
+        seconds, self.prefill_seconds = self.prefill_seconds, 0.0
+        return seconds
+
+
 @dataclass
-class DecodeState:
+class DecodeState(PrefillOnce):
     """The growing sequence (prompt + output) and both models' caches over it, and the run's drafter."""
     prompt_len: int
     sequence: list[int]
@@ -53,12 +63,6 @@ class DecodeState:
     prefill_seconds: float = 0.0     # fresh caches and the prompt's prefill (``make_state``), until the first event
     target_log_probs: list[float] = field(default_factory=list)   # log p(token) at T = 1 of each emitted token
     target_rows: list | None = None   # the logits rows that judged the emitted tokens, when the run keeps them
-
-    def take_prefill_seconds(self) -> float:
-        """What the run spent before its first pass (``prefill_seconds``), once: the first event reports it, the
-        later ones 0."""
-        seconds, self.prefill_seconds = self.prefill_seconds, 0.0
-        return seconds
 
     def record_log_probs(self, target_logits_rows: torch.Tensor, emitted: list[int], settings: DecodeSettings) -> None:
         """When sampling, the target's log-probability (temperature 1) of each token just emitted, read from

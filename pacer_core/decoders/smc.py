@@ -63,14 +63,14 @@ from ..particles import (dead_particle_cycles, effective_sample_size, normalize_
                          should_resample, systematic_resample)
 from ..sampling import sample_rows, token_log_probs
 from ..settings import DecodeSettings, SettingsError
-from .base import CancelFlag, new_generator, pinned_values, steps_until_done, with_pinned
+from .base import CancelFlag, PrefillOnce, new_generator, pinned_values, steps_until_done, with_pinned
 
 DRAFT_ROWS_BUDGET = 512 * 2**20   # bytes of float32 draft rows a kept-rows run may hold for all its particles
 DEAD_WEIGHT = 0.01    # a particle under this share of the weight is 'dead': its rows cost work and add almost nothing
 
 
 @dataclass
-class ParticleState:
+class ParticleState(PrefillOnce):
     """N particles decoded in lock-step.
 
     Invariants: every row of ``histories`` has the same length (prompt + the same number of generated
@@ -102,11 +102,6 @@ class ParticleState:
     def generated(self) -> int:
         """Positions generated so far in every row (live particles' length)."""
         return self.histories.shape[1] - self.prompt_len
-
-    def take_prefill_seconds(self) -> float:
-        """What the run spent before its first cycle, once: the first cycle's event reports it, the later ones 0."""
-        seconds, self.prefill_seconds = self.prefill_seconds, 0.0
-        return seconds
 
     def continuation(self, index: int) -> list[int]:
         return self.histories[index, self.prompt_len: self.prompt_len + int(self.lengths[index])].tolist()

@@ -8,12 +8,10 @@ Run decodes through ``pacer_core.atlas`` (the engine's ``api.run_request``, each
 from __future__ import annotations
 
 import sys
-import tempfile
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterator
 
 from ..atlas import AtlasPrompt, atlas_lane, build_atlas, load_atlas_prompts, run_prompts, write_atlas
@@ -22,6 +20,7 @@ from ..drafters import drafter_key
 from ..models import ModelLoadError
 from ..settings import SettingsError
 from .atlas_view import progress_html
+from .downloads import DOWNLOADS
 from .drafter_switch import drafter_context
 from .page_types import AppContext
 
@@ -105,7 +104,7 @@ def run(context: AppContext, choice: AtlasChoice,
     session.atlas = build_atlas(choice.method, keys, settings, prompts, runs)
     stopped = len(runs) < total
     message = (f"Stopped: {len(runs)} of {total} prompts kept." if stopped else f"Done: {total} prompts.")
-    out = write_atlas(Path(tempfile.mkdtemp(prefix="pacer-atlas-")), session.atlas)
+    out = write_atlas(DOWNLOADS.fresh("pacer-atlas-"), session.atlas)
     yield AtlasUpdate(status=progress_html(len(runs), total, message, "stopped" if stopped else "done"),
                       atlas=session.atlas,
                       session=session, files=[str(out / name) for name in ("atlas.json", "atlas.csv", "report.md")])

@@ -21,6 +21,7 @@ from ..method_table import column_keys, label_of
 from ..settings import FIELD_BY_NAME, Limits
 from . import charts, columns, frames, handlers, live, narration, page, tables
 from .atlas_tab import atlas_tab
+from .downloads import CACHE_SCHEDULE
 from .drafter_menu import DrafterMenu
 from .drafter_switch import app_context, drafter_context
 from .frames import AcknowledgeRoute, DrawnFrames
@@ -290,7 +291,7 @@ def build_ui(target, drafters, preverifier=None, limits: Limits | None = None, p
     if warm:
         warm_up_or_say_why(context)
     explain_text = EXPLAIN_PATH.read_text(encoding="utf-8") if EXPLAIN_PATH.exists() else ""
-    with gr.Blocks(title=title, fill_width=True) as demo:
+    with gr.Blocks(title=title, fill_width=True, delete_cache=CACHE_SCHEDULE) as demo:
         session_state = gr.State(None, time_to_live=3600)   # per browser session, dropped after an hour idle
         with gr.Tabs():
             live = live_tab(context, pair_note, load_examples(), session_state)

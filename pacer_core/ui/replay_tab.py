@@ -14,6 +14,7 @@ import gradio as gr
 
 from ..method_table import column_keys, label_of
 from . import charts, columns, live, narration, page, tables
+from .downloads import CACHE_SCHEDULE
 from .page_types import ViewUpdate
 from .replay import (Replay, TraceError, check_drawable, error_view, open_trace_file, recorded_html, refused_view,
                      replay_view, shipped_traces)
@@ -171,7 +172,7 @@ def build_replay_ui(title: str = "PACER Lab: replay") -> gr.Blocks:
     from .widgets import EXPLAIN_PATH
 
     explain_text = EXPLAIN_PATH.read_text(encoding="utf-8") if EXPLAIN_PATH.exists() else ""
-    with gr.Blocks(title=title, fill_width=True) as demo:
+    with gr.Blocks(title=title, fill_width=True, delete_cache=CACHE_SCHEDULE) as demo:
         gr.Markdown("# PACER Lab: speculative decoding, replayed\nRecorded runs of **fixed-length SD**, **PACER** "
                     "and **SMC-SD** side by side, step by step (this page runs no model).", elem_id="replay-title")
         with gr.Tabs():

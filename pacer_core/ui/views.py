@@ -4,13 +4,13 @@ run's files to download. Pure apart from ``export_files``, which writes them; no
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from pathlib import Path
 
 from ..drafters import drafter_key
 from ..method_table import label_of
 from . import charts, columns, measured, narration, page, race, tables
+from .downloads import DOWNLOADS
 from .page_types import AppContext, ViewUpdate
 from .session import RunSession
 
@@ -67,8 +67,9 @@ def table_view(session: RunSession):
 
 
 def export_files(session: RunSession, folder: Path | None = None) -> tuple[str, str]:
-    """The run's JSON trace and CSV metrics, written to a fresh folder; returns both paths."""
-    folder = folder or Path(tempfile.mkdtemp(prefix="pacer-run-"))
+    """The run's JSON trace and CSV metrics, written to a fresh folder (by default among the page's downloads,
+    which keep only the newest runs' files); returns both paths."""
+    folder = folder or DOWNLOADS.fresh("pacer-run-")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     trace_path, csv_path = folder / f"pacer-trace-{stamp}.json", folder / f"pacer-metrics-{stamp}.csv"
     trace_path.write_text(json.dumps(session.trace(), indent=1, ensure_ascii=False), encoding="utf-8")

@@ -1,0 +1,58 @@
+"""The page's download folders: one root per process, only the newest runs kept (a long-lived Space must not fill
+its temporary folder, one folder a run), and the app's Blocks age Gradio's copies out."""
+import threading
+
+import pytest
+
+from pacer_core.ui.downloads import CACHE_SCHEDULE, DownloadFolders
+
+
+def test_folders_share_one_root_and_start_empty(tmp_path):
+    folders = DownloadFolders(keep=4, parent=tmp_path)
+    first, second = folders.fresh("pacer-run-"), folders.fresh("pacer-atlas-")
+    assert first.parent == second.parent == folders.root and folders.root.parent == tmp_path
+    assert first != second and list(first.iterdir()) == [] and second.name.startswith("pacer-atlas-")
+
+
+def test_only_the_newest_folders_are_kept(tmp_path):
+    folders = DownloadFolders(keep=3, parent=tmp_path)
+    made = []
+    for _ in range(7):
+        made.append(folders.fresh("pacer-run-"))
+        (made[-1] / "pacer-trace.json").write_text("{}")
+    assert [folder.exists() for folder in made] == [False] * 4 + [True] * 3
+    assert sorted(folders.root.iterdir()) == sorted(made[-3:])
+
+
+def test_a_folder_removed_from_outside_is_remade(tmp_path):
+    folders = DownloadFolders(keep=2, parent=tmp_path)
+    folders.fresh("pacer-run-")
+    folders.remove_all()
+    assert not any(tmp_path.iterdir())
+    again = folders.fresh("pacer-run-")
+    assert again.is_dir() and again.parent.parent == tmp_path
+
+
+def test_threads_never_exceed_the_bound(tmp_path):
+    folders = DownloadFolders(keep=5, parent=tmp_path)
+    threads = [threading.Thread(target=lambda: [folders.fresh("pacer-run-") for _ in range(20)]) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(list(folders.root.iterdir())) == 5
+
+
+def test_keep_must_be_positive():
+    with pytest.raises(ValueError, match="at least 1"):
+        DownloadFolders(keep=0)
+
+
+def test_the_app_ages_gradios_copies_out():
+    gr = pytest.importorskip("gradio")
+    from pacer_core.ui.replay_tab import build_replay_ui
+
+    demo = build_replay_ui()
+    assert isinstance(demo, gr.Blocks) and demo.delete_cache == CACHE_SCHEDULE
+    frequency, age = CACHE_SCHEDULE
+    assert 0 < frequency <= age
