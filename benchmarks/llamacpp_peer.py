@@ -18,8 +18,14 @@ count both, as the project's Result's ``tokens_per_s`` does (its prefill include
 a large part of the time, so comparing llama.cpp's decode time alone with the project's whole run leaned against
 the project (the JSON keeps llama.cpp's decode-only speeds, ``decode_only``).
 
-Not part of CI (it builds C++ and runs for minutes); tests/test_llamacpp_peer.py parses the tools' output
-(fast) and, marked slow, runs the whole thing on a tiny GGUF."""
+The kernel factor alone (``--library-ab``): llama-completion on the stock library and on the project's, in
+back-to-back pairs, with the decoding (one-row steps) and the prompt's prefill timed apart:
+
+    python benchmarks/llamacpp_peer.py --library-ab --prompts assets/prompts/code.jsonl --repeats 8 --out ...
+
+Not part of CI as a measurement (it builds C++ and runs for minutes); tests/test_llamacpp_peer.py parses the tools'
+output (fast) and runs both modes end to end on a few tokens with stand-in tools that print llama.cpp's lines
+(``--bin``, ``--bin-ours``), the project's rows on the embedded pair for real."""
 from __future__ import annotations
 
 import argparse
@@ -441,6 +447,115 @@ def measure(args) -> dict:
             "openmp": openmp_settings()}
 
 
+# ---- the kernel factor alone: llama.cpp's AR on the stock library against the project's (--library-ab) ------
+
+LIBRARY_SIDES = ("stock", "ours")
+
+
+def step_costs(speed: dict) -> dict:
+    """One llama-completion run as milliseconds a token: the decoding (its one-row steps) and the prompt's prefill."""
+    prompt_tokens = speed.get("prompt_tokens") or 0
+    return {"decode_ms": 1000 * speed["seconds"] / speed["tokens"],
+            "prefill_ms": 1000 * speed["prompt_seconds"] / prompt_tokens if prompt_tokens else None,
+            "whole_s": speed["seconds"] + speed["prompt_seconds"]}
+
+
+def library_split(pairs: dict[str, list[dict]]) -> dict:
+    """{prompt: [{"stock": step_costs, "ours": step_costs} per repeat]} → per prompt and overall, the project's
+    library against the stock one as speed ratios (stock cost / ours: above 1 is ours faster), each the median of
+    the repeats' pairs (a pair ran back to back, so a slow spell of the host moves both), for the decoding, the
+    prefill and the whole run; overall, the median over prompts."""
+    def pair_ratio(runs: list[dict], key: str) -> float | None:
+        ratios = [run["stock"][key] / run["ours"][key] for run in runs if run["stock"][key] and run["ours"][key]]
+        return statistics.median(ratios) if ratios else None
+
+    per_prompt = {}
+    for prompt, runs in pairs.items():
+        per_prompt[prompt] = {f"{side}_{key}": statistics.median(run[side][key] for run in runs)
+                              for side in LIBRARY_SIDES for key in ("decode_ms", "prefill_ms")
+                              if all(run[side][key] is not None for run in runs)}
+        per_prompt[prompt].update({f"{key}_ratio": pair_ratio(runs, key) for key in ("decode_ms", "prefill_ms",
+                                                                                     "whole_s")})
+        per_prompt[prompt]["pairs"] = len(runs)
+    overall = {}
+    for key in ("decode_ms_ratio", "prefill_ms_ratio", "whole_s_ratio"):
+        values = [row[key] for row in per_prompt.values() if row.get(key) is not None]
+        overall[key] = statistics.median(values) if values else None
+    return {"per_prompt": per_prompt, "overall": overall}
+
+
+def library_ab(args) -> dict:
+    """llama-completion on the stock library and on the project's (the kernel factor of ``gap_shares``: same tool,
+    same default context), back to back in alternating order, ``--repeats`` pairs a prompt, the prompt's prefill
+    and the decoding timed apart (the tool's own ``prompt eval time`` and ``eval time``)."""
+    from pacer_core.models import load_target
+    from pacer_core.prompts import load_prompts
+
+    work = Path(args.work)
+    needed = TOOLS[:1] if args.target_gguf else TOOLS       # llama-quantize only writes the F32 target
+    tools = find_tools(Path(args.bin), needed) if args.bin else build_tools(work)
+    linked = (find_tools(Path(args.bin_ours), TOOLS[:1]) if args.bin_ours
+              else build_tools(work, link_library=installed_library_dir()))
+    if tools is None or linked is None:
+        raise PeerError(f"{args.bin if tools is None else args.bin_ours} does not hold the tools needed.")
+    from pacer_core.embedded import find_gguf_file
+    target_file = Path(args.target_gguf) if args.target_gguf else f32_target(tools, find_gguf_file(), work, None)
+    target, _ = load_target(args.target, args.draft, target_engine=args.target_engine)   # its chat template
+    prompts = load_prompts(args.prompts)[: args.limit or None]
+    sides = {"stock": (tools, None), "ours": (linked, tool_env(installed_library_dir()))}
+    pairs: dict[str, list[dict]] = {}
+    prompt_tokens: dict[str, int | None] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for repeat in range(args.repeats):
+            order = LIBRARY_SIDES if repeat % 2 == 0 else LIBRARY_SIDES[::-1]
+            for position, prompt in enumerate(prompts):
+                text = target.tokenizer.apply_chat_template([{"role": "user", "content": prompt["prompt"]}],
+                                                          add_generation_prompt=True, tokenize=False)
+                prompt_file = Path(scratch) / prompt_file_name(position, prompt["id"])
+                prompt_file.write_text(text)
+                run_pair = {}
+                for side in order:
+                    side_tools, env = sides[side]
+                    speed = llama_ar(side_tools, target_file, prompt_file, args.max_new_tokens, args.threads, env)
+                    run_pair[side] = step_costs(speed)
+                    prompt_tokens[prompt["id"]] = speed.get("prompt_tokens")
+                pairs.setdefault(prompt["id"], []).append(run_pair)
+                print(f"[library-ab] repeat {repeat + 1}/{args.repeats} {prompt['id']}: decode ms "
+                      f"{run_pair['stock']['decode_ms']:.2f} stock / {run_pair['ours']['decode_ms']:.2f} ours",
+                      flush=True)
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": "python " + " ".join(map(shlex.quote, sys.argv)),
+            "kind": "library-ab", "threads": args.threads, "max_new_tokens": args.max_new_tokens,
+            "repeats": args.repeats, "prompts": [prompt["id"] for prompt in prompts], "target_gguf": str(target_file),
+            "prompt_tokens": prompt_tokens, "pairs": pairs, "split": library_split(pairs), "openmp": openmp_settings()}
+
+
+def library_markdown(report: dict) -> str:
+    split = report["split"]
+    lines = ["# llama.cpp's AR on the stock library against the project's (the kernel factor alone)", "",
+             f"{report['date']}, `{report['command']}`", "",
+             f"llama-completion, greedy, {report['max_new_tokens']} new tokens, {report['threads']} threads, its own "
+             f"default context on both sides; {report['repeats']} pairs a prompt, each pair back to back in "
+             "alternating order. ms a token from the tool's own lines (decode: `eval time`, one-row steps; prefill: "
+             "`prompt eval time` over the prompt's tokens); ratio = stock / ours, the median of the pairs' ratios "
+             "(above 1: the project's library is faster).", "", openmp_words(report.get("openmp")), "",
+             "| prompt | tokens | decode ms stock | decode ms ours | decode ratio | prefill ms stock | prefill ms ours "
+             "| prefill ratio | whole run ratio |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for prompt, row in split["per_prompt"].items():
+        lines.append(f"| {prompt} | {report['prompt_tokens'].get(prompt) or ''} | {fmt(row.get('stock_decode_ms'))} | "
+                     f"{fmt(row.get('ours_decode_ms'))} | {fmt(row.get('decode_ms_ratio'), 3)} | "
+                     f"{fmt(row.get('stock_prefill_ms'))} | {fmt(row.get('ours_prefill_ms'))} | "
+                     f"{fmt(row.get('prefill_ms_ratio'), 3)} | {fmt(row.get('whole_s_ratio'), 3)} |")
+    overall = split["overall"]
+    lines += ["", f"Median over prompts: decode **{fmt(overall['decode_ms_ratio'], 3)}**, prefill "
+              f"**{fmt(overall['prefill_ms_ratio'], 3)}**, whole run **{fmt(overall['whole_s_ratio'], 3)}** "
+              "(stock / ours)."]
+    return "\n".join(lines) + "\n"
+
+
+def fmt(value, digits: int = 2) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
 OPENMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 
@@ -522,6 +637,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also run llama-completion linked to the installed library (the project's build), in "
                         "its own context and in the target engine's: the gap to llama.cpp's AR split into the "
                         "kernel, the cache and the loop (builds those tools too, ~60 files)")
+    parser.add_argument("--library-ab", action="store_true", dest="library_ab",
+                        help="only llama.cpp's AR, on the stock library and on the project's, in pairs: the kernel "
+                        "factor alone, with the decoding and the prompt's prefill apart (--repeats pairs a prompt)")
+    parser.add_argument("--bin-ours", default=None, dest="bin_ours",
+                        help="with --library-ab: a folder holding llama-completion linked to the project's library "
+                        "(default: build it, as --decompose does)")
     parser.add_argument("--link-installed", action="store_true", dest="link_installed",
                         help="link the tools to llama-cpp-python's installed libllama/libggml (the library the project "
                         "runs, with setup.sh's one-row patch) instead of compiling the library: ~60 files to "
@@ -539,11 +660,11 @@ def main(argv=None) -> int:
         if args.build_only:
             print(build_tools(Path(args.work), link_library=linked_library(args)))
             return 0
-        report = measure(args)
+        report = library_ab(args) if args.library_ab else measure(args)
     except (PeerError, subprocess.TimeoutExpired) as failure:
         print(f"error: {failure}", file=sys.stderr)
         return 2
-    write_folder(args.out, report, markdown(report))
+    write_folder(args.out, report, library_markdown(report) if args.library_ab else markdown(report))
     return 0
 
 

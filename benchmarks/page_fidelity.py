@@ -146,10 +146,13 @@ def step_split(events: list) -> dict:
     dicts or a run's events alike), so that seconds − in_steps_s is what its timed window held besides them: the
     decoder's own bookkeeping, and anything of the page that ran there. ``step_ms``: the median step after the
     first (which carries the prompt's prefill); for AR, one target step, which follows the host's memory path
-    (docs/measurements.md, "What moves AR between runs")."""
+    (docs/measurements.md, "What moves AR between runs"). ``prefill_s``: the part of the rest the run spent on fresh
+    caches and the prompt's prefill before its first pass (its first event's ``prefill_seconds``; 0 in traces older
+    than the field), which places whatever lands in a window before or after the decoding starts."""
     steps = [_event_field(event, "draft_seconds") + _event_field(event, "verify_seconds") for event in events]
     later = steps[1:] or steps
-    return {"in_steps_s": sum(steps), "step_ms": 1000 * statistics.median(later) if later else None}
+    return {"in_steps_s": sum(steps), "step_ms": 1000 * statistics.median(later) if later else None,
+            "prefill_s": sum(_event_field(event, "prefill_seconds") for event in events)}
 
 
 # ---------------------------------------------------------------- the same decoders alone
@@ -218,8 +221,10 @@ def split_of_passes(seconds: list[float], splits: list[dict]) -> dict:
     """A method's alone passes split as the page's are (``step_split``): per pass and their medians."""
     outside = [max(total - split["in_steps_s"], 0.0) for total, split in zip(seconds, splits)]
     steps = [split["step_ms"] for split in splits]
-    return {"outside_steps_passes": outside, "step_ms_passes": steps,
-            "outside_steps_s": statistics.median(outside), "step_ms": median_or_none(steps)}
+    prefill = [split["prefill_s"] for split in splits]
+    return {"outside_steps_passes": outside, "step_ms_passes": steps, "prefill_passes": prefill,
+            "outside_steps_s": statistics.median(outside), "step_ms": median_or_none(steps),
+            "prefill_s": statistics.median(prefill)}
 
 
 def speedups(methods: dict) -> dict:
@@ -243,7 +248,8 @@ def compare(page: dict, alone: dict) -> dict:
                      "page_outside_steps_s": (max(page[method]["seconds"] - page[method]["in_steps_s"], 0.0)
                                               if page[method].get("in_steps_s") is not None else None),
                      "alone_outside_steps_s": alone[method].get("outside_steps_s"),
-                     "page_step_ms": page[method].get("step_ms"), "alone_step_ms": alone[method].get("step_ms")}
+                     "page_step_ms": page[method].get("step_ms"), "alone_step_ms": alone[method].get("step_ms"),
+                     "page_prefill_s": page[method].get("prefill_s"), "alone_prefill_s": alone[method].get("prefill_s")}
             for method in method_table.method_keys() if method in page and method in alone}
 
 
@@ -284,7 +290,7 @@ def summarize(example_rounds: list[dict]) -> dict:
         methods[method] = {key: median_of(compared, method, key)
                            for key in ("page_s", "alone_s", "seconds_ratio", "page_speedup", "alone_speedup",
                                        "speedup_ratio", "page_outside_steps_s", "alone_outside_steps_s",
-                                       "page_step_ms", "alone_step_ms")}
+                                       "page_step_ms", "alone_step_ms", "page_prefill_s", "alone_prefill_s")}
         methods[method]["same_tokens"] = all(row[method]["same_tokens"] for row in compared if method in row)
         floor = [entry["alone_against_itself"][method] for entry in example_rounds
                  if method in entry.get("alone_against_itself", {})]
@@ -355,14 +361,17 @@ def split_table(results: dict) -> list[str]:
     """The report's lines on where each method's seconds went: outside its steps' model calls, and its median step."""
     lines = ["", "Where each method's seconds went (medians over rounds): outside steps is its timed seconds less the "
              "seconds inside its steps' model calls (the decoder's bookkeeping, and anything of the page that ran in "
-             "its window); a step is the median step's model seconds after the first. AR's step is one target "
+             "its window); of it, prefill is the run's fresh caches and the prompt's prefill before its first pass; a step "
+             "is the median step's model seconds after the first. AR's step is one target "
              "step, which moves with the host between runs (docs/measurements.md, \"What moves AR between runs\").",
-             "", "| example | method | page outside steps s | alone outside steps s | page step ms | alone step ms |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "", "| example | method | page outside steps s | alone outside steps s | page prefill s | alone prefill s "
+             "| page step ms | alone step ms |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for example in results["examples"]:
         for method, row in example["summary"]["methods"].items():
             lines.append(f"| {example['label']} | {method} | {fmt(row.get('page_outside_steps_s'), 3)} | "
-                         f"{fmt(row.get('alone_outside_steps_s'), 3)} | {fmt(row.get('page_step_ms'), 1)} | "
+                         f"{fmt(row.get('alone_outside_steps_s'), 3)} | {fmt(row.get('page_prefill_s'), 3)} | "
+                         f"{fmt(row.get('alone_prefill_s'), 3)} | {fmt(row.get('page_step_ms'), 1)} | "
                          f"{fmt(row.get('alone_step_ms'), 1)} |")
     return lines
 

@@ -107,3 +107,92 @@ def test_the_report_says_which_openmp_settings_both_sides_ran_under(monkeypatch)
     spinning = peer.openmp_words(peer.openmp_settings())
     assert "OMP_WAIT_POLICY=unset, GOMP_SPINCOUNT=10000" in spinning and "slower" not in spinning
     assert peer.openmp_words(None) == "OpenMP settings not recorded."
+
+
+@pytest.mark.pure
+def test_the_library_ab_splits_the_kernel_factor_into_decoding_and_prefill():
+    """--library-ab: each llama-completion run as ms a token (decoding, prefill), each prompt's ratio the median of
+    its back-to-back pairs' stock/ours (above 1: the project's library is faster), overall the median over prompts."""
+    costs = peer.step_costs(peer.completion_speed(COMPLETION_LOG))
+    assert costs["decode_ms"] == pytest.approx(1720.40 / 63) and costs["prefill_ms"] == pytest.approx(97.13 / 38)
+    assert costs["whole_s"] == pytest.approx(1.72040 + 0.09713)
+
+    def run(decode_ms, prefill_ms):
+        return {"decode_ms": decode_ms, "prefill_ms": prefill_ms, "whole_s": decode_ms * 0.064 + prefill_ms * 0.1}
+    pairs = {"short": [{"stock": run(22.0, 2.5), "ours": run(20.0, 2.5)},
+                       {"stock": run(44.0, 2.6), "ours": run(40.0, 2.6)},      # a slow spell moves both sides
+                       {"stock": run(23.0, 2.4), "ours": run(25.0, 3.0)}],
+             "long": [{"stock": run(27.0, 2.2), "ours": run(30.0, 2.0)}]}
+    split = peer.library_split(pairs)
+    short = split["per_prompt"]["short"]
+    assert short["decode_ms_ratio"] == pytest.approx(1.1) and short["prefill_ms_ratio"] == pytest.approx(1.0)
+    assert short["stock_decode_ms"] == 23.0 and short["ours_decode_ms"] == 25.0 and short["pairs"] == 3
+    assert split["per_prompt"]["long"]["decode_ms_ratio"] == pytest.approx(0.9)
+    assert split["overall"]["decode_ms_ratio"] == pytest.approx(1.0)
+    assert split["overall"]["prefill_ms_ratio"] == pytest.approx((1.0 + 1.1) / 2)
+    report = {"date": "d", "command": "c", "threads": 2, "max_new_tokens": 64, "repeats": 3,
+              "prompt_tokens": {"short": 38, "long": 540}, "split": split, "openmp": None}
+    text = peer.library_markdown(report)
+    assert "| short | 38 | 23.00 | 25.00 | 1.100 |" in text and "decode **1.000**" in text
+
+
+@pytest.mark.pure
+def test_a_run_without_a_prompt_line_has_no_prefill_cost():
+    costs = peer.step_costs({"seconds": 1.0, "tokens": 50, "prompt_seconds": 0.0, "prompt_tokens": None})
+    assert costs["prefill_ms"] is None and costs["decode_ms"] == pytest.approx(20.0)
+    split = peer.library_split({"p": [{"stock": costs, "ours": costs}]})
+    assert split["per_prompt"]["p"]["prefill_ms_ratio"] is None and split["overall"]["prefill_ms_ratio"] is None
+    assert "stock_prefill_ms" not in split["per_prompt"]["p"]
+
+
+def stand_in_tools(folder, names=("llama-completion", "llama-speculative-simple")):
+    """Executables that print what llama.cpp's tools print (their summary lines), whatever they are given."""
+    folder.mkdir()
+    logs = {"llama-completion": COMPLETION_LOG, "llama-speculative-simple": SPECULATIVE_LOG}
+    for name in names:
+        tool = folder / name
+        tool.write_text(f"#!/bin/sh\ncat >&2 <<'LOG'\n{logs[name]}\nLOG\n")
+        tool.chmod(0o755)
+    return folder
+
+
+@pytest.mark.embedded
+def test_the_peer_runs_end_to_end_with_stand_in_tools(tmp_path):
+    """The script's dry form: the project's rows decode for real (one prompt, 4 tokens), llama.cpp's rows are
+    stand-ins; the report is written and says the project's rows equal its AR."""
+    import json
+
+    bin_folder, out = stand_in_tools(tmp_path / "bin"), tmp_path / "out"
+    code = peer.main(["--bin", str(bin_folder), "--target-gguf", str(tmp_path / "target.gguf"), "--limit", "1",
+                      "--repeats", "1", "--max-new-tokens", "4", "--n-max", "4", "--out", str(out)])
+    assert code == 0
+    report = json.loads((out / "results.json").read_text())
+    rows = {row["row"] for row in report["table"]}
+    assert {"ours ar", "ours pacer", "llama.cpp ar", "llama.cpp spec n_max=4"} <= rows
+    assert report["greedy_identity"]["prompts"] == 1 and report["failures"] == []
+    assert all(count == 1 for count in report["greedy_identity"]["rows_equal_to_ar"].values())
+    assert "x llama.cpp AR" in (out / "report.md").read_text()
+
+
+@pytest.mark.embedded
+def test_the_library_ab_runs_end_to_end_with_stand_in_tools(tmp_path):
+    import json
+
+    stock, ours = stand_in_tools(tmp_path / "stock", ("llama-completion",)), stand_in_tools(tmp_path / "ours",
+                                                                                           ("llama-completion",))
+    out = tmp_path / "out"
+    code = peer.main(["--library-ab", "--bin", str(stock), "--bin-ours", str(ours), "--target-gguf",
+                      str(tmp_path / "target.gguf"), "--limit", "2", "--repeats", "2", "--out", str(out)])
+    assert code == 0
+    report = json.loads((out / "results.json").read_text())
+    assert report["kind"] == "library-ab" and len(report["pairs"]) == 2
+    assert report["split"]["overall"]["decode_ms_ratio"] == pytest.approx(1.0)
+    assert "decode **1.000**" in (out / "report.md").read_text()
+
+
+def test_the_library_ab_says_which_folder_lacks_its_tool(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code = peer.main(["--library-ab", "--bin", str(empty), "--bin-ours", str(empty), "--target-gguf",
+                      str(tmp_path / "t.gguf"), "--out", str(tmp_path / "out")])
+    assert code == 2 and f"{empty} does not hold" in capsys.readouterr().err

@@ -76,14 +76,15 @@ def test_a_runs_split_reads_a_traces_steps_and_a_runs_events_alike():
     """Seconds inside the steps' model calls, and the median step after the first (which carries the prefill)."""
     import types
 
-    as_dicts = [{"kind": "step", "draft_seconds": 0.0, "verify_seconds": 0.5},
+    as_dicts = [{"kind": "step", "draft_seconds": 0.0, "verify_seconds": 0.5, "prefill_seconds": 0.08},
                 {"kind": "step", "draft_seconds": 0.02, "verify_seconds": 0.01},
                 {"kind": "smc_cycle", "draft_seconds": 0.04, "verify_seconds": None}]
     as_events = [types.SimpleNamespace(**{k: v for k, v in event.items() if k != "kind"}) for event in as_dicts]
     for events in (as_dicts, as_events):
         split = page_fidelity.step_split(events)
         assert split["in_steps_s"] == pytest.approx(0.57) and split["step_ms"] == pytest.approx(35.0)
-    assert page_fidelity.step_split([]) == {"in_steps_s": 0, "step_ms": None}
+        assert split["prefill_s"] == pytest.approx(0.08)
+    assert page_fidelity.step_split([]) == {"in_steps_s": 0, "step_ms": None, "prefill_s": 0}
     page = page_fidelity.page_methods({"busy_seconds": {"ar": 0.7},
                                        "results": {"ar": {"metrics": {"new_tokens": 3}, "token_ids": [1, 2, 3],
                                                           "events": as_dicts}}})
