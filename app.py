@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 
@@ -109,11 +110,18 @@ def serve_on_main_thread(demo, args: argparse.Namespace) -> None:
     serve(demo, host=args.host, port=args.port, concurrency=args.concurrency, prevent_thread_lock=True)
     print(f"[pacer] startup's objects frozen out of the collector in {freeze_loaded_heap():.2f} s", file=sys.stderr,
           flush=True)      # a full collection then never stalls a timed method (pacer_core/heap.py)
+    signal.signal(signal.SIGTERM, stop_on_sigterm)   # a Space or a supervisor stops the app as Ctrl-C does
     try:
         COMPUTE_THREAD.serve_forever()
     except KeyboardInterrupt:
         print("[pacer] stopping", file=sys.stderr, flush=True)
         demo.close()
+
+
+def stop_on_sigterm(signum, frame) -> None:
+    """SIGTERM ends the app as Ctrl-C does, so that its exit hooks run (its download folder goes: ui/downloads.py);
+    Python's default for SIGTERM ends the process without them."""
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """The page's download folders: one root per process, only the newest runs kept (a long-lived Space must not fill
 its temporary folder, one folder a run), and the app's Blocks age Gradio's copies out."""
+import os
 import threading
 
 import pytest
 
-from pacer_core.ui.downloads import CACHE_SCHEDULE, DownloadFolders
+from pacer_core.ui.downloads import CACHE_SCHEDULE, DownloadFolders, owner_pid
 
 
 def test_folders_share_one_root_and_start_empty(tmp_path):
@@ -56,3 +57,33 @@ def test_the_app_ages_gradios_copies_out():
     assert isinstance(demo, gr.Blocks) and demo.delete_cache == CACHE_SCHEDULE
     frequency, age = CACHE_SCHEDULE
     assert 0 < frequency <= age
+
+
+def test_a_dead_processs_folder_goes_when_the_next_app_writes_its_first(tmp_path):
+    """A process killed without its exit hooks leaves its root; the next one's first download removes it, and
+    never a live process's root (this one's) or a folder of another name."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    orphan = tmp_path / f"pacer-downloads-{int(dead.stdout)}-abc"
+    (orphan / "pacer-run-x").mkdir(parents=True)
+    live = tmp_path / f"pacer-downloads-{os.getpid()}-def"
+    other = tmp_path / "pacer-downloads-notapid"
+    live.mkdir(), other.mkdir()
+    folders = DownloadFolders(parent=tmp_path)
+    made = folders.fresh("pacer-run-")
+    assert not orphan.exists() and live.is_dir() and other.is_dir() and made.is_dir()
+    assert owner_pid(folders.root) == os.getpid()
+
+
+def test_the_app_ends_on_sigterm_with_its_exit_hooks():
+    """app.py turns SIGTERM into Ctrl-C's path, so the download folder's exit hook runs when a Space stops it."""
+    import signal
+
+    from script_module import load_script
+
+    app = load_script("app.py")
+    with pytest.raises(KeyboardInterrupt):
+        app.stop_on_sigterm(signal.SIGTERM, None)

@@ -4,16 +4,20 @@ per app process, holding only the newest few, removed when the process ends.
 Gradio copies a file it serves into its own cache as the handler returns (``gr.Blocks(delete_cache=...)`` ages
 those copies out, ``CACHE_SCHEDULE``), so the originals are needed only until then. Written one fresh folder per
 run under the system's temporary folder, they were never removed: a Space that served a class for a day kept
-over a thousand of them. No Gradio here."""
+over a thousand of them. A process that ends without its exit hooks (killed, crashed) leaves its folder; the next
+app's first download removes the folders of processes no longer running (the process id is in the name). No Gradio
+here."""
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import tempfile
 import threading
 from collections import deque
 from pathlib import Path
 
+ROOT_PREFIX = "pacer-downloads-"
 KEEP_FOLDERS = 32                       # the newest run folders kept: far more than runs that finish at once
 CACHE_SCHEDULE = (3600, 4 * 3600)       # Gradio's copies: checked hourly, removed 4 hours after they were made
 
@@ -34,7 +38,9 @@ class DownloadFolders:
         """A new empty folder named ``prefix``...; the oldest beyond ``keep`` are removed first."""
         with self._lock:
             if self.root is None or not self.root.is_dir():
-                self.root = Path(tempfile.mkdtemp(prefix="pacer-downloads-", dir=self.parent))
+                parent = self.parent or Path(tempfile.gettempdir())
+                remove_orphans(parent)
+                self.root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-", dir=parent))
                 atexit.register(shutil.rmtree, self.root, True)
             while len(self._made) >= self.keep:
                 shutil.rmtree(self._made.popleft(), ignore_errors=True)
@@ -49,6 +55,31 @@ class DownloadFolders:
                 shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
             self._made.clear()
+
+
+def owner_pid(folder: Path) -> int | None:
+    """The process id a root's name carries (``pacer-downloads-<pid>-<random>``), None for any other name."""
+    head, _, _ = folder.name.removeprefix(ROOT_PREFIX).partition("-")
+    return int(head) if folder.name.startswith(ROOT_PREFIX) and head.isdigit() else None
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:       # alive, another user's
+        return True
+    return True
+
+
+def remove_orphans(parent: Path) -> list[Path]:
+    """Remove the download roots in ``parent`` whose process is gone; returns them."""
+    orphans = [folder for folder in parent.glob(f"{ROOT_PREFIX}*")
+               if folder.is_dir() and (pid := owner_pid(folder)) is not None and not process_alive(pid)]
+    for folder in orphans:
+        shutil.rmtree(folder, ignore_errors=True)
+    return orphans
 
 
 DOWNLOADS = DownloadFolders()
