@@ -361,9 +361,9 @@ def split_table(results: dict) -> list[str]:
     """The report's lines on where each method's seconds went: outside its steps' model calls, and its median step."""
     lines = ["", "Where each method's seconds went (medians over rounds): outside steps is its timed seconds less the "
              "seconds inside its steps' model calls (the decoder's bookkeeping, and anything of the page that ran in "
-             "its window); of it, prefill is the run's fresh caches and the prompt's prefill before its first pass; a step "
-             "is the median step's model seconds after the first. AR's step is one target "
-             "step, which moves with the host between runs (docs/measurements.md, \"What moves AR between runs\").",
+             "its window); of it, prefill is the run's fresh caches and the prompt's prefill before its first "
+             "pass; a step is the median step's model seconds after the first. AR's step is one target step, which "
+             "moves with the host between runs (docs/measurements.md, \"What moves AR between runs\").",
              "", "| example | method | page outside steps s | alone outside steps s | page prefill s | alone prefill s "
              "| page step ms | alone step ms |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
