@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results_writer import write_folder  # noqa: E402
+from benchmarks.results_writer import fmt, write_folder  # noqa: E402
 
 LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
 TOOLS = ("llama-completion", "llama-speculative-simple", "llama-quantize")
@@ -163,6 +163,16 @@ def patch_for_installed_libraries(source: Path) -> None:
     text = text.replace("set_target_properties(llama\n", "if (NOT PEER_INSTALLED_LIB_DIR)\nset_target_properties(llama\n", 1)
     text = text.replace("install(TARGETS llama LIBRARY PUBLIC_HEADER)", "install(TARGETS llama LIBRARY PUBLIC_HEADER)\nendif()", 1)
     cmake.write_text(text)
+
+
+def write_prompt_file(target, folder: Path, position: int, prompt: dict) -> Path:
+    """The prompt as llama.cpp's tools read it (``-f``): the pair's chat template applied, as the project's runs
+    apply it, written to ``folder``."""
+    text = target.tokenizer.apply_chat_template([{"role": "user", "content": prompt["prompt"]}],
+                                                add_generation_prompt=True, tokenize=False)
+    path = folder / prompt_file_name(position, prompt["id"])
+    path.write_text(text)
+    return path
 
 
 def installed_library_dir() -> Path:
@@ -386,10 +396,7 @@ def measure(args) -> dict:
         for repeat in range(args.repeats):
             for position, prompt in enumerate(prompts):
                 prompt_id, prompt_ids = prompt["id"], target.encode_prompt(prompt["prompt"])
-                text = target.tokenizer.apply_chat_template([{"role": "user", "content": prompt["prompt"]}],
-                                                          add_generation_prompt=True, tokenize=False)
-                prompt_file = Path(scratch) / prompt_file_name(position, prompt_id)
-                prompt_file.write_text(text)
+                prompt_file = write_prompt_file(target, Path(scratch), position, prompt)
                 outputs = {}
                 for name, method, settings in ours:
                     speed, token_ids = project_run(target, drafter, method, settings, prompt_ids, args.max_new_tokens)
@@ -488,6 +495,7 @@ def library_ab(args) -> dict:
     """llama-completion on the stock library and on the project's (the kernel factor of ``gap_shares``: same tool,
     same default context), back to back in alternating order, ``--repeats`` pairs a prompt, the prompt's prefill
     and the decoding timed apart (the tool's own ``prompt eval time`` and ``eval time``)."""
+    from pacer_core.embedded import find_gguf_file
     from pacer_core.models import load_target
     from pacer_core.prompts import load_prompts
 
@@ -498,7 +506,6 @@ def library_ab(args) -> dict:
               else build_tools(work, link_library=installed_library_dir()))
     if tools is None or linked is None:
         raise PeerError(f"{args.bin if tools is None else args.bin_ours} does not hold the tools needed.")
-    from pacer_core.embedded import find_gguf_file
     target_file = Path(args.target_gguf) if args.target_gguf else f32_target(tools, find_gguf_file(), work, None)
     target, _ = load_target(args.target, args.draft, target_engine=args.target_engine)   # its chat template
     prompts = load_prompts(args.prompts)[: args.limit or None]
@@ -506,13 +513,11 @@ def library_ab(args) -> dict:
     pairs: dict[str, list[dict]] = {}
     prompt_tokens: dict[str, int | None] = {}
     with tempfile.TemporaryDirectory() as scratch:
+        prompt_files = [write_prompt_file(target, Path(scratch), position, prompt)
+                        for position, prompt in enumerate(prompts)]
         for repeat in range(args.repeats):
             order = LIBRARY_SIDES if repeat % 2 == 0 else LIBRARY_SIDES[::-1]
-            for position, prompt in enumerate(prompts):
-                text = target.tokenizer.apply_chat_template([{"role": "user", "content": prompt["prompt"]}],
-                                                          add_generation_prompt=True, tokenize=False)
-                prompt_file = Path(scratch) / prompt_file_name(position, prompt["id"])
-                prompt_file.write_text(text)
+            for prompt, prompt_file in zip(prompts, prompt_files):
                 run_pair = {}
                 for side in order:
                     side_tools, env = sides[side]
@@ -550,10 +555,6 @@ def library_markdown(report: dict) -> str:
               f"**{fmt(overall['prefill_ms_ratio'], 3)}**, whole run **{fmt(overall['whole_s_ratio'], 3)}** "
               "(stock / ours)."]
     return "\n".join(lines) + "\n"
-
-
-def fmt(value, digits: int = 2) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
 
 
 OPENMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")

@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results_writer import fmt  # noqa: E402
 from pacer_core import method_table  # noqa: E402
 from pacer_core.heap import freeze_loaded_heap  # noqa: E402
 from pacer_core.testing.app_runner import running_app, set_max_new_tokens  # noqa: E402
@@ -312,10 +313,6 @@ def verdicts(summary: dict) -> dict:
                                         for row in methods),
             "seconds_within_1.10x": all(row["seconds_ratio"] <= SECONDS_BOUND for row in methods),
             "run_within_1.5x_of_alone_sum": summary["click_to_table_over_alone_sum"] <= RUN_BOUND}
-
-
-def fmt(value, digits=2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
 
 
 def report(results: dict) -> str:

@@ -7,6 +7,11 @@ import json
 from pathlib import Path
 
 
+def fmt(value, digits: int = 2) -> str:
+    """A report's number: ``digits`` decimals, or "–" for a value not measured."""
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
 def as_json(report: dict, indent: int = 1) -> str:
     return json.dumps(report, indent=indent)
 

@@ -1,6 +1,7 @@
 """The page's download folders: one root per process, only the newest runs kept (a long-lived Space must not fill
 its temporary folder, one folder a run), and the app's Blocks age Gradio's copies out."""
 import os
+import shutil
 import threading
 
 import pytest
@@ -28,7 +29,7 @@ def test_only_the_newest_folders_are_kept(tmp_path):
 def test_a_folder_removed_from_outside_is_remade(tmp_path):
     folders = DownloadFolders(keep=2, parent=tmp_path)
     folders.fresh("pacer-run-")
-    folders.remove_all()
+    shutil.rmtree(folders.root)                 # a cleaner of the temporary folder, say
     assert not any(tmp_path.iterdir())
     again = folders.fresh("pacer-run-")
     assert again.is_dir() and again.parent.parent == tmp_path

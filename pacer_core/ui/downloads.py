@@ -42,20 +42,12 @@ class DownloadFolders:
                 remove_orphans(parent)
                 self.root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-", dir=parent))
                 atexit.register(shutil.rmtree, self.root, True)
+                self._made.clear()              # the folders of a root removed from outside went with it
             while len(self._made) >= self.keep:
                 shutil.rmtree(self._made.popleft(), ignore_errors=True)
             folder = Path(tempfile.mkdtemp(prefix=prefix, dir=self.root))
             self._made.append(folder)
             return folder
-
-    def remove_all(self) -> None:
-        """Every folder made, and the root (the process's exit does this too)."""
-        with self._lock:
-            if self.root is not None:
-                shutil.rmtree(self.root, ignore_errors=True)
-            self.root = None
-            self._made.clear()
-
 
 def owner_pid(folder: Path) -> int | None:
     """The process id a root's name carries (``pacer-downloads-<pid>-<random>``), None for any other name."""
