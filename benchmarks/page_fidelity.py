@@ -302,8 +302,16 @@ def summarize(example_rounds: list[dict]) -> dict:
             "click_to_charts_s": median_or_none(e.get("click_to_charts_s") for e in example_rounds),
             "driver_click_to_table_s": median_or_none(e.get("driver_click_to_table_s") for e in example_rounds),
             "click_to_table_over_alone_sum_per_round": whole,
+            "drawing_s": median_or_none(phase(e, "drawing") for e in example_rounds),
+            "settling_s": median_or_none(phase(e, "settling") for e in example_rounds),
             "alone_sum_s": statistics.median(sum(r["seconds"] for r in e["alone"].values()) for e in example_rounds),
             "click_to_table_over_alone_sum": statistics.median(whole)}
+
+
+def phase(entry: dict, name: str):
+    """Seconds a Run spent in one of its phases (``RunSession.phase_seconds``: waiting for the page to draw a
+    method's turn, for quiet cores after it), None where its trace has none."""
+    return (entry.get("phase_seconds") or {}).get(name)
 
 
 def verdicts(summary: dict) -> dict:
@@ -339,10 +347,11 @@ def report(results: dict) -> str:
     lines += ["", "Click to finished table: from the Run button's click event to the finished status line and table in "
               "the page, on the browser's clock; charts: to the frame after the finished charts were drawn (they "
               "follow the table); driver: the same click to table as Playwright sees it, its own round trips "
-              "included.", "",
+              "included; waits: of the Run, the seconds its timing turns waited for the page to draw each turn and "
+              "then for quiet cores (ui/settle.py), all turns together.", "",
               "| example | click to finished table s | four decoders alone, added s | ratio (per round) | click to "
-              "charts s | driver's click to table s | verdicts |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+              "charts s | driver's click to table s | waits: drawn / quiet s | verdicts |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for example in results["examples"]:
         summary = example["summary"]
         passed = ", ".join(f"{name} {'yes' if ok else 'NO'}" for name, ok in example["verdicts"].items())
@@ -350,7 +359,7 @@ def report(results: dict) -> str:
         lines.append(f"| {example['label']} | {fmt(summary['click_to_table_s'])} | {fmt(summary['alone_sum_s'])} | "
                      f"{fmt(summary['click_to_table_over_alone_sum'])} ({per_round}) | "
                      f"{fmt(summary.get('click_to_charts_s'))} | {fmt(summary.get('driver_click_to_table_s'))} | "
-                     f"{passed} |")
+                     f"{fmt(summary.get('drawing_s'))} / {fmt(summary.get('settling_s'))} | {passed} |")
     return "\n".join(lines) + "\n"
 
 

@@ -32,14 +32,19 @@ def test_the_summary_and_report_carry_the_noise_floor():
         for row in side.values():
             row["token_ids"] = [1]
         rounds.append({"click_to_table_s": 3.0, "alone": side, "compare": page_fidelity.compare(page, side),
-                       "alone_against_itself": page_fidelity.alone_against_itself(side)})
+                       "alone_against_itself": page_fidelity.alone_against_itself(side),
+                       "phase_seconds": {"drawing": 0.3 + first_ar, "settling": first_ar / 10}})
+    rounds[0]["phase_seconds"].pop("settling")                      # a trace from before the quiet wait
     summary = page_fidelity.summarize(rounds)
     assert summary["methods"]["fixed"]["alone_against_itself"] == pytest.approx(1.1)    # median of 1.0, 1.1, 1.3
+    assert summary["drawing_s"] == pytest.approx(1.4) and summary["settling_s"] == pytest.approx(0.12)
     results = {"date": "d", "rounds": 3, "alone_repeats": 3, "machine": {"cpus": 2, "processor": "x"},
                "pair": {"target": "t", "target_engine": "e", "drafter": "g"},
                "examples": [{"label": "ex", "summary": summary, "verdicts": page_fidelity.verdicts(summary)}]}
     fixed_row = next(line for line in page_fidelity.report(results).splitlines() if line.startswith("| ex | fixed"))
     assert fixed_row.split(" | ")[-2] == "1.10"
+    run_row = next(line for line in page_fidelity.report(results).splitlines() if line.startswith("| ex | 3.00"))
+    assert "| 1.40 / 0.12 |" in run_row
 
 
 def test_an_alone_sample_is_the_fastest_of_as_many_passes_as_the_page_timed(monkeypatch):

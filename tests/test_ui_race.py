@@ -178,6 +178,32 @@ def test_a_turn_waits_until_its_frame_is_drawn(context, monkeypatch):
     assert token in first.status and events_before == []           # no step before the wait
 
 
+def test_a_turn_decodes_once_the_cores_have_settled_after_the_drawn_frame(context, monkeypatch):
+    """After the page's acknowledgement a turn waits for quiet cores (``settled``, ui/settle.py) before its first
+    step, once per turn; its seconds add up in the trace's phase seconds. An API client (no frames) never waits."""
+    frames = DrawnFrames()
+    session = handlers.new_session(context, inputs())
+    order = []
+    wait = frames.wait
+    monkeypatch.setattr(frames, "wait", lambda token, timeout=5.0: order.append("drawn") or wait(token, timeout))
+    advance_one = session.advance_one
+    session.advance_one = lambda run: order.append(run.method) or advance_one(run)
+
+    def settled():
+        order.append("settled")
+        return 0.125
+
+    for update in timing_turn.time_each_alone(session, frames, min_timed_s=0.0, settled=settled):
+        frames.acknowledge(update.status.split('data-drawn="')[1].split('"')[0])
+    turns = [index for index, entry in enumerate(order) if entry == "drawn"]
+    assert len(turns) == 4 and all(order[index + 1] == "settled" for index in turns)
+    assert all(order[index + 2] in ("fixed", "pacer", "smc", "ar") for index in turns)
+    assert session.phase_seconds["settling"] == pytest.approx(0.5)
+    api = handlers.new_session(context, inputs())
+    list(timing_turn.time_each_alone(api, min_timed_s=0.0, settled=lambda: pytest.fail("an API client waited")))
+    assert "settling" not in api.phase_seconds
+
+
 def test_an_api_client_gets_its_line_again_between_steps_and_a_left_client_stops_the_run(context):
     ticks = iter(range(0, 10_000))
     session = handlers.new_session(context, inputs())

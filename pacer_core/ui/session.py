@@ -126,7 +126,9 @@ class RunSession:
         self.proposal_kl: float | None = None      # sampling runs: KL(p_T || q_Td) per token along SMC-SD's output
         self.pending_verdict: dict | None = None   # step-through: events drafted but not yet shown verified
         self.analysed = False
-        self.phase_seconds: dict[str, float] = {}  # Run's wall time timing the methods alone ("timing"), scoring
+        self.phase_seconds: dict[str, float] = {}  # Run's wall time timing the methods alone ("timing"; of it,
+                                                   # waiting for the page to draw ("drawing") and for quiet cores
+                                                   # ("settling"), ui/timing_turn.py), scoring
         self.pass_seconds: dict[str, list[float]] = {}   # Run: each method's seconds in every pass it was timed
         self.created = time.time()
 

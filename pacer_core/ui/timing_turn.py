@@ -16,7 +16,7 @@ import time
 from typing import Iterator
 
 from ..compute_thread import on_compute_thread
-from . import columns, page, race
+from . import columns, page, race, settle
 from .frames import DrawnFrames
 from .page_types import ViewUpdate
 from .session import RunSession
@@ -89,11 +89,13 @@ def timing_passes(first_pass_s: float, min_timed_s: float = MIN_TIMED_S, max_pas
 
 def time_each_alone(session: RunSession, frames: DrawnFrames | None = None, check=lambda: True,
                     clock=time.perf_counter, check_s: float = race.CLIENT_CHECK_S,
-                    quiet=contextlib.nullcontext, min_timed_s: float = MIN_TIMED_S) -> Iterator[ViewUpdate]:
+                    quiet=contextlib.nullcontext, min_timed_s: float = MIN_TIMED_S,
+                    settled=None) -> Iterator[ViewUpdate]:
     """Run's first phase: each method decodes alone, one after another (``RunSession.timing_queue``). A method's
     turn is one frame (its line and the columns); with ``frames`` (a page that acknowledges what it has drawn) its
-    decoding starts once the page has drawn that frame, and nothing is sent until it ends: its timed window holds
-    its decoder only, however fast or slow the browser is. Every ``check_s`` between steps ``check()`` says whether
+    decoding starts once the page has drawn that frame and the cores have gone quiet after it (``settled()``,
+    ``ui/settle.py``: the browser's work on a painted frame goes on in other processes), and nothing is sent until
+    it ends: its timed window holds its decoder only, however fast or slow the browser is. Every ``check_s`` between steps ``check()`` says whether
     the Run is still wanted (False: its client left, it stops like Stop); without ``frames`` (an API client, no
     browser to disturb) the turn's status line goes out again instead, where Gradio ends a Run whose client left or
     cancelled (an update with no value at all is an error to Gradio). ``quiet()``: a context held while a
@@ -104,7 +106,7 @@ def time_each_alone(session: RunSession, frames: DrawnFrames | None = None, chec
     with whatever else the machine did in its window, and a busy moment only ever adds time.
     Stop ends the current method and skips the rest (in a later pass, the first pass's figures stand)."""
     queue = session.timing_queue()
-    turn = Turn(session, frames, check, clock, check_s, quiet)
+    turn = Turn(session, frames, check, clock, check_s, quiet, settled or settle_cores)
     for position, current in enumerate(queue, 1):
         yield from turn.take(current, race.timing_line(current.method, position, len(queue), turn.previous))
         if session.cancel.is_set():
@@ -126,9 +128,11 @@ class Turn:
     """How one method's turn is taken: its frame, then its decoding (``time_each_alone``); ``previous``: the run
     timed last, for the next turn's line."""
 
-    def __init__(self, session: RunSession, frames: DrawnFrames | None, check, clock, check_s: float, quiet):
+    def __init__(self, session: RunSession, frames: DrawnFrames | None, check, clock, check_s: float, quiet,
+                 settled=lambda: 0.0):
         self.session, self.frames, self.check, self.clock, self.check_s, self.quiet = \
             session, frames, check, clock, check_s, quiet
+        self.settled = settled
         self.previous = None
 
     def take(self, current, line: str, again: str | None = None) -> Iterator[ViewUpdate]:
@@ -142,6 +146,7 @@ class Turn:
             started = clock()
             frames.wait(token)
             session.phase_seconds["drawing"] = session.phase_seconds.get("drawing", 0.0) + clock() - started
+            session.phase_seconds["settling"] = session.phase_seconds.get("settling", 0.0) + self.settled()
             with self.quiet():                 # the whole method on the compute thread: no hand-off per step
                 on_compute_thread(decode_alone, session, current, self.check, clock, self.check_s)
         else:
@@ -167,6 +172,12 @@ def decode_alone(session: RunSession, current, check, clock, check_s: float) -> 
             checked = clock()
 
 
+def settle_cores() -> float:
+    """Wait until this machine's cores are quiet (``settle.wait_until_quiet``); the seconds waited."""
+    return settle.wait_until_quiet(BUSY_READER)
+
+
+BUSY_READER = settle.machine_busy_reader()   # None where psutil cannot read the cores: no wait
 TIMING_TURN = TimingTurn()     # one Run's timing phase at a time in this process (PACER_CONCURRENCY > 1)
 
 
