@@ -79,3 +79,30 @@ def test_a_busy_core_on_this_machine_holds_the_wait_to_its_bound():
         child.terminate()
         child.join()
     assert waited >= 0.3
+
+
+def test_a_run_that_found_the_machine_busy_waits_briefly_on_its_later_turns():
+    bounds = []
+    waits = iter([0.02, 0.25, 0.04, 0.0])
+
+    def wait(most_s):
+        bounds.append(most_s)
+        return next(waits)
+
+    quiet = settle.QuietCores(wait, most_s=0.25, busy_machine_s=0.04)
+    assert [quiet() for _ in range(4)] == [0.02, 0.25, 0.04, 0.0]
+    assert bounds == [0.25, 0.25, 0.04, 0.04]                       # after the wait that ran to its bound
+
+
+def test_each_run_gets_its_own_waits():
+    from pacer_core.ui import timing_turn
+
+    first, second = timing_turn.quiet_cores(), timing_turn.quiet_cores()
+    first.most_s = 0.04
+    assert second.most_s == settle.MOST_S
+
+
+def test_the_module_s_worked_examples_hold():
+    import doctest
+
+    assert doctest.testmod(settle).failed == 0

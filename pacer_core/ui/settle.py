@@ -10,7 +10,8 @@ lasts depends on the browser and the machine, so no fixed wait fits.
 So after the acknowledgement the server watches the machine's busy CPU time (every core, every process, this
 one's other threads included, niced work left out: ``psutil.cpu_times``) in windows of ``WINDOW_S``, and starts
 the method's clock after the first window in which the cores were quiet, or after ``MOST_S`` on a machine that
-never is (a busy background job, a video call). A browser on another machine (a Space) costs one window. Without psutil (it comes
+never is (a busy background job, a video call); once a Run has seen that, its later turns wait at most
+``BUSY_MACHINE_S`` (``QuietCores``), so a busy machine's Run is not held a quarter second a turn. A browser on another machine (a Space) costs one window. Without psutil (it comes
 with accelerate, a requirement) the clock starts at once. Pure logic here; the clock, the sleep and the reading
 are passed in."""
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Callable
 WINDOW_S = 0.02        # one window: two of the kernel's 10 ms accounting ticks on each core
 MOST_S = 0.25          # the longest a turn waits for quiet cores
 QUIET_SHARE = 0.25     # busy seconds under this share of one core over a window count as quiet
+BUSY_MACHINE_S = 0.04  # the most a Run's later turns wait once one turn found the machine never quiet
 
 
 def busy_seconds(times) -> float:
@@ -68,3 +70,25 @@ def wait_until_quiet(read_busy: Callable[[], float] | None, sleep=time.sleep, cl
         if after - before < quiet_share * window_s or waited >= most_s:
             return round(waited, 6)
         before = after
+
+
+class QuietCores:
+    """One Run's waits for quiet cores, a call a turn (``wait_until_quiet``; ``wait(most_s)`` waits at most
+    ``most_s`` and returns the seconds waited). Once a wait runs to its bound, the machine is busy with something
+    else, and the Run's later turns wait at most ``busy_machine_s``: the browser's own work after a frame still
+    gets its first windows, a steady background load no longer holds every turn.
+
+    >>> bounds, waited = [], iter([0.26, 0.02])
+    >>> quiet = QuietCores(lambda most_s: bounds.append(most_s) or next(waited))
+    >>> quiet(), quiet(), bounds
+    (0.26, 0.02, [0.25, 0.04])
+    """
+
+    def __init__(self, wait, most_s: float = MOST_S, busy_machine_s: float = BUSY_MACHINE_S):
+        self.wait, self.most_s, self.busy_machine_s = wait, most_s, busy_machine_s
+
+    def __call__(self) -> float:
+        waited = self.wait(self.most_s)
+        if waited >= self.most_s:
+            self.most_s = min(self.most_s, self.busy_machine_s)
+        return waited

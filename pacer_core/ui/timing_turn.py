@@ -106,7 +106,7 @@ def time_each_alone(session: RunSession, frames: DrawnFrames | None = None, chec
     with whatever else the machine did in its window, and a busy moment only ever adds time.
     Stop ends the current method and skips the rest (in a later pass, the first pass's figures stand)."""
     queue = session.timing_queue()
-    turn = Turn(session, frames, check, clock, check_s, quiet, settled or settle_cores)
+    turn = Turn(session, frames, check, clock, check_s, quiet, settled or quiet_cores())
     for position, current in enumerate(queue, 1):
         yield from turn.take(current, race.timing_line(current.method, position, len(queue), turn.previous))
         if session.cancel.is_set():
@@ -172,9 +172,9 @@ def decode_alone(session: RunSession, current, check, clock, check_s: float) -> 
             checked = clock()
 
 
-def settle_cores() -> float:
-    """Wait until this machine's cores are quiet (``settle.wait_until_quiet``); the seconds waited."""
-    return settle.wait_until_quiet(BUSY_READER)
+def quiet_cores() -> settle.QuietCores:
+    """A Run's waits until this machine's cores are quiet (``settle.wait_until_quiet``), a call a turn."""
+    return settle.QuietCores(lambda most_s: settle.wait_until_quiet(BUSY_READER, most_s=most_s))
 
 
 BUSY_READER = settle.machine_busy_reader()   # None where psutil cannot read the cores: no wait
