@@ -16,7 +16,9 @@ the prompt (``eval time``; ``decoded N tokens in S seconds``) and the prompt's a
 ``encoded N tokens in S seconds``, the target's prefill: the draft's is inside the decode time). The table's rows
 count both, as the project's Result's ``tokens_per_s`` does (its prefill included): long prompts make the prefill
 a large part of the time, so comparing llama.cpp's decode time alone with the project's whole run leaned against
-the project (the JSON keeps llama.cpp's decode-only speeds, ``decode_only``).
+the project (the JSON keeps llama.cpp's decode-only speeds, ``decode_only``). llama-completion's row also counts
+its sampling (``sampling time``: the project's rows count their own) and every token it generated: N new tokens
+take it N - 1 decode runs, the first token coming from the prompt's eval (``completion_speed``).
 
 The kernel factor alone (``--library-ab``): llama-completion on the stock library and on the project's, in
 back-to-back pairs, with the decoding (one-row steps) and the prompt's prefill timed apart:
@@ -54,6 +56,7 @@ EVAL_LINE = re.compile(r"print:\s+eval time =\s*([\d.]+) ms /\s*(\d+) (?:runs|to
 DECODED_LINE = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 ACCEPT_LINE = re.compile(r"accept\s+=\s+([\d.]+)%")
 PROMPT_LINE = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
+SAMPLING_LINE = re.compile(r"sampling time =\s*([\d.]+) ms /\s*(\d+) runs")
 ENCODED_LINE = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 
 
@@ -64,16 +67,22 @@ class PeerError(RuntimeError):
 # ---- reading the tools' output (pure) ------------------------------------------------------------------------
 
 def completion_speed(log: str) -> dict:
-    """llama-completion's decode speed: {"tokens": runs, "seconds": s, "tokens_per_s": ...} from its perf lines."""
+    """llama-completion's speeds from its perf lines: ``tokens_per_s``, its decoding alone (``eval time``: one
+    token a run); ``tokens_per_s_with_prompt``, the whole run as the project's rows count theirs: every token it
+    generated (``generated_tokens``: its runs and one more, the first token sampled from the prompt's eval) over the
+    prompt's eval, the runs and its sampling (``sampling time``, 0 where the line is missing)."""
     match = EVAL_LINE.search(log)
     if not match:
         raise PeerError("llama-completion printed no 'eval time' line (is its output cut?).")
     milliseconds, runs = float(match.group(1)), int(match.group(2))
-    prompt = PROMPT_LINE.search(log)
+    prompt, sampling = PROMPT_LINE.search(log), SAMPLING_LINE.search(log)
     prompt_seconds = float(prompt.group(1)) / 1000 if prompt else 0.0
+    sampling_seconds = float(sampling.group(1)) / 1000 if sampling else 0.0
+    generated = runs + 1 if prompt else runs
     return {"tokens": runs, "seconds": milliseconds / 1000, "tokens_per_s": runs / (milliseconds / 1000),
             "prompt_tokens": int(prompt.group(2)) if prompt else None, "prompt_seconds": prompt_seconds,
-            "tokens_per_s_with_prompt": runs / (milliseconds / 1000 + prompt_seconds)}
+            "sampling_seconds": sampling_seconds, "generated_tokens": generated,
+            "tokens_per_s_with_prompt": generated / (milliseconds / 1000 + prompt_seconds + sampling_seconds)}
 
 
 def speculative_speed(log: str) -> dict:
@@ -581,7 +590,8 @@ def markdown(report: dict) -> str:
              f"{report['date']}, `{report['command']}`", "",
              f"Greedy, {report['max_new_tokens']} new tokens (EOS ignored on both sides), {report['threads']} threads, "
              f"{len(report['prompts'])} prompts interleaved, {report['repeats']} repeats; tok/s = new tokens over the "
-             "whole run, the prompt's prefill included on both sides, median over prompts of each prompt's median; "
+             "whole run, the prompt's prefill included on both sides (llama-completion: its prompt eval, eval and "
+             "sampling times, over all the tokens it generated), median over prompts of each prompt's median; "
              "ratio = median over prompts of the per-prompt ratio to llama.cpp's AR. llama.cpp's decode time alone "
              "(its tools' headline figure) in the last column.", "",
              f"Target engine: {report['pair'].get('target_engine', '?')}; target file {Path(report['target_gguf']).name},"

@@ -30,7 +30,9 @@ def test_the_tools_speeds_are_read_from_their_own_summary_lines():
     completion = peer.completion_speed(COMPLETION_LOG)
     assert completion["tokens"] == 63 and completion["prompt_tokens"] == 38
     assert completion["tokens_per_s"] == pytest.approx(63 / 1.7204)
-    assert completion["tokens_per_s_with_prompt"] == pytest.approx(63 / (1.7204 + 0.09713))
+    # 64 tokens generated (63 decode runs and the prompt's eval), over the prompt's eval, the runs and the sampling
+    assert completion["generated_tokens"] == 64 and completion["sampling_seconds"] == pytest.approx(0.00961)
+    assert completion["tokens_per_s_with_prompt"] == pytest.approx(64 / (1.7204 + 0.09713 + 0.00961))
     speculative = peer.speculative_speed(SPECULATIVE_LOG)
     assert speculative["tokens"] == 66 and speculative["tokens_per_s"] == pytest.approx(66 / 1.437)
     assert speculative["acceptance"] == pytest.approx(0.84722)
