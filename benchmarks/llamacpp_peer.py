@@ -56,7 +56,7 @@ EVAL_LINE = re.compile(r"print:\s+eval time =\s*([\d.]+) ms /\s*(\d+) (?:runs|to
 DECODED_LINE = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 ACCEPT_LINE = re.compile(r"accept\s+=\s+([\d.]+)%")
 PROMPT_LINE = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
-SAMPLING_LINE = re.compile(r"sampling time =\s*([\d.]+) ms /\s*(\d+) runs")
+SAMPLING_LINE = re.compile(r"sampling time =\s*([\d.]+) ms")   # "... ms / N runs" in older tools, "... ms" now
 ENCODED_LINE = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 
 

@@ -37,6 +37,13 @@ def test_the_tools_speeds_are_read_from_their_own_summary_lines():
     assert speculative["tokens"] == 66 and speculative["tokens_per_s"] == pytest.approx(66 / 1.437)
     assert speculative["acceptance"] == pytest.approx(0.84722)
     assert speculative["tokens_per_s_with_prompt"] == pytest.approx(66 / (1.437 + 0.101))
+    # the tools of llama-cpp-python 0.3.36's sources print the sampling line without its runs
+    current = peer.completion_speed(
+        "0.01.544 I common_perf_print:    sampling time =       7.14 ms\n"
+        "0.01.544 I common_perf_print: prompt eval time =      46.28 ms /    15 tokens (    3.09 ms per token)\n"
+        "0.01.544 I common_perf_print:        eval time =    1245.55 ms /    63 runs   (   19.77 ms per token)\n")
+    assert current["sampling_seconds"] == pytest.approx(0.00714) and current["generated_tokens"] == 64
+    assert current["tokens_per_s_with_prompt"] == pytest.approx(64 / (1.24555 + 0.04628 + 0.00714))
     with pytest.raises(peer.PeerError, match="no 'eval time' line"):
         peer.completion_speed("llama_perf_context_print: prompt eval time = 1.0 ms / 3 tokens")
     with pytest.raises(peer.PeerError, match="no 'decoded N tokens"):
