@@ -152,8 +152,9 @@ def check_when_drafting_pays(context, exercise):
     assert long.kept_fraction < short.kept_fraction and long_cost > short_cost
     measured_alpha = short.alpha_hat                   # long drafts lose more at the measured, low acceptance
     assert long.curve([measured_alpha])[0] < short.curve([measured_alpha])[0]
-    # (at α = 1 the curves end close together on a CPU, where v grows with the rows verified: which ends higher moves
-    # with the run's measured costs, γ = 8 1.29-1.98 against γ = 2 1.15-2.06 in four runs on this host, so it is not checked)
+    # (at α = 1 the curves end close together on a CPU, where v grows with the rows verified: which ends higher
+    # moves with the run's measured costs, γ = 8 1.29-1.98 against γ = 2 1.15-2.06 in four runs on this host, so it
+    # is not checked)
 
 
 def wasted_drafts(events) -> int:

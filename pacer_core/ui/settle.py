@@ -11,9 +11,9 @@ So after the acknowledgement the server watches the machine's busy CPU time (eve
 one's other threads included, niced work left out: ``psutil.cpu_times``) in windows of ``WINDOW_S``, and starts
 the method's clock after the first window in which the cores were quiet, or after ``MOST_S`` on a machine that
 never is (a busy background job, a video call); once a Run has seen that, its later turns wait at most
-``BUSY_MACHINE_S`` (``QuietCores``), so a busy machine's Run is not held a quarter second a turn. A browser on another machine (a Space) costs one window. Without psutil (it comes
-with accelerate, a requirement) the clock starts at once. Pure logic here; the clock, the sleep and the reading
-are passed in."""
+``BUSY_MACHINE_S`` (``QuietCores``), so a busy machine's Run is not held a quarter second a turn. A browser on
+another machine (a Space) costs one window. Without psutil (it comes with accelerate, a requirement) the clock
+starts at once. Pure logic here; the clock, the sleep and the reading are passed in."""
 from __future__ import annotations
 
 import time
