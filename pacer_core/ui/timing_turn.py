@@ -98,8 +98,9 @@ def time_each_alone(session: RunSession, frames: DrawnFrames | None = None, chec
     it ends: its timed window holds its decoder only, however fast or slow the browser is. Every ``check_s``
     between steps ``check()`` says whether the Run is still wanted (False: its client left, it stops like Stop);
     without ``frames`` (an API client, no browser to disturb) the turn's status line goes out again instead, where
-    Gradio ends a Run whose client left or cancelled (an update with no value at all is an error to Gradio). ``quiet()``: a context held while a
-    page's method decodes (``layout.quiet_queue``: the server's own polling slowed down meanwhile).
+    Gradio ends a Run whose client left or cancelled (an update with no value at all is an error to Gradio).
+    ``quiet()``: a context held while a page's method decodes (``layout.quiet_queue``: the server's own polling
+    slowed down meanwhile).
 
     A first pass shorter than ``min_timed_s`` is followed by more (``timing_passes``), each method timed afresh in
     the same order and keeping its fastest pass (``RunSession.keep_faster``): one pass of a short Run moves by 10%
