@@ -63,6 +63,14 @@ def prefill_prompt(cache: ModelCache, prompt_ids, counted: bool = True) -> None:
         cache.forward(prefix, keep=1)
 
 
+def first_pass_in_prefill(cache: ModelCache, prompt_ids) -> torch.Tensor | None:
+    """A run's first pass fed with its prefill where the cache can do that without changing a bit
+    (``LlamaTargetCache.first_pass``): the last prompt token's logits row [V], every prompt token fed and the pass
+    counted; None where it cannot, with nothing fed (then ``prefill_prompt`` and a first step)."""
+    first_pass = getattr(cache, "first_pass", None)
+    return first_pass(prompt_ids) if first_pass is not None else None
+
+
 def token_rows(new_token_ids) -> torch.Tensor:
     """Token ids as a [B, T] long tensor: a list of ids is one row."""
     if torch.is_tensor(new_token_ids):

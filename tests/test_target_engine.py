@@ -229,6 +229,43 @@ def test_every_run_of_a_prompt_starts_with_the_same_prefill_whose_tiles_round_ap
             assert state.target.prefilled == len(prompt) - 1 and state.target.calls == int(counted)
 
 
+def test_ars_first_pass_is_its_prefill_with_the_bits_of_a_step_after_it(target_on_llama, drafters_on_llama,
+                                                                       monkeypatch):
+    """On the patched library a prompt of fewer than TILED_ROWS tokens is one chunk run row by row, so AR feeds it
+    whole in one call and takes its first token's row from it (``LlamaTargetCache.first_pass``): that row, the cells
+    and a refill after growing are the bits of the prefill plus the one-token step every speculative run starts
+    with. A prompt of TILED_ROWS tokens (its prefill would be tiled), a one-token prompt and the plain context keep
+    the two calls; so does every run that drafts."""
+    from pacer_core.llama import model
+    monkeypatch.setattr(model, "START_CELLS", 256)
+    engine = LlamaTarget(target_on_llama.engine.model, 64)
+    prompt, after = [3 + index % 57 for index in range(TILED_ROWS - 1)], [(5 * index) % 60 for index in range(200)]
+    whole, split = engine.new_cache(), engine.new_cache()
+    first = whole.first_pass(prompt)
+    if not engine.flash_attention:                     # a stock library: nothing fed, the two calls stay
+        assert first is None and whole.length == 0
+        return
+    split.prefill(prompt[:-1])
+    assert torch.equal(first, split.forward(prompt[-1:], keep=1)[0, -1])
+    assert whole.calls == 1 and whole.length == whole.prefilled == len(prompt)
+    for start in range(0, len(after), 50):            # past 256 cells: both grow and refill their prompts
+        assert torch.equal(whole.forward(after[start: start + 50])[0], split.forward(after[start: start + 50])[0])
+    assert whole.context.n_ctx() > 256
+    assert engine.new_cache().first_pass(prompt + [4]) is None and engine.new_cache().first_pass(prompt[:1]) is None
+    plain = LlamaTarget(engine.model, engine.vocab_size)
+    plain.pool, plain.flash_attention = plain._pool(PLAIN_CONTEXT), False
+    assert plain.new_cache().first_pass(prompt) is None
+    settings = validate_settings(max_new_tokens=4)
+    drafter = load_drafter(target_on_llama, drafters_on_llama, "gguf")
+    ar_state = make_state(target_on_llama, drafter, prompt, settings, with_draft=False)
+    two_calls = target_on_llama.engine.new_cache()
+    two_calls.prefill(prompt[:-1])
+    assert ar_state.target.calls == 1
+    assert torch.equal(ar_state.take_first_target_row(), two_calls.forward(prompt[-1:], keep=1)[0, -1])
+    assert ar_state.take_first_target_row() is None                          # read once
+    assert make_state(target_on_llama, drafter, prompt, settings, with_draft=True).first_target_row is None
+
+
 def engine_sequence_distribution(engine, prompt_ids, n_tokens, temperature, top_k=0, top_p=1.0) -> dict:
     """P(first n_tokens = s) for every s, enumerated with the ENGINE's logits (the distribution decoders on it
     must reproduce)."""
@@ -362,16 +399,19 @@ def test_sampling_with_an_adopting_draft_matches_the_engines_distribution(five_t
 
 def test_a_runs_seconds_count_the_targets_prompt_fed_for_the_draft(pair_adopting, monkeypatch):
     """The target's prefill that the draft adopts happens before the first step; the run's clock (seconds,
-    tokens/s: the speedups the page and the benchmarks print) must count it, and AR's its own."""
+    tokens/s: the speedups the page and the benchmarks print) must count it, and AR's its own (on a short prompt its
+    first pass, ``first_pass``)."""
     import time
 
     from pacer_core.llama.target import LlamaTargetCache
-    prefill = LlamaTargetCache.prefill
 
-    def slow_prefill(cache, token_ids, *args, **kwargs):
-        time.sleep(0.5)
-        return prefill(cache, token_ids, *args, **kwargs)
-    monkeypatch.setattr(LlamaTargetCache, "prefill", slow_prefill)
+    def slowed(feed):
+        def slow_feed(cache, token_ids, *args, **kwargs):
+            time.sleep(0.5)
+            return feed(cache, token_ids, *args, **kwargs)
+        return slow_feed
+    for name in ("prefill", "first_pass"):
+        monkeypatch.setattr(LlamaTargetCache, name, slowed(getattr(LlamaTargetCache, name)))
     target, drafters = pair_adopting
     drafter = load_drafter(target, drafters, "gguf")
     for decoder in (FixedSpeculative(3), Autoregressive()):

@@ -23,9 +23,11 @@ class Autoregressive:
         yield finish(self.name, target, state, events, settings, {})
 
     def step(self, target, state: DecodeState, settings: DecodeSettings, step: int) -> StepEvent:
-        """One target call: the next token, committed."""
+        """One target call: the next token, committed (the first from the prefill's row where the engine gave one)."""
         started = time.perf_counter()
-        target_logits_row = state.target.feed_sequence(state.sequence, keep=1)[-1]
+        target_logits_row = state.take_first_target_row()
+        if target_logits_row is None:
+            target_logits_row = state.target.feed_sequence(state.sequence, keep=1)[-1]
         token_id, shown_prob = pick_next(target_logits_row, settings, state.generator)
         seconds = time.perf_counter() - started
         emitted = commit(state, [token_id], settings)

@@ -28,7 +28,7 @@ from .. import sampling
 from ..drafters import Drafter, new_caches
 from ..drafters.caches import run_target_cache
 from ..events import Metrics, Result, StepEvent, TokenRecord
-from ..kvcache import ModelCache, RowRecorder, prefill_prompt, records_rows
+from ..kvcache import ModelCache, RowRecorder, first_pass_in_prefill, prefill_prompt, records_rows
 from ..settings import DecodeSettings
 from .verify import judge
 
@@ -63,6 +63,13 @@ class DecodeState(PrefillOnce):
     prefill_seconds: float = 0.0     # fresh caches and the prompt's prefill (``make_state``), until the first event
     target_log_probs: list[float] = field(default_factory=list)   # log p(token) at T = 1 of each emitted token
     target_rows: list | None = None   # the logits rows that judged the emitted tokens, when the run keeps them
+    first_target_row: torch.Tensor | None = None   # the last prompt token's logits from the prefill (AR's, where the
+                                                   # engine gives them: ``kvcache.first_pass_in_prefill``), until used
+
+    def take_first_target_row(self) -> torch.Tensor | None:
+        """The prefill's logits row for the first token, once (None: the first step feeds the last prompt token)."""
+        row, self.first_target_row = self.first_target_row, None
+        return row
 
     def record_log_probs(self, target_logits_rows: torch.Tensor, emitted: list[int], settings: DecodeSettings) -> None:
         """When sampling, the target's log-probability (temperature 1) of each token just emitted, read from
@@ -169,7 +176,9 @@ def make_state(target, drafter, prompt_ids: list[int], settings: DecodeSettings,
     for both the target first runs once over prompt[:-1] (counted as a target call, like SMC-SD's prefill; the
     verify passes then feed the rest). On the llama.cpp target every run, AR's included, starts with that prefill
     (``kvcache.prefill_prompt``), so a prompt's cells are the same bits in every run of it (llama/target.py); a
-    run that needs it only for that counts it as the first half of its first pass, not as a call of its own.
+    run that needs it only for that counts it as the first half of its first pass, not as a call of its own. AR's
+    first pass on a short prompt is that prefill with the last token in the same call, the same bits
+    (``kvcache.first_pass_in_prefill``; ``first_target_row`` holds its row until AR's first step reads it).
     ``keep_rows``: the state keeps the rows that judge its tokens, and the drafter's rows along them where they
     depend on the tokens alone (a drafter reading the target's features drafts from states no teacher-forced pass
     repeats) and recording them changes no bit of the run (``kvcache.records_rows``)."""
@@ -179,7 +188,8 @@ def make_state(target, drafter, prompt_ids: list[int], settings: DecodeSettings,
     else:
         target_cache, draft = new_caches(target, drafter)
     adopts = getattr(draft, "adopts_target_prompt", False)
-    if len(prompt_ids) > 1 and (adopts or hasattr(target_cache, "prefill")):
+    first_row = first_pass_in_prefill(target_cache, prompt_ids) if not with_draft and len(prompt_ids) > 1 else None
+    if first_row is None and len(prompt_ids) > 1 and (adopts or hasattr(target_cache, "prefill")):
         prefill_prompt(target_cache, prompt_ids, counted=adopts)
         if adopts:
             draft.adopt(target_cache)
@@ -190,7 +200,8 @@ def make_state(target, drafter, prompt_ids: list[int], settings: DecodeSettings,
     return state_type(prompt_len=len(prompt_ids), sequence=list(prompt_ids), target=target_cache, draft=draft,
                       generator=new_generator(settings.seed, target_cache.device), eos_ids=target.eos_token_ids,
                       drafter=drafter if with_draft else None, started=started,
-                      prefill_seconds=time.perf_counter() - started, target_rows=[] if keep_rows else None)
+                      prefill_seconds=time.perf_counter() - started, target_rows=[] if keep_rows else None,
+                      first_target_row=first_row)
 
 
 def commit(state: DecodeState, emitted_ids: list[int], settings: DecodeSettings) -> list[int]:

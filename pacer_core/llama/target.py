@@ -25,7 +25,9 @@ with its row kernel (one running softmax over the row's cells in order), never s
 keep the tiled kernel, which rounds otherwise but prefills a long prompt ~1.4x faster: the engine feeds that many
 rows only in a prompt's prefill (``LlamaTargetCache.prefill``, prompt[:-1]), which every run of a prompt, AR's
 included, does alike (``kvcache.prefill_prompt``), so a prompt's cells are the same bits in every run; every later
-feed goes in chunks of fewer than 128 rows. At load the engine PROVES which library it has, bit for bit, and picks
+feed goes in chunks of fewer than 128 rows. A prompt of fewer than 128 tokens is one chunk run row by row, so AR
+feeds it whole and takes its first token from that call (``LlamaTargetCache.first_pass``), the bits of the prefill
+and a one-token step after it. At load the engine PROVES which library it has, bit for bit, and picks
 its context from that:
 
 * ``attention_is_row_invariant`` passes (the patched library): the context llama.cpp itself defaults to on a CPU,
@@ -181,6 +183,19 @@ class LlamaTargetCache(GGUFCache):
         self._decode_rows([tokens], 0)
         self.row_tokens[0].extend(tokens)
         self.calls += int(counted)
+
+    def first_pass(self, token_ids) -> torch.Tensor | None:
+        """A whole prompt fed in one call that also gives its last token's logits row [V], where that row and every
+        cell are the same bits as ``prefill`` (prompt[:-1]) followed by the last token alone: on the patched library
+        (``flash_attention``: proven row-invariant below TILED_ROWS rows) with a prompt of 2 to TILED_ROWS - 1
+        tokens, one chunk run row by row either way. AR's first token then comes out of its prefill, as
+        llama.cpp's own completion tool samples it, instead of from one more one-row step. None, with nothing fed,
+        elsewhere (the caller prefills as every run does)."""
+        tokens = [int(token_id) for token_id in token_ids]
+        if not self.owner.flash_attention or not 2 <= len(tokens) < TILED_ROWS or self.length:
+            return None
+        self.prefilled = len(tokens)          # a refill after ``_grow`` feeds them as one chunk again
+        return self.forward(tokens, keep=1)[0, -1]
 
     def _chunks(self, entries: list) -> list[list]:
         """A row's prefilled positions in the prefill's own chunks (the same bits again after ``_grow``); every
